@@ -1,0 +1,8 @@
+"""``python -m autotune [overrides]``."""
+
+import sys
+
+from autotune.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""``python -m autotune [overrides]``: compose the config, run the mode, map errors to exit codes.
+
+Exit codes: 0 done; 1 no trial finished; 2 bad input (one line on stderr, nothing run or lost);
+130 interrupted before anything finished.
+
+The config is composed with Hydra's compose API rather than ``@hydra.main``: Hydra's runner
+reports a bad override as a multi-line trace with exit code 1 and creates output folders; here
+a bad override is one line and exit code 2, and only ``studies/`` is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from autotune.config import AutotuneConfig, DatasetConfig, register_configs
+from autotune.errors import UsageError
+
+log = logging.getLogger("autotune")
+
+USAGE = """\
+usage: python -m autotune [key=value ...]
+
+Tunes the input pipeline of a training job on this machine and writes
+studies/<study.name>/best.yaml. Config groups (pick one with group=option):
+{groups}
+Common overrides: study.n_trials=N study.timeout=SECONDS study.name=NAME
+  study.storage=URL dataset.root=PATH recipe.crop_size=N batch_size=N device=auto|cpu|cuda
+  --cfg  print the composed config and exit
+"""
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The composed config (``conf/`` of the package, then ``./conf`` of the working dir)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(version_base="1.3", config_module="autotune.conf"):
+        cfg = hydra_compose(config_name="config", overrides=overrides)
+    if (
+        cfg.model.get("_target_")
+        and cfg.model.name == "tiny"
+        and not any(o.startswith("model.name=") for o in overrides)
+    ):  # a custom model gets its own study name, not the default model's
+        cfg.model.name = cfg.model._target_.rsplit(".", 1)[-1].lower()
+    return cfg
+
+
+def to_config(cfg: DictConfig) -> AutotuneConfig:
+    """Converts once, at the edge: the core only sees dataclasses."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as exc:
+        key = getattr(exc, "full_key", "") or str(exc)
+        hint = " (the folder of class sub-folders)" if key.endswith("root") else ""
+        raise UsageError(f"{key} is not set: add {key}=VALUE{hint}") from None
+    assert isinstance(obj, AutotuneConfig)
+    return obj
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines).replace("\t", " ")
+
+
+def _groups() -> str:
+    from importlib import resources
+
+    conf = resources.files("autotune.conf")
+    lines = []
+    for group in sorted(
+        p.name for p in conf.iterdir() if p.is_dir() and not p.name.startswith("_")
+    ):
+        options = sorted(
+            p.name[:-5] for p in conf.joinpath(group).iterdir() if p.name.endswith(".yaml")
+        )
+        lines.append(f"  {group:<13} {', '.join(options)}")
+    return "\n".join(lines)
+
+
+def load_source(cfg: DatasetConfig):  # noqa: ANN201 - Source, imported lazily
+    from autotune.pipeline import sources
+
+    if cfg.kind == "synthetic":
+        size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
+        return sources.synthetic(
+            count=cfg.count,
+            num_classes=cfg.num_classes,
+            size=size,
+            seed=cfg.seed,
+            quality=cfg.quality,
+        )
+    if not cfg.root:
+        raise UsageError("dataset.root is not set: add dataset.root=PATH (class sub-folders)")
+    return sources.scan_imagefolder(Path(cfg.root).expanduser())
+
+
+def resolve_device(requested: str, cuda_available: bool) -> str:
+    if requested == "cuda" and not cuda_available:
+        raise UsageError("device=cuda but no CUDA device is usable here: use device=cpu or auto")
+    return "cuda" if requested == "cuda" or (requested == "auto" and cuda_available) else "cpu"
+
+
+def fingerprint(
+    config: AutotuneConfig, source_fingerprint: str, space_fingerprint: str, device: str
+) -> str:
+    """What a study's numbers depend on; a resumed study must match it."""
+    parts: dict[str, Any] = {
+        "source": source_fingerprint,
+        "space": space_fingerprint,
+        "device": device,
+        "model": asdict(config.model),
+        "recipe": asdict(config.recipe),
+        "window": asdict(config.window),
+        "batch_size": config.batch_size,
+        "seed": config.seed,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run(config: AutotuneConfig) -> int:
+    from autotune import machine, report
+    from autotune.lock import host_lock
+    from autotune.space import SearchSpace
+    from autotune.study import tune
+    from autotune.workload import build_model
+
+    facts = machine.detect(want_cuda=config.device != "cpu")
+    device = resolve_device(config.device, facts.cuda_available)
+    source = load_source(config.dataset)
+    build_model(config.model, num_classes=len(source.classes))  # bad model: fail before trials
+    space = SearchSpace.from_config(
+        config.search_space, facts, device=device, batch_size=config.batch_size
+    )
+    for note in space.notes:
+        log.info("search space: %s", note)
+    if device == "cpu":
+        log.info("device cpu: pin_memory and other CUDA-only knobs are not searched")
+    log.info(
+        "study %s: %d images in %d classes, model %s, %d usable CPUs, device %s",
+        config.study.name,
+        len(source),
+        len(source.classes),
+        config.model.name,
+        facts.usable_cpus,
+        device,
+    )
+    print_ = _printer()
+    with host_lock(Path(config.studies_dir)):
+        result = tune(
+            config,
+            facts,
+            source,
+            space,
+            device,
+            fingerprint(config, source.fingerprint(), space.fingerprint(), device),
+        )
+    if result.best_label == "none":
+        print_(f"no trial of study {result.study_name} finished: nothing to export")
+        print_(report.failures_text(result))
+        return 130 if result.interrupted else 1
+    context = {
+        "dataset": config.dataset.name,
+        "model": config.model.name,
+        "recipe": asdict(config.recipe),
+        "device": device,
+        "images": len(source),
+    }
+    best = report.write(result, facts, context, Path(config.studies_dir) / result.study_name)
+    print_(report.table(result))
+    if result.failures:
+        print_(report.failures_text(result))
+    print_(f"best config: {best}")
+    print_(f"dashboard:   {report.dashboard_command(result.storage)}")
+    return 0
+
+
+def _printer():  # noqa: ANN202
+    return lambda text: print(text, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE.format(groups=_groups()))
+        return 0
+    print_cfg = "--cfg" in args
+    overrides = [a for a in args if a != "--cfg"]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our progress lines say more
+    try:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            cfg = compose(overrides)
+            if print_cfg:
+                print(OmegaConf.to_yaml(cfg, resolve=True))
+                return 0
+            return run(to_config(cfg))
+        except (HydraException, OmegaConfBaseException) as exc:
+            raise UsageError(_one_line(exc)) from None
+    except UsageError as exc:
+        print(f"autotune: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autotune: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,170 @@
+"""The configuration schema: typed dataclasses registered in Hydra's ConfigStore.
+
+The YAML files under ``conf/`` fill these in; OmegaConf rejects unknown keys and wrong types
+when they are composed, and ``__post_init__`` checks the rules types cannot express. The core
+takes these dataclasses (converted once, in ``cli.py``), never a ``DictConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from autotune.errors import UsageError
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "synthetic"
+    kind: str = "synthetic"  # synthetic | imagefolder
+    root: str | None = None
+    # synthetic only: generated once from the seed, cached
+    count: int = 512
+    num_classes: int = 8
+    width: int | None = None  # None with height None: varied ImageNet-like sizes
+    height: int | None = None
+    seed: int = 0
+    quality: int = 90
+
+    def __post_init__(self) -> None:
+        _require(
+            self.kind in ("synthetic", "imagefolder"),
+            f"dataset.kind must be 'synthetic' or 'imagefolder', got {self.kind!r}",
+        )
+        _require(self.count >= 1, f"dataset.count must be >= 1, got {self.count}")
+        _require(
+            (self.width is None) == (self.height is None),
+            "set both dataset.width and dataset.height (or neither, for varied sizes)",
+        )
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    # Any nn.Module: model._target_=pkg.module.Class (random init; kwargs passed through)
+    _target_: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    lr: float = 0.01
+
+
+@dataclass
+class RecipeConfig:
+    name: str = "imagenet_train"  # imagenet_train | center_crop_eval
+    crop_size: int = 224
+    resize_size: int | None = None  # eval: shorter side before the centre crop (crop * 256/224)
+    scale: list[float] = field(default_factory=lambda: [0.08, 1.0])
+    ratio: list[float] = field(default_factory=lambda: [3 / 4, 4 / 3])
+    flip_p: float = 0.5
+    mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
+    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
+
+    def __post_init__(self) -> None:
+        _require(self.crop_size >= 8, f"recipe.crop_size must be >= 8, got {self.crop_size}")
+        _require(
+            len(self.scale) == 2 and 0 < self.scale[0] <= self.scale[1] <= 1,
+            f"recipe.scale must be [low, high] with 0 < low <= high <= 1, got {self.scale}",
+        )
+        _require(
+            len(self.ratio) == 2 and 0 < self.ratio[0] <= self.ratio[1],
+            f"recipe.ratio must be [low, high] with 0 < low <= high, got {self.ratio}",
+        )
+        _require(0 <= self.flip_p <= 1, f"recipe.flip_p must be in [0, 1], got {self.flip_p}")
+
+
+@dataclass
+class KnobConfig:
+    """One tunable setting. ``type``: int | choice | bool | fixed.
+
+    ``high`` (and ``low``) may be ``cpus``: the usable CPUs of this machine. ``when`` is a
+    condition on another knob (``"num_workers > 0"``); ``requires`` a machine feature
+    (``cuda``). A knob whose condition does not hold takes its inactive default.
+    """
+
+    type: str = "int"
+    low: Any = None
+    high: Any = None
+    step: int = 1
+    log: bool = False
+    choices: list[Any] | None = None
+    value: Any = None
+    when: str | None = None
+    requires: str | None = None
+
+
+@dataclass
+class SearchSpaceConfig:
+    name: str = "default"
+    knobs: dict[str, KnobConfig] = field(default_factory=dict)
+
+
+@dataclass
+class StudyConfig:
+    name: str = "${dataset.name}-${model.name}"
+    storage: str = "sqlite:///studies/autotune.db"
+    n_trials: int = 20  # total trials of the study (a resumed study runs up to this many)
+    timeout: float | None = None  # seconds for this run's search
+    trial_timeout: float = 120.0  # a trial running longer is killed and recorded as timeout
+    seed: int = 0
+    n_startup_trials: int = 6  # TPE's random start, after the enqueued baseline
+    confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
+    confirm_rounds: int = 2
+
+    def __post_init__(self) -> None:
+        _require(self.n_trials >= 1, f"study.n_trials must be >= 1, got {self.n_trials}")
+        _require(
+            self.timeout is None or self.timeout > 0,
+            f"study.timeout must be a positive number of seconds, got {self.timeout}",
+        )
+        _require(self.trial_timeout > 0, "study.trial_timeout must be > 0 seconds")
+        _require(self.confirm_top_k >= 0, "study.confirm_top_k must be >= 0")
+        _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
+
+
+@dataclass
+class WindowConfig:
+    """The timed training window of one trial (DESIGN §3, rules 1-4)."""
+
+    warmup_extra_batches: int = 4  # beyond num_workers * prefetch_factor
+    sub_windows: int = 5
+    batches_per_window: int = 4  # at least; more when a sub-window would be shorter than:
+    min_sub_window_s: float = 0.4
+
+    def __post_init__(self) -> None:
+        _require(self.warmup_extra_batches >= 1, "window.warmup_extra_batches must be >= 1")
+        _require(self.sub_windows >= 1, "window.sub_windows must be >= 1")
+        _require(self.batches_per_window >= 1, "window.batches_per_window must be >= 1")
+        _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
+
+
+@dataclass
+class AutotuneConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)
+    search_space: SearchSpaceConfig = field(default_factory=SearchSpaceConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)
+    window: WindowConfig = field(default_factory=WindowConfig)
+    mode: str = "tune"
+    device: str = "auto"  # auto | cpu | cuda
+    batch_size: int = 32
+    seed: int = 0  # the loader's seed: augmentation is random but reproducible
+    studies_dir: str = "studies"
+
+    def __post_init__(self) -> None:
+        _require(
+            self.device in ("auto", "cpu", "cuda"),
+            f"device must be auto, cpu or cuda, got {self.device!r}",
+        )
+        _require(self.mode == "tune", f"mode must be tune, got {self.mode!r}")
+        _require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+
+
+def register_configs() -> None:
+    ConfigStore.instance().store(name="autotune_schema", node=AutotuneConfig)

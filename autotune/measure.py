@@ -1,0 +1,143 @@
+"""The timed training window (DESIGN §3, rules 1-4).
+
+Pure timing logic over an iterator of batches and a step: no processes, no Optuna, an
+injectable clock, so tests drive it with a fake clock and a fake loader.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one timed window saw. Rates are samples per second."""
+
+    samples_per_s: float  # median of the sub-windows: the objective
+    sub_window_samples_per_s: tuple[float, ...]
+    data_wait_fraction: float  # share of timed wall time spent waiting for the next batch
+    time_to_first_batch_s: float  # start-up (worker spawn, first fill), kept apart
+    warmup_batches: int
+    timed_batches: int
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the sub-windows: how noisy this measurement was."""
+        values = self.sub_window_samples_per_s
+        return (max(values) - min(values)) / self.samples_per_s if self.samples_per_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "spread": self.spread}
+
+
+class WindowStopped(Exception):
+    """Raised by an ``on_sub_window`` callback to stop a window early (a pruned trial)."""
+
+
+def warmup_batches(buffered_batches: int, extra: int) -> int:
+    """Batches to run before timing: drain the prefetch buffer, then a few at the true rate.
+
+    A window that starts right after start-up drains ``num_workers * prefetch_factor`` ready
+    batches and reports a rate the pipeline cannot sustain, rewarding big prefetch factors.
+    """
+    return buffered_batches + extra
+
+
+def run_window(
+    batches: Iterable[Batch],
+    step: Callable[[torch.Tensor, torch.Tensor], None],
+    *,
+    warmup: int,
+    sub_windows: int,
+    batches_per_window: int,
+    min_sub_window_s: float = 0.0,
+    align: int = 1,
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+    on_sub_window: Callable[[int, float], None] | None = None,
+) -> Measurement:
+    """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans.
+
+    Each sub-window has at least ``batches_per_window`` batches, more if the rate seen at the
+    end of the warm-up says it would last under ``min_sub_window_s``, rounded up to a multiple
+    of ``align`` (the worker count: workers deliver batches round-robin, in bursts, and a
+    window of whole rounds does not depend on where in a round it starts).
+    ``on_sub_window(index, running_median)`` sees each sub-window as it ends (a pruner may
+    raise ``WindowStopped``). ``batches`` must not run out (an endless sampler).
+    """
+    it = iter(batches)
+    start = clock()
+    images, labels = next(it)
+    step(images, labels)
+    sync()
+    time_to_first_batch = clock() - start
+
+    tail = max(1, min(warmup, 4))  # the last warm-up batches come at the sustained rate
+    for index in range(warmup):
+        if index == warmup - tail:
+            sync()
+            tail_start, tail_samples = clock(), 0
+        images, labels = next(it)
+        step(images, labels)
+        if index >= warmup - tail:
+            tail_samples += len(labels)
+    sync()
+    if warmup and min_sub_window_s > 0:
+        tail_span = clock() - tail_start
+        rate = tail_samples / tail_span if tail_span > 0 else float("inf")
+        needed = math.ceil(min_sub_window_s * rate / max(1, len(labels)))
+        batches_per_window = max(batches_per_window, needed)
+    batches_per_window = -(-batches_per_window // align) * align
+
+    rates: list[float] = []
+    waited = elapsed = 0.0
+    for index in range(sub_windows):
+        samples = 0
+        sync()
+        window_start = clock()
+        for _ in range(batches_per_window):
+            before = clock()
+            images, labels = next(it)
+            waited += clock() - before
+            step(images, labels)
+            samples += len(labels)
+        sync()
+        span = clock() - window_start
+        elapsed += span
+        rates.append(samples / span if span > 0 else float("inf"))
+        if on_sub_window is not None:
+            on_sub_window(index, statistics.median(rates))
+    return Measurement(
+        samples_per_s=statistics.median(rates),
+        sub_window_samples_per_s=tuple(rates),
+        data_wait_fraction=waited / elapsed if elapsed > 0 else 0.0,
+        time_to_first_batch_s=time_to_first_batch,
+        warmup_batches=warmup,
+        timed_batches=len(rates) * batches_per_window,
+    )
+
+
+def run_ceiling(
+    batch: Batch,
+    step: Callable[[torch.Tensor, torch.Tensor], None],
+    **window: Any,
+) -> Measurement:
+    """The compute limit: the same step fed one batch already on the device.
+
+    ``window`` takes ``run_window``'s keyword arguments.
+    """
+
+    def same_batch() -> Iterable[Batch]:
+        while True:
+            yield batch
+
+    return run_window(same_batch(), step, **window)

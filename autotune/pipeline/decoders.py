@@ -1,0 +1,176 @@
+"""JPEG decoders: one small class each behind one interface, a name->class map at the bottom.
+
+Every decoder returns the image as a ``uint8`` tensor ``(3, H, W)`` in RGB, *before* EXIF
+orientation (``orient`` applies that, the same way for all of them), so that all decoders give
+the same pixels within JPEG-decoder tolerance and the tuner compares like with like.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import torch
+from PIL import Image
+
+log = logging.getLogger(__name__)
+
+_EXIF_ORIENTATION = 0x0112
+
+
+def probe(data: bytes) -> tuple[int, int, int]:
+    """Width, height (as displayed, i.e. after EXIF orientation) and the EXIF orientation.
+
+    Reads the header only: cheap enough to run before every decode.
+    """
+    with Image.open(io.BytesIO(data)) as img:
+        width, height = img.size
+        orientation = img.getexif().get(_EXIF_ORIENTATION, 1) if img.format == "JPEG" else 1
+    if orientation in (5, 6, 7, 8):  # rotated by 90 degrees: displayed sides swap
+        width, height = height, width
+    return width, height, orientation
+
+
+def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """Applies an EXIF orientation (1-8) to a ``(C, H, W)`` tensor."""
+    if orientation in (2, 4, 5, 7):
+        image = image.flip(-1)
+    if orientation in (3, 4):
+        image = image.flip(-2)
+    elif orientation in (5, 6):
+        image = image.rot90(-1, (-2, -1))
+    elif orientation in (7, 8):
+        image = image.rot90(1, (-2, -1))
+    return image
+
+
+class Decoder(ABC):
+    """Turns encoded bytes into a ``uint8`` RGB tensor ``(3, H, W)``."""
+
+    name: ClassVar[str]
+    # Decodes at 1/2, 1/4 or 1/8 of the size for less work (JPEG DCT scaling).
+    can_reduce: ClassVar[bool] = False
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this decoder cannot run here (missing library or device), or None."""
+        return None
+
+    @abstractmethod
+    def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
+        """Decodes ``data``; ``reduce`` > 1 is a hint for decoders with ``can_reduce``."""
+
+
+def _hwc_to_chw(array: np.ndarray) -> torch.Tensor:
+    # Pillow's arrays are read-only views; nothing writes to a decoded image in place (every
+    # op after it allocates), so no copy is made and torch's warning about it is silenced.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array).permute(2, 0, 1)
+
+
+class PilDecoder(Decoder):
+    """Pillow (libjpeg-turbo), what ``torchvision.datasets.ImageFolder`` uses."""
+
+    name = "pil"
+
+    def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
+        with Image.open(io.BytesIO(data)) as img:
+            return _hwc_to_chw(np.asarray(img.convert("RGB")))
+
+
+class PilReducedDecoder(Decoder):
+    """Pillow with JPEG draft mode: libjpeg scales the DCT, skipping most of the decode work."""
+
+    name = "pil_reduced"
+    can_reduce = True
+
+    def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
+        with Image.open(io.BytesIO(data)) as img:
+            if reduce > 1 and img.format == "JPEG":
+                width, height = img.size
+                # draft picks the largest DCT scale s with size // s >= the requested size
+                img.draft("RGB", (width // reduce, height // reduce))
+            return _hwc_to_chw(np.asarray(img.convert("RGB")))
+
+
+class OpenCvDecoder(Decoder):
+    """``cv2.imdecode`` (OpenCV's libjpeg-turbo), BGR converted to RGB."""
+
+    name = "opencv"
+
+    def __init__(self) -> None:
+        import cv2
+
+        self._cv2 = cv2
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import cv2  # noqa: F401
+        except ImportError:
+            return "OpenCV is not installed: pip install opencv-python-headless"
+        return None
+
+    def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
+        cv2 = self._cv2
+        flags = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION  # orientation applied by orient
+        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        if bgr is None:
+            raise ValueError("OpenCV could not decode the image")
+        return _hwc_to_chw(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+
+class TorchvisionDecoder(Decoder):
+    """libjpeg-turbo through TorchCodec's ``decode_jpeg`` (torchvision.io's successor).
+
+    Falls back to ``torchvision.io.decode_jpeg`` where TorchCodec is not installed; that API is
+    deprecated in torchvision 0.29, so its warning is silenced once here, not per image.
+    """
+
+    name = "torchvision"
+
+    def __init__(self) -> None:
+        try:
+            from torchcodec.decoders import decode_jpeg
+
+            self._decode = lambda t: decode_jpeg(t, mode="RGB")
+        except ImportError:
+            from torchvision.io import ImageReadMode, decode_jpeg
+
+            self._decode = lambda t: decode_jpeg(t, mode=ImageReadMode.RGB)
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
+
+    def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
+        if data[:2] != b"\xff\xd8":  # not a JPEG: libjpeg-only decoder, Pillow does the rest
+            return PilDecoder().decode(data)
+        return self._decode(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+
+DECODERS: dict[str, type[Decoder]] = {
+    cls.name: cls for cls in (PilDecoder, PilReducedDecoder, OpenCvDecoder, TorchvisionDecoder)
+}
+
+
+def get(name: str) -> Decoder:
+    """A decoder instance by name (raises ``KeyError`` listing the choices)."""
+    try:
+        return DECODERS[name]()
+    except KeyError:
+        raise KeyError(f"unknown decoder {name!r}; choices: {sorted(DECODERS)}") from None
+
+
+def available(names: list[str]) -> list[str]:
+    """The decoders of ``names`` that can run here; one log line for each one dropped."""
+    kept = []
+    for name in names:
+        reason = DECODERS[name].unavailable_reason()
+        if reason:
+            log.info("decoder %s left out of the search space: %s", name, reason)
+        else:
+            kept.append(name)
+    return kept

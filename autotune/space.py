@@ -1,0 +1,261 @@
+"""The search space: ``conf/search_space/*.yaml`` -> validated knobs -> Optuna suggestions.
+
+Everything is checked here, before any trial runs: unknown knobs, ``low > high``, conditions
+on knobs that do not exist, choices this machine cannot run (dropped with a note).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import operator
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import optuna
+
+from autotune.config import KnobConfig, SearchSpaceConfig
+from autotune.errors import UsageError
+from autotune.machine import MachineFacts
+from autotune.pipeline import decoders
+from autotune.pipeline.config import PipelineConfig
+
+# Every knob and the value it takes when its condition does not hold.
+INACTIVE = {
+    "batch_size": None,  # always active
+    "num_workers": 0,
+    "prefetch_factor": None,
+    "persistent_workers": False,
+    "pin_memory": False,
+    "decoder": "pil",
+    "main_threads": None,
+}
+# DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
+NEED_WORKERS = ("prefetch_factor", "persistent_workers")
+FEATURES = ("cuda",)
+TYPES = ("int", "choice", "bool", "fixed")
+_OPS = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+_CONDITION = re.compile(r"^\s*(\w+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``knob op value``, e.g. ``num_workers > 0``."""
+
+    knob: str
+    op: str
+    value: Any
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> Condition:
+        match = _CONDITION.match(text)
+        if not match:
+            raise UsageError(
+                f"{where}.when={text!r} is not a condition: write it as 'knob op value', "
+                "e.g. 'num_workers > 0'"
+            )
+        knob, op, raw = match.groups()
+        return cls(
+            knob, op, json.loads(raw) if re.match(r"^-?[\d.]+$|^true$|^false$", raw) else raw
+        )
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        return bool(_OPS[self.op](values[self.knob], self.value))
+
+    def __str__(self) -> str:
+        return f"{self.knob} {self.op} {self.value}"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    type: str
+    low: int | None = None
+    high: int | None = None
+    step: int = 1
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    value: Any = None
+    when: Condition | None = None
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        if self.type == "fixed":
+            return self.value
+        if self.type == "int":
+            assert self.low is not None and self.high is not None
+            return trial.suggest_int(self.name, self.low, self.high, step=self.step, log=self.log)
+        if self.type == "bool":
+            return trial.suggest_categorical(self.name, [False, True])
+        return trial.suggest_categorical(self.name, list(self.choices))
+
+    def values(self) -> list[Any]:
+        """Every value this knob can take (for grids and baselines)."""
+        if self.type == "fixed":
+            return [self.value]
+        if self.type == "bool":
+            return [False, True]
+        if self.type == "choice":
+            return list(self.choices)
+        assert self.low is not None and self.high is not None
+        return list(range(self.low, self.high + 1, self.step))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Validated knobs in declaration order, plus notes on what this machine left out.
+
+    Example:
+        >>> space = SearchSpace.from_config(cfg.search_space, facts, device="cpu")
+        >>> space.suggest(optuna.trial.FixedTrial({"num_workers": 2, "prefetch_factor": 4}))
+    """
+
+    name: str
+    knobs: tuple[Knob, ...]
+    notes: tuple[str, ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()  # values of knobs the space does not mention
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: SearchSpaceConfig,
+        facts: MachineFacts,
+        *,
+        device: str,
+        batch_size: int,
+    ) -> SearchSpace:
+        notes: list[str] = []
+        knobs: list[Knob] = []
+        features = {"cuda": device == "cuda"}
+        for name, knob_cfg in cfg.knobs.items():
+            knob = _build_knob(name, knob_cfg, facts, declared=[k.name for k in knobs])
+            if knob_cfg.requires and not features[knob_cfg.requires]:
+                notes.append(f"{name} left out: it needs a {knob_cfg.requires.upper()} device")
+                continue
+            if name == "decoder":
+                kept = tuple(decoders.available(list(knob.choices)))
+                for dropped in sorted(set(knob.choices) - set(kept)):
+                    reason = decoders.DECODERS[dropped].unavailable_reason()
+                    notes.append(f"decoder {dropped} left out: {reason}")
+                if not kept:
+                    raise UsageError(
+                        "search_space: no decoder of the list can run on this machine"
+                    )
+                knob = dataclasses.replace(knob, choices=kept)
+            knobs.append(knob)
+        _check_worker_conditions(knobs)
+        defaults = (("batch_size", batch_size),)
+        return cls(name=cfg.name, knobs=tuple(knobs), notes=tuple(notes), defaults=defaults)
+
+    def suggest(self, trial: optuna.Trial) -> PipelineConfig:
+        """The trial's point of the space as a ``PipelineConfig``."""
+        values: dict[str, Any] = dict(self.defaults)
+        for knob in self.knobs:
+            if knob.when is not None and not knob.when.holds(values):
+                values[knob.name] = INACTIVE[knob.name]
+            else:
+                values[knob.name] = knob.suggest(trial)
+        return PipelineConfig(**values)
+
+    def baseline_params(self, *, default_threads: int) -> dict[str, Any]:
+        """PyTorch's defaults as trial params: 0 workers, no pinning, Pillow, torch's threads."""
+        wanted = {
+            "num_workers": 0,
+            "pin_memory": False,
+            "decoder": "pil",
+            "main_threads": default_threads,
+            "batch_size": dict(self.defaults)["batch_size"],
+        }
+        params = {}
+        for knob in self.knobs:
+            if knob.type == "fixed" or knob.name not in wanted:
+                continue
+            options = knob.values()
+            if wanted[knob.name] in options:
+                params[knob.name] = wanted[knob.name]
+            elif knob.type == "int":  # closest in range, e.g. threads capped by the space
+                params[knob.name] = min(options, key=lambda v: abs(v - wanted[knob.name]))
+        return params
+
+    def fingerprint(self) -> str:
+        payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _resolve_bound(value: Any, facts: MachineFacts, where: str) -> int:
+    if value == "cpus":
+        return facts.usable_cpus
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{where} must be an integer or 'cpus' (usable CPUs), got {value!r}")
+    return value
+
+
+def _build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[str]) -> Knob:
+    where = f"search_space.knobs.{name}"
+    if name not in INACTIVE:
+        raise UsageError(
+            f"unknown knob {name!r} in the search space; known: {', '.join(INACTIVE)}"
+        )
+    if cfg.type not in TYPES:
+        raise UsageError(f"{where}.type must be one of {', '.join(TYPES)}, got {cfg.type!r}")
+    if cfg.requires is not None and cfg.requires not in FEATURES:
+        raise UsageError(f"{where}.requires must be one of {FEATURES}, got {cfg.requires!r}")
+    when = Condition.parse(cfg.when, where) if cfg.when else None
+    if when is not None and when.knob not in declared:
+        raise UsageError(
+            f"{where}.when refers to {when.knob!r}, which is not a knob declared before it"
+        )
+    if cfg.type == "fixed":
+        return Knob(name, "fixed", value=cfg.value, when=when)
+    if cfg.type == "bool":
+        return Knob(name, "bool", when=when)
+    if cfg.type == "choice":
+        choices = tuple(cfg.choices or ())
+        if not choices:
+            raise UsageError(f"{where}.choices must list at least one value")
+        if name == "decoder":
+            unknown = sorted(set(choices) - set(decoders.DECODERS))
+            if unknown:
+                raise UsageError(
+                    f"{where}.choices has unknown decoders {unknown}; known: "
+                    f"{', '.join(decoders.DECODERS)}"
+                )
+        return Knob(name, "choice", choices=choices, when=when)
+    low = _resolve_bound(cfg.low, facts, f"{where}.low")
+    high = _resolve_bound(cfg.high, facts, f"{where}.high")
+    if low > high:
+        raise UsageError(f"{where}: `low <= high` must hold, but got ({low=}, {high=})")
+    if cfg.log and low < 1:
+        raise UsageError(f"{where}: a log range needs low >= 1, got {low=}")
+    if cfg.step < 1:
+        raise UsageError(f"{where}.step must be >= 1, got {cfg.step}")
+    if cfg.log and cfg.step != 1:
+        raise UsageError(f"{where}: a log range cannot have a step (got step={cfg.step})")
+    return Knob(name, "int", low=low, high=high, step=cfg.step, log=cfg.log, when=when)
+
+
+def _check_worker_conditions(knobs: list[Knob]) -> None:
+    by_name = {k.name: k for k in knobs}
+    workers = by_name.get("num_workers")
+    zero_workers_possible = workers is None or 0 in workers.values()
+    for name in NEED_WORKERS:
+        knob = by_name.get(name)
+        if knob is None or not zero_workers_possible:
+            continue
+        if (
+            knob.when is None
+            or knob.when.knob != "num_workers"
+            or knob.when.holds({"num_workers": 0})
+        ):
+            raise UsageError(
+                f'search_space.knobs.{name} needs num_workers > 0: add when: "num_workers > 0"'
+            )

@@ -1,0 +1,285 @@
+"""One measurement in a fresh child process: isolation, timeout, memory, failure kinds.
+
+A trial must not poison the next (DESIGN §3 rule 6): leaked workers, a fragmented allocator,
+a crashed worker or an out-of-memory kill stay in the child. The child is forked (cheap: torch
+is already imported; the parent never initializes CUDA) into its own process group, so a
+timeout or Ctrl-C takes it down together with its DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psutil
+
+from autotune.config import ModelConfig, RecipeConfig, WindowConfig
+from autotune.errors import UsageError
+from autotune.measure import Measurement, WindowStopped, run_ceiling, run_window, warmup_batches
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import Source
+
+log = logging.getLogger(__name__)
+
+MEMORY_SAMPLE_INTERVAL_S = 0.25
+ENDLESS = 10**9  # samples: the window stops the loader long before
+
+HINTS = {
+    "cuda_oom": "lower batch_size, or exclude this config with study.memory_budget_gb",
+    "host_oom": "lower num_workers x prefetch_factor or batch_size; check free RAM",
+    "shm_exhausted": "raise --shm-size (docker) or lower num_workers x prefetch_factor",
+    "worker_died": "a DataLoader worker crashed: run the config with num_workers=0 to see why",
+    "timeout": "the trial ran past study.trial_timeout: raise it, or the config hangs",
+    "corrupt_data": "remove or fix the unreadable files named in the message",
+    "invalid_config": "fix the search space so that it only yields valid settings",
+    "error": "see the message; rerun with HYDRA_FULL_ERROR=1-style verbosity (AUTOTUNE_DEBUG=1)",
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str
+    message: str
+
+    @property
+    def hint(self) -> str:
+        return HINTS.get(self.kind, HINTS["error"])
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything one measurement needs (inherited by the forked child, never pickled)."""
+
+    pipeline: PipelineConfig
+    source: Source
+    model: ModelConfig
+    recipe: RecipeConfig
+    window: WindowConfig
+    device: str
+    seed: int = 0
+    kind: Literal["window", "ceiling"] = "window"
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    status: Literal["ok", "pruned", "failed"]
+    measurement: Measurement | None = None
+    failure: Failure | None = None
+    peak_memory_bytes: int | None = None
+    pruned_at: int | None = None
+    wall_s: float = 0.0
+    intermediate: tuple[float, ...] = field(default_factory=tuple)
+
+
+def classify(exc: BaseException) -> str:
+    """The failure kind of an exception raised inside a trial."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, MemoryError):
+        return "host_oom"
+    if "CUDA out of memory" in text or "OutOfMemoryError" in text:
+        return "cuda_oom"
+    if "Bus error" in text or "shared memory" in text or "No space left on device" in text:
+        return "shm_exhausted"
+    if "DataLoader worker" in text and (
+        "killed by signal" in text or "exited unexpectedly" in text
+    ):
+        return "worker_died"
+    if isinstance(exc, UsageError):
+        return "invalid_config"
+    if any(
+        marker in text
+        for marker in ("cannot identify image", "truncated", "could not decode", "Corrupt JPEG")
+    ):
+        return "corrupt_data"
+    return "error"
+
+
+def classify_signal(signum: int) -> Failure:
+    name = signal.Signals(signum).name
+    if signum == signal.SIGKILL:
+        return Failure("host_oom", f"trial process killed by {name} (the kernel's OOM killer?)")
+    if signum == signal.SIGBUS:
+        return Failure("shm_exhausted", f"trial process killed by {name}")
+    return Failure("error", f"trial process killed by {name}")
+
+
+def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement:
+    """Runs in the child: build the workload and the loader, then time the window."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    from autotune.pipeline import loader, recipes
+    from autotune.workload import TrainStep, build_model
+
+    if job.pipeline.main_threads:
+        torch.set_num_threads(job.pipeline.main_threads)
+    torch.manual_seed(job.seed)
+    device = torch.device(job.device)
+    recipe = recipes.from_config(job.recipe)
+    step = TrainStep(
+        build_model(job.model, num_classes=len(job.source.classes)), device, lr=job.model.lr
+    )
+    w = job.window
+    warmup = warmup_batches(job.pipeline.buffered_batches, w.warmup_extra_batches)
+    if job.kind == "ceiling":
+        config = PipelineConfig(batch_size=job.pipeline.batch_size, decoder="pil")
+        batch = next(iter(loader.build(job.source, config, recipe=recipe, device=device)))
+        return run_ceiling(
+            batch,
+            step,
+            warmup=warmup,
+            sub_windows=w.sub_windows,
+            batches_per_window=w.batches_per_window,
+            min_sub_window_s=w.min_sub_window_s,
+            sync=step.sync,
+        )
+    # an endless sampler: no epoch ends inside the window (start-up is measured apart, rule 1)
+    sampler = RandomSampler(
+        range(len(job.source)),
+        num_samples=ENDLESS,
+        generator=torch.Generator().manual_seed(job.seed),
+    )
+    tuned = loader.build(
+        job.source, job.pipeline, recipe=recipe, device=device, seed=job.seed, sampler=sampler
+    )
+    return run_window(
+        tuned,
+        step,
+        warmup=warmup,
+        sub_windows=w.sub_windows,
+        batches_per_window=w.batches_per_window,
+        min_sub_window_s=w.min_sub_window_s,
+        align=max(1, job.pipeline.num_workers),
+        sync=step.sync,
+        on_sub_window=report,
+    )
+
+
+def _child(job: TrialJob, conn: Any) -> None:
+    os.setpgrp()  # own group: Ctrl-C reaches the parent only; killpg reaps workers too
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def report(index: int, value: float) -> None:
+        conn.send(("sub_window", index, value))
+        if conn.recv() == "prune":
+            raise WindowStopped(index)
+
+    try:
+        measurement = _measure(job, report)
+        conn.send(("done", measurement))
+    except WindowStopped as stop:
+        conn.send(("pruned", stop.args[0]))
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the child ends
+        detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""
+        conn.send(("failed", classify(exc), f"{type(exc).__name__}: {exc}".strip(), detail))
+
+
+def _tree_memory(pid: int) -> int:
+    """Proportional set size of a process and its descendants (RSS where PSS is unknown)."""
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        for proc in (root, *root.children(recursive=True)):
+            try:
+                info = proc.memory_full_info()
+                total += getattr(info, "pss", info.rss)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    except psutil.NoSuchProcess:
+        pass
+    return total
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run_trial(
+    job: TrialJob,
+    *,
+    timeout_s: float,
+    should_prune: Callable[[int, float], bool] = lambda index, value: False,
+) -> TrialOutcome:
+    """Runs ``job`` in a fresh child process and returns what happened, whatever happened.
+
+    ``should_prune(index, running_median)`` is asked after each sub-window (in this process,
+    so it may talk to Optuna's storage).
+    """
+    ctx = multiprocessing.get_context("fork")
+    parent_conn, child_conn = ctx.Pipe()
+    # not a daemon: a daemonic process may not start DataLoader workers
+    child = ctx.Process(target=_child, args=(job, child_conn))
+    start = time.monotonic()
+    child.start()
+    child_conn.close()
+    peak = 0
+    next_sample = start
+    intermediate: list[float] = []
+    outcome: TrialOutcome | None = None
+    try:
+        while outcome is None:
+            now = time.monotonic()
+            if now >= next_sample:
+                peak = max(peak, _tree_memory(child.pid))
+                next_sample = now + MEMORY_SAMPLE_INTERVAL_S
+            if now - start > timeout_s:
+                outcome = TrialOutcome(
+                    "failed", failure=Failure("timeout", f"no result after {timeout_s:.0f} s")
+                )
+                break
+            if parent_conn.poll(MEMORY_SAMPLE_INTERVAL_S):
+                try:
+                    message = parent_conn.recv()
+                except EOFError:
+                    message = None
+                if message is None:
+                    child.join(5)
+                    outcome = _death(child.exitcode)
+                elif message[0] == "sub_window":
+                    _, index, value = message
+                    intermediate.append(value)
+                    parent_conn.send("prune" if should_prune(index, value) else "go")
+                elif message[0] == "done":
+                    outcome = TrialOutcome("ok", measurement=message[1])
+                elif message[0] == "pruned":
+                    outcome = TrialOutcome("pruned", pruned_at=message[1])
+                else:
+                    _, kind, text, detail = message
+                    if detail:
+                        log.debug("trial failed:\n%s", detail)
+                    outcome = TrialOutcome("failed", failure=Failure(kind, text))
+            elif not child.is_alive():
+                outcome = _death(child.exitcode)
+    finally:
+        _kill_group(child.pid)  # also reaps DataLoader workers the child left behind
+        child.join(10)
+        parent_conn.close()
+    return TrialOutcome(
+        outcome.status,
+        measurement=outcome.measurement,
+        failure=outcome.failure,
+        peak_memory_bytes=peak or None,
+        pruned_at=outcome.pruned_at,
+        wall_s=time.monotonic() - start,
+        intermediate=tuple(intermediate),
+    )
+
+
+def _death(exitcode: int | None) -> TrialOutcome:
+    if exitcode is not None and exitcode < 0:
+        return TrialOutcome("failed", failure=classify_signal(-exitcode))
+    return TrialOutcome(
+        "failed", failure=Failure("error", f"trial process exited with code {exitcode}")
+    )

@@ -1,0 +1,115 @@
+"""The work a trial times: a model by name and its training step (forward, backward, step)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from autotune.config import ModelConfig
+from autotune.errors import UsageError
+
+TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small")
+BUILTIN_MODELS = ("tiny", "none", *TORCHVISION_MODELS)
+
+
+class TinyCNN(nn.Module):
+    """A small CNN whose step is cheap on a CPU, so that the input pipeline is what matters.
+
+    A patchify stem (8x8, stride 8) then two strided 3x3 stages: a real conv net with
+    batch norm, forward and backward, at a small fraction of a ResNet's cost.
+    """
+
+    def __init__(self, num_classes: int = 10, width: int = 24) -> None:
+        super().__init__()
+
+        def stage(cin: int, cout: int, kernel: int, stride: int) -> list[nn.Module]:
+            pad = kernel // 2 if stride < kernel else 0
+            conv = nn.Conv2d(cin, cout, kernel, stride=stride, padding=pad, bias=False)
+            return [conv, nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+        self.features = nn.Sequential(
+            *stage(3, width, 8, 8),
+            *stage(width, 2 * width, 3, 2),
+            *stage(2 * width, 4 * width, 3, 2),
+        )
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, num_classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def _import_class(target: str) -> Callable[..., nn.Module]:
+    module_name, _, attr = target.rpartition(".")
+    try:
+        module = __import__(module_name, fromlist=[attr]) if module_name else None
+        return getattr(module, attr)
+    except (ImportError, AttributeError, ValueError):
+        raise UsageError(
+            f"model._target_={target} cannot be imported: give the full path of an nn.Module "
+            "class, e.g. model._target_=torchvision.models.resnet34"
+        ) from None
+
+
+def build_model(cfg: ModelConfig, *, num_classes: int) -> nn.Module | None:
+    """The model, randomly initialised (never a download); None for ``model=none``."""
+    if cfg._target_:
+        factory = _import_class(cfg._target_)
+    elif cfg.name == "none":
+        return None
+    elif cfg.name == "tiny":
+        factory = TinyCNN
+    elif cfg.name in TORCHVISION_MODELS:
+        import torchvision
+
+        factory = getattr(torchvision.models, cfg.name)
+    else:
+        raise UsageError(
+            f"unknown model {cfg.name!r}: choose one of {', '.join(BUILTIN_MODELS)}, "
+            "or any nn.Module with model._target_=pkg.module.Class"
+        )
+    kwargs = dict(cfg.kwargs)
+    try:
+        params = inspect.signature(factory).parameters
+        if "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            kwargs.setdefault("num_classes", num_classes)
+    except (TypeError, ValueError):  # builtins without a signature: pass only what was given
+        pass
+    model = factory(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"model {cfg._target_ or cfg.name} did not build an nn.Module")
+    return model
+
+
+class TrainStep:
+    """One optimizer step on a batch: forward, cross-entropy, backward, SGD with momentum.
+
+    With no model (``model=none``) the step does nothing: the loop measures the loader alone.
+    """
+
+    def __init__(self, model: nn.Module | None, device: torch.device, *, lr: float) -> None:
+        self.device = device
+        self.model = model.to(device).train() if model is not None else None
+        self.optimizer = (
+            torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+            if self.model is not None
+            else None
+        )
+        self.criterion = nn.CrossEntropyLoss()
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        if self.model is None or self.optimizer is None:
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.criterion(self.model(images), labels)
+        loss.backward()
+        self.optimizer.step()
+
+    def sync(self) -> None:
+        """Waits for queued device work: timed spans must end when the work does."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

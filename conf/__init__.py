@@ -1,0 +1,1 @@
+"""Hydra config package: found as pkg://autotune.conf."""
