@@ -46,7 +46,15 @@ def compose(overrides: list[str]) -> DictConfig:
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_module(version_base="1.3", config_module="autotune.conf"):
-        cfg = hydra_compose(config_name="config", overrides=overrides)
+        user_conf = Path("conf").resolve()
+        if user_conf.is_dir():
+            # ./conf/<group>/<option>.yaml wins over the package's file of the same name:
+            # prepended to the search path, which Hydra re-reads when hydra.searchpath is set
+            GlobalHydra.instance().config_loader().config_search_path.prepend(
+                "autotune-cwd", f"file://{user_conf}", anchor="main"
+            )
+            overrides = [*overrides, f"hydra.searchpath=[file://{user_conf}]"]
+        cfg = hydra_compose(config_name="autotune", overrides=overrides)
     if (
         cfg.model.get("_target_")
         and cfg.model.name == "tiny"
@@ -71,7 +79,13 @@ def to_config(cfg: DictConfig) -> AutotuneConfig:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The message (and its cause's first line, where Hydra wraps one) on one line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip():
+        first = str(cause).strip().splitlines()[0].strip()
+        if first not in lines:
+            lines.append(first)
     return "; ".join(lines).replace("\t", " ")
 
 
@@ -198,7 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_cfg = "--cfg" in args
     overrides = [a for a in args if a != "--cfg"]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    # progress is output (stdout); stderr carries only what went wrong
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stdout,
+    )
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our progress lines say more

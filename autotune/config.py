@@ -43,6 +43,10 @@ class DatasetConfig:
             (self.width is None) == (self.height is None),
             "set both dataset.width and dataset.height (or neither, for varied sizes)",
         )
+        _require(
+            self.kind != "imagefolder" or bool(self.root),
+            "dataset.root is not set: add dataset.root=PATH (the folder of class sub-folders)",
+        )
 
 
 @dataclass

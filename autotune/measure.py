@@ -93,9 +93,10 @@ def run_window(
     sync()
     if warmup and min_sub_window_s > 0:
         tail_span = clock() - tail_start
-        rate = tail_samples / tail_span if tail_span > 0 else float("inf")
-        needed = math.ceil(min_sub_window_s * rate / max(1, len(labels)))
-        batches_per_window = max(batches_per_window, needed)
+        if tail_span > 0:  # a tail of no measurable time says nothing about the rate
+            rate = tail_samples / tail_span
+            needed = math.ceil(min_sub_window_s * rate / max(1, len(labels)))
+            batches_per_window = max(batches_per_window, needed)
     batches_per_window = -(-batches_per_window // align) * align
 
     rates: list[float] = []

@@ -65,9 +65,11 @@ class Condition:
                 "e.g. 'num_workers > 0'"
             )
         knob, op, raw = match.groups()
-        return cls(
-            knob, op, json.loads(raw) if re.match(r"^-?[\d.]+$|^true$|^false$", raw) else raw
-        )
+        try:
+            value = json.loads(raw) if re.match(r"^-?[\d.]+$|^true$|^false$", raw) else raw
+        except json.JSONDecodeError:
+            raise UsageError(f"{where}.when={text!r}: {raw!r} is not a number") from None
+        return cls(knob, op, value)
 
     def holds(self, values: Mapping[str, Any]) -> bool:
         return bool(_OPS[self.op](values[self.knob], self.value))
@@ -135,13 +137,19 @@ class SearchSpace:
     ) -> SearchSpace:
         notes: list[str] = []
         knobs: list[Knob] = []
+        left_out: list[Knob] = []  # by `requires`: they keep their inactive value
         features = {"cuda": device == "cuda"}
         for name, knob_cfg in cfg.knobs.items():
-            knob = _build_knob(name, knob_cfg, facts, declared=[k.name for k in knobs])
+            knob = _build_knob(name, knob_cfg, facts, declared=[*knobs, *left_out])
             if knob_cfg.requires and not features[knob_cfg.requires]:
                 notes.append(f"{name} left out: it needs a {knob_cfg.requires.upper()} device")
+                left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
-            if name == "decoder":
+            if name == "decoder" and knob.type == "fixed":
+                reason = decoders.DECODERS[knob.value].unavailable_reason()
+                if reason:
+                    raise UsageError(f"search_space.knobs.decoder: {knob.value} {reason}")
+            elif name == "decoder":
                 kept = tuple(decoders.available(list(knob.choices)))
                 for dropped in sorted(set(knob.choices) - set(kept)):
                     reason = decoders.DECODERS[dropped].unavailable_reason()
@@ -153,7 +161,7 @@ class SearchSpace:
                 knob = dataclasses.replace(knob, choices=kept)
             knobs.append(knob)
         _check_worker_conditions(knobs)
-        defaults = (("batch_size", batch_size),)
+        defaults = (("batch_size", batch_size), *((k.name, k.value) for k in left_out))
         return cls(name=cfg.name, knobs=tuple(knobs), notes=tuple(notes), defaults=defaults)
 
     def suggest(self, trial: optuna.Trial) -> PipelineConfig:
@@ -199,7 +207,7 @@ def _resolve_bound(value: Any, facts: MachineFacts, where: str) -> int:
     return value
 
 
-def _build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[str]) -> Knob:
+def _build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[Knob]) -> Knob:
     where = f"search_space.knobs.{name}"
     if name not in INACTIVE:
         raise UsageError(
@@ -210,11 +218,28 @@ def _build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[
     if cfg.requires is not None and cfg.requires not in FEATURES:
         raise UsageError(f"{where}.requires must be one of {FEATURES}, got {cfg.requires!r}")
     when = Condition.parse(cfg.when, where) if cfg.when else None
-    if when is not None and when.knob not in declared:
-        raise UsageError(
-            f"{where}.when refers to {when.knob!r}, which is not a knob declared before it"
-        )
+    if when is not None:
+        ref = next((k for k in declared if k.name == when.knob), None)
+        if ref is None:
+            raise UsageError(
+                f"{where}.when refers to {when.knob!r}, which is not a knob declared before it"
+            )
+        try:
+            for v in ref.values():
+                when.holds({when.knob: v})
+        except TypeError:
+            raise UsageError(
+                f"{where}.when={cfg.when!r}: {when.value!r} cannot be compared with "
+                f"the values of {when.knob} ({ref.values()[:4]}...)"
+            ) from None
     if cfg.type == "fixed":
+        if cfg.value is None and name not in ("prefetch_factor", "main_threads"):
+            raise UsageError(f"{where}.value must be set for a fixed knob")  # None: torch's
+        if name == "decoder" and cfg.value not in decoders.DECODERS:
+            raise UsageError(
+                f"{where}.value {cfg.value!r} is not a decoder; known: "
+                f"{', '.join(decoders.DECODERS)}"
+            )
         return Knob(name, "fixed", value=cfg.value, when=when)
     if cfg.type == "bool":
         return Knob(name, "bool", when=when)

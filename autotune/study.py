@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,12 +97,14 @@ def open_study(cfg: AutotuneConfig, fingerprint: str) -> optuna.Study:
         Path(cfg.study.storage.removeprefix("sqlite:///")).parent.mkdir(
             parents=True, exist_ok=True
         )
-    sampler = optuna.samplers.TPESampler(
-        seed=cfg.study.seed,
-        n_startup_trials=cfg.study.n_startup_trials,
-        multivariate=True,
-        group=True,  # conditional knobs (prefetch only with workers) form groups
-    )
+    with warnings.catch_warnings():  # multivariate and group are marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=cfg.study.seed,
+            n_startup_trials=cfg.study.n_startup_trials,
+            multivariate=True,
+            group=True,  # conditional knobs (prefetch only with workers) form groups
+        )
     study = optuna.create_study(
         study_name=cfg.study.name,
         storage=cfg.study.storage,
@@ -305,7 +308,7 @@ def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
     winner = min(
         tied,
         key=lambda c: (
-            c.config.num_workers * (c.config.prefetch_factor or 1),
+            c.config.buffered_batches,
             c.config.num_workers,
             c.peak_memory_bytes or 0,
         ),

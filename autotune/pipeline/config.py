@@ -80,10 +80,10 @@ class PipelineConfig:
         return cls(**flat)
 
     def short(self) -> str:
-        """A compact label for progress lines and tables: ``w4 pf2 persist pil_reduced t1``."""
+        """A compact label for progress lines: ``w4 pf2 persist pil_reduced t1 bs32``."""
         parts = [f"w{self.num_workers}"]
         if self.num_workers:
-            parts.append(f"pf{self.prefetch_factor}")
+            parts.append(f"pf{self.prefetch_factor or 2}")
             if self.persistent_workers:
                 parts.append("persist")
         if self.pin_memory:

@@ -1,8 +1,9 @@
 """JPEG decoders: one small class each behind one interface, a name->class map at the bottom.
 
-Every decoder returns the image as a ``uint8`` tensor ``(3, H, W)`` in RGB, *before* EXIF
-orientation (``orient`` applies that, the same way for all of them), so that all decoders give
-the same pixels within JPEG-decoder tolerance and the tuner compares like with like.
+Every decoder returns the image as a ``uint8`` tensor ``(3, H, W)`` in RGB; EXIF orientation
+is applied by ``orient`` unless the decoder does it itself (``applies_orientation``), so all
+decoders give the same pixels within JPEG-decoder tolerance and the tuner compares like with
+like.
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ def probe(data: bytes) -> tuple[int, int, int]:
 
 def orient(image: torch.Tensor, orientation: int) -> torch.Tensor:
     """Applies an EXIF orientation (1-8) to a ``(C, H, W)`` tensor."""
-    if orientation in (2, 4, 5, 7):
+    if orientation in (2, 3, 5, 7):
         image = image.flip(-1)
     if orientation in (3, 4):
         image = image.flip(-2)
-    elif orientation in (5, 6):
+    elif orientation in (6, 7):
         image = image.rot90(-1, (-2, -1))
-    elif orientation in (7, 8):
+    elif orientation in (5, 8):
         image = image.rot90(1, (-2, -1))
     return image
 
@@ -54,6 +55,8 @@ class Decoder(ABC):
     name: ClassVar[str]
     # Decodes at 1/2, 1/4 or 1/8 of the size for less work (JPEG DCT scaling).
     can_reduce: ClassVar[bool] = False
+    # decode() already returns the image as displayed (EXIF orientation applied)
+    applies_orientation: bool = False
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -139,6 +142,7 @@ class TorchvisionDecoder(Decoder):
             from torchcodec.decoders import decode_jpeg
 
             self._decode = lambda t: decode_jpeg(t, mode="RGB")
+            self.applies_orientation = True  # TorchCodec always applies EXIF orientation
         except ImportError:
             from torchvision.io import ImageReadMode, decode_jpeg
 

@@ -50,7 +50,9 @@ class Recipe(ABC):
         width, height, orientation = decoders.probe(data)
         plan = self.plan(width, height)
         reduce = largest_reduction(plan.region, plan.needed) if decoder.can_reduce else 1
-        image = decoders.orient(decoder.decode(data, reduce=reduce), orientation)
+        image = decoder.decode(data, reduce=reduce)
+        if not decoder.applies_orientation:
+            image = decoders.orient(image, orientation)
         # a reduced decode is ~1/r of the size: rescale the planned box to what came back
         return self.apply(image, plan, scale=(image.shape[-2] / height, image.shape[-1] / width))
 
@@ -75,10 +77,16 @@ class Plan:
     region: tuple[int, int]  # (h, w) full-size pixels the output is made from
     needed: tuple[int, int]  # (h, w) the region may shrink to at decode, and no further
 
-    def scaled_box(self, scale: tuple[float, float]) -> tuple[int, int, int, int]:
+    def scaled_box(
+        self, scale: tuple[float, float], image_size: tuple[int, int]
+    ) -> tuple[int, int, int, int]:
+        """The box in a decoded image ``scale`` times the full size, kept inside the image."""
         sy, sx = scale
-        top, left = int(self.top * sy), int(self.left * sx)
-        return top, left, max(1, round(self.height * sy)), max(1, round(self.width * sx))
+        h = min(image_size[0], max(1, round(self.height * sy)))
+        w = min(image_size[1], max(1, round(self.width * sx)))
+        top = max(0, min(round(self.top * sy), image_size[0] - h))
+        left = max(0, min(round(self.left * sx), image_size[1] - w))
+        return top, left, h, w
 
 
 class ImagenetTrain(Recipe):
@@ -109,7 +117,7 @@ class ImagenetTrain(Recipe):
     def apply(
         self, image: torch.Tensor, plan: Plan, *, scale: tuple[float, float]
     ) -> torch.Tensor:
-        top, left, h, w = plan.scaled_box(scale)
+        top, left, h, w = plan.scaled_box(scale, (image.shape[-2], image.shape[-1]))
         size = [self.crop_size, self.crop_size]
         out = F.resized_crop(image, top, left, h, w, size=size, antialias=True)
         return F.horizontal_flip(out) if plan.flip else out

@@ -1,0 +1,126 @@
+"""Using a tuned result in your own training script: ``build_loader`` and ``loader_kwargs``."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch.utils.data import Dataset
+
+from autotune.config import RecipeConfig
+from autotune.errors import UsageError
+from autotune.pipeline import loader, recipes, sources
+from autotune.pipeline.config import PipelineConfig
+
+log = logging.getLogger(__name__)
+
+
+def _read(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(
+            f"{path} does not exist: pass the best.yaml that python -m autotune wrote"
+        )
+    doc = yaml.safe_load(path.read_text())
+    if not isinstance(doc, dict) or "loader" not in doc:
+        raise UsageError(f"{path} has no `loader:` section: is it a best.yaml from autotune?")
+    return doc
+
+
+def load_pipeline_config(path: str | Path) -> PipelineConfig:
+    """The ``PipelineConfig`` stored in a best.yaml (warns if it was measured elsewhere)."""
+    doc = _read(path)
+    _warn_if_other_machine(doc.get("machine") or {}, path)
+    return PipelineConfig.from_dict(doc)
+
+
+def loader_kwargs(path: str | Path) -> dict[str, Any]:
+    """Just the ``torch.utils.data.DataLoader`` arguments of a best.yaml.
+
+    Example:
+        >>> DataLoader(my_dataset, shuffle=True, **autotune.loader_kwargs("best.yaml"))
+    """
+    return load_pipeline_config(path).loader_kwargs()
+
+
+def build_loader(
+    data: Dataset | sources.Source | str | Path,
+    best: str | Path | PipelineConfig,
+    *,
+    recipe: str | recipes.Recipe | None = None,
+    device: str | torch.device | None = None,
+    seed: int | None = 0,
+    **recipe_settings: Any,
+) -> loader.TunedLoader:
+    """The tuned pipeline, built the same way the trials measured it.
+
+    Args:
+        data: a folder of class sub-folders, a ``Source``, or your own Dataset returning
+            ``(uint8 CHW tensor, label)``.
+        best: a best.yaml path (or a ``PipelineConfig``).
+        recipe: ``imagenet_train`` / ``center_crop_eval`` or a Recipe; default: the recipe the
+            study measured (from best.yaml).
+        device: where batches arrive; default: the study's device if usable here, else cpu.
+        seed: seeds shuffling and the workers' augmentation.
+        recipe_settings: overrides of the recipe's settings, e.g. ``crop_size=160``.
+
+    Batches come out on ``device``, augmented and normalized, ready for the model. The
+    process's torch threads are set to the tuned ``main_threads`` (part of what was measured).
+
+    Example:
+        >>> loader = build_loader("data/train", "studies/mine-resnet50/best.yaml")
+        >>> for images, labels in loader:
+        ...     train_step(images, labels)
+    """
+    if isinstance(best, PipelineConfig):
+        config, workload = best, {}
+    else:
+        doc = _read(best)
+        _warn_if_other_machine(doc.get("machine") or {}, best)
+        config, workload = PipelineConfig.from_dict(doc), doc.get("workload") or {}
+    if isinstance(data, (str, Path)):
+        data = sources.scan_imagefolder(data)
+    if not isinstance(recipe, recipes.Recipe):
+        measured = dict(workload.get("recipe") or {})
+        if recipe is not None and recipe != measured.get("name"):
+            measured = {"name": recipe}
+        recipe = recipes.from_config(RecipeConfig(**{**measured, **recipe_settings}))
+    if device is None:
+        wanted = workload.get("device", "cpu")
+        device = wanted if wanted != "cuda" or torch.cuda.is_available() else "cpu"
+    if config.main_threads:
+        torch.set_num_threads(config.main_threads)
+    return loader.build(data, config, recipe=recipe, device=device, seed=seed)
+
+
+_warned: set[str] = set()
+
+
+def _warn_if_other_machine(measured_on: dict[str, Any], path: str | Path) -> None:
+    """Warns once per file when the tuned config was measured on a different machine."""
+    from autotune import machine
+
+    if not measured_on or str(path) in _warned:
+        return
+    here = machine.detect(want_cuda=True)
+    gpu_here = here.gpu.name if here.gpu else None
+    differences = []
+    if measured_on.get("usable_cpus") not in (None, here.usable_cpus):
+        differences.append(
+            f"{measured_on['usable_cpus']} usable CPUs there, {here.usable_cpus} here"
+        )
+    if "gpu" in measured_on and measured_on["gpu"] != gpu_here:
+        differences.append(f"GPU {measured_on['gpu']} there, {gpu_here} here")
+    if measured_on.get("torch") not in (None, here.torch_version):
+        differences.append(f"torch {measured_on['torch']} there, {here.torch_version} here")
+    if differences:
+        _warned.add(str(path))
+        warnings.warn(
+            f"{path} was measured on another machine ({'; '.join(differences)}): "
+            "re-run python -m autotune here for settings that fit this one",
+            stacklevel=3,
+        )

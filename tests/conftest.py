@@ -1,0 +1,57 @@
+"""Shared fixtures: one real quick study, run through the real CLI, reused by several tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+# Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials.
+QUICK = [
+    "search_space=quick",
+    "window=quick",
+    "dataset.count=48",
+    "dataset.num_classes=3",
+    "recipe.crop_size=64",
+    "batch_size=8",
+    "study.n_trials=4",
+    "study.n_startup_trials=2",
+    "study.confirm_top_k=1",
+    "study.confirm_rounds=1",
+]
+
+
+def run_cli(
+    args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m autotune ARGS`` in ``cwd``, as a user would run it."""
+    full_env = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Synthetic datasets go to a per-session cache, not the user's ~/.cache."""
+    os.environ["AUTOTUNE_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def quick_study(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A finished quick study: (working directory, completed CLI process)."""
+    cwd = tmp_path_factory.mktemp("quick_study")
+    result = run_cli(QUICK, cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return cwd, result

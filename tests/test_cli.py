@@ -1,0 +1,171 @@
+"""The command line end to end: real runs in a subprocess, and every kind of bad input."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+import yaml
+from conftest import QUICK, run_cli
+from PIL import Image
+
+from autotune import cli
+
+
+def test_quick_study_writes_a_usable_best_yaml(quick_study):
+    cwd, result = quick_study
+    best = yaml.safe_load((cwd / "studies" / "synthetic-tiny" / "best.yaml").read_text())
+    assert set(best) >= {"loader", "pipeline", "measured", "machine"}
+    torch.utils.data.DataLoader(list(range(64)), **best["loader"])  # accepted as it stands
+    measured = best["measured"]
+    assert measured["samples_per_s"] > 0 and measured["baseline_samples_per_s"] > 0
+    assert measured["ceiling_samples_per_s"] > 0
+    assert measured["speedup_vs_baseline"] == pytest.approx(
+        measured["samples_per_s"] / measured["baseline_samples_per_s"], rel=0.02
+    )
+    assert measured["speedup_vs_baseline"] >= 1.0  # never exports something slower
+    assert best["machine"]["usable_cpus"] >= 1 and best["machine"]["torch"]
+    assert "optuna-dashboard sqlite:///studies/autotune.db" in result.stdout
+    assert "baseline" in result.stdout and "ceiling" in result.stdout
+
+
+def test_quick_study_leaves_only_studies_behind(quick_study):
+    cwd, _ = quick_study
+    assert sorted(p.name for p in cwd.iterdir()) == ["studies"]  # no outputs/, no .log
+
+
+def test_trials_carry_their_measurements(quick_study):
+    cwd, _ = quick_study
+    study = optuna.load_study(
+        study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
+    )
+    trials = study.get_trials()
+    assert len(trials) == 4
+    baseline = trials[0]
+    assert baseline.params["num_workers"] == 0 and baseline.params["decoder"] == "pil"
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert complete
+    for t in complete:
+        attrs = t.user_attrs
+        assert len(attrs["samples_per_s_sub_windows"]) == 3  # window=quick has 3 sub-windows
+        assert t.value == pytest.approx(sorted(attrs["samples_per_s_sub_windows"])[1], rel=0.01)
+        assert 0 <= attrs["data_wait_fraction"] <= 1
+        assert attrs["time_to_first_batch_s"] > 0
+        assert attrs["peak_memory_mb"] > 10
+        assert attrs["warmup_batches"] >= t.params["num_workers"] * t.params.get(
+            "prefetch_factor", 0
+        )
+        assert len(t.intermediate_values) == 3  # each sub-window reported to the pruner
+    assert study.user_attrs["ceiling_samples_per_s"] > 0
+    assert study.metric_names == ["samples_per_s"]
+
+
+def test_resume_continues_and_refuses_a_changed_workload(quick_study):
+    cwd, _ = quick_study
+    again = run_cli([*QUICK, "study.n_trials=5"], cwd)
+    assert again.returncode == 0, again.stderr[-2000:]
+    with sqlite3.connect(cwd / "studies" / "autotune.db") as db:
+        (n,) = db.execute("select count(*) from trials").fetchone()
+    assert n == 5  # 4 from before + 1: resumed, not restarted
+    changed = run_cli([*QUICK, "recipe.crop_size=72"], cwd)
+    assert changed.returncode == 2
+    assert "pick a new study.name" in changed.stderr
+    assert len(changed.stderr.strip().splitlines()) == 1
+
+
+def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
+    args = [
+        *QUICK,
+        "model._target_=faulty.SingleThreadAllergy",
+        "study.n_trials=5",
+        "search_space.knobs.main_threads.high=2",
+        "study.confirm_top_k=0",
+    ]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    study = optuna.load_study(
+        study_name="synthetic-singlethreadallergy",
+        storage=f"sqlite:///{tmp_path}/studies/autotune.db",
+    )
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert complete and all(t.params["main_threads"] == 2 for t in complete)
+    for t in failed:
+        assert t.params["main_threads"] == 1
+        assert t.user_attrs["failure"]["kind"] == "error"
+        assert "refuses to run on one thread" in t.user_attrs["failure"]["message"]
+
+
+def test_no_trial_finishing_exits_nonzero_with_the_failure_table(tmp_path):
+    result = run_cli([*QUICK, "model._target_=faulty.AlwaysFails", "study.n_trials=2"], tmp_path)
+    assert result.returncode == 1
+    assert "error" in result.stdout and "hint:" in result.stdout
+    assert not list(tmp_path.glob("studies/*/best.yaml"))
+
+
+def _image_folder(root: Path, per_class: int = 3) -> Path:
+    for cls in ("cat", "dog"):
+        (root / cls).mkdir(parents=True)
+        for i in range(per_class):
+            Image.new("RGB", (80 + i, 60), (i * 40, 90, 160)).save(root / cls / f"{i}.jpg")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["dataset=mine", "dataset.root={missing}"], "does not exist"),
+        (["dataset=mine", "dataset.root={empty}"], "no images"),
+        (["dataset=mine"], "dataset.root"),
+        (["model=nope"], "model/nope"),
+        (["model._target_=no.such.Model"], "cannot be imported"),
+        (["study.n_trials=0"], "study.n_trials must be >= 1"),
+        (["study.n_trials=many"], "n_trials"),
+        (["study.nope=1"], "nope"),
+        (["device=gpu"], "device must be auto, cpu or cuda"),
+        (
+            ["search_space.knobs.num_workers.low=5", "search_space.knobs.num_workers.high=1"],
+            "low <= high",
+        ),
+        (["search_space=warp"], "unknown knob 'warp_drive'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(overrides, expected, tmp_path, monkeypatch, capsys):
+    (tmp_path / "empty").mkdir()
+    own_space = tmp_path / "conf" / "search_space" / "warp.yaml"  # a user's own space file
+    own_space.parent.mkdir(parents=True)
+    own_space.write_text("name: warp\nknobs:\n  warp_drive: {type: bool}\n")
+    monkeypatch.chdir(tmp_path)
+    args = [o.format(missing=tmp_path / "missing", empty=tmp_path / "empty") for o in overrides]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("autotune: error:")
+    assert expected in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "empty"]  # nothing written
+
+
+def test_bad_input_through_the_real_cli_has_no_traceback(tmp_path):
+    result = run_cli(["dataset=mine", f"dataset.root={tmp_path / 'nowhere'}"], tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+
+
+def test_own_image_folder_with_a_torchvision_model(tmp_path):
+    data = _image_folder(tmp_path / "pets", per_class=8)
+    args = [
+        *QUICK,
+        "dataset=mine",
+        f"dataset.root={data}",
+        "model=resnet18",
+        "study.n_trials=2",
+        "recipe.crop_size=32",
+        "batch_size=4",
+    ]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    best = yaml.safe_load((tmp_path / "studies" / "mine-resnet18" / "best.yaml").read_text())
+    assert best["workload"]["images"] == 16 and best["workload"]["model"] == "resnet18"

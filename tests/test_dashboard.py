@@ -1,0 +1,74 @@
+"""The real optuna-dashboard, served on loopback, shows the study and its trials' figures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
+    cwd, _ = quick_study
+    executable = shutil.which("optuna-dashboard")
+    assert executable, "optuna-dashboard is a dependency: pip install -e ."
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            executable,
+            f"sqlite:///{cwd}/studies/autotune.db",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                studies = _get(f"{base}/api/studies")["study_summaries"]
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail("optuna-dashboard did not answer on loopback")
+                time.sleep(0.3)
+        (study,) = [s for s in studies if s["study_name"] == "synthetic-tiny"]
+        detail = _get(f"{base}/api/studies/{study['study_id']}")
+        assert detail["objective_names"] == ["samples_per_s"]  # study.set_metric_names
+        study_attrs = {a["key"] for a in detail["user_attrs"]}
+        assert {"ceiling_samples_per_s", "confirmation", "fingerprint"} <= study_attrs
+        assert len(detail["trials"]) >= 4
+        complete = [t for t in detail["trials"] if t["state"] == "Complete"]
+        attrs = {a["key"]: a["value"] for a in complete[0]["user_attrs"]}
+        for key in (
+            "samples_per_s_sub_windows",
+            "data_wait_fraction",
+            "time_to_first_batch_s",
+            "peak_memory_mb",
+            "config",
+        ):
+            assert key in attrs
+        assert len(json.loads(attrs["samples_per_s_sub_windows"])) == 3
+    finally:
+        server.terminate()
+        server.wait(10)

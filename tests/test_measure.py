@@ -1,0 +1,240 @@
+"""Tests for autotune.measure: the timed window, driven by a fake clock and a fake loader.
+
+Times are binary fractions (0.25, 0.5, ...) so every clock reading is exact and the rates the
+window reports can be compared with ``==`` to the rates the fake pipeline is built to deliver.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+
+from autotune.measure import (
+    Measurement,
+    WindowStopped,
+    run_ceiling,
+    run_window,
+    warmup_batches,
+)
+
+BATCH_SIZE = 8
+T_BATCH = 0.25  # seconds the fake loader takes per batch once its buffer is drained
+T_STEP = 0.5  # seconds the fake step takes
+SUSTAINED = BATCH_SIZE / (T_BATCH + T_STEP)
+
+
+class FakeClock:
+    """A clock that only moves when the fake loader or step moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLoader:
+    """An endless loader: batch ``i`` costs ``cost(i)`` seconds of the fake clock."""
+
+    def __init__(self, clock: FakeClock, cost: Callable[[int], float]) -> None:
+        self.clock, self.cost, self.drawn = clock, cost, 0
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            self.clock.now += self.cost(self.drawn)
+            self.drawn += 1
+            yield torch.zeros(BATCH_SIZE, 1), torch.zeros(BATCH_SIZE, dtype=torch.int64)
+
+
+def prefetching(
+    buffered: int, *, t_batch: float = T_BATCH, startup: float = 0.0
+) -> Callable[[int], float]:
+    """Cost of batch i: the first after ``startup``, the ``buffered`` first ones ready (0 s),
+    then one every ``t_batch`` seconds."""
+    return lambda i: (startup if i == 0 else 0.0) + (0.0 if i < buffered else t_batch)
+
+
+def make_step(clock: FakeClock, t_step: float = T_STEP) -> Callable[..., None]:
+    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+        clock.now += t_step
+
+    return step
+
+
+def window(
+    buffered: int = 8,
+    *,
+    startup: float = 0.0,
+    cost: Callable[[int], float] | None = None,
+    **kwargs: object,
+) -> tuple[Measurement, FakeLoader]:
+    clock = FakeClock()
+    loader = FakeLoader(clock, cost or prefetching(buffered, startup=startup))
+    options: dict = {"warmup": warmup_batches(buffered, 4), "sub_windows": 3}
+    options.update(batches_per_window=4, clock=clock)
+    options.update(kwargs)
+    return run_window(loader, make_step(clock), **options), loader
+
+
+def test_warmup_batches_drains_the_buffer_then_extra() -> None:
+    assert warmup_batches(8, 4) == 12
+    assert warmup_batches(0, 3) == 3
+
+
+def test_warmed_up_window_measures_the_sustained_rate_exactly() -> None:
+    m, _ = window(buffered=8)
+    assert m.samples_per_s == SUSTAINED
+    assert m.sub_window_samples_per_s == (SUSTAINED,) * 3
+    assert m.data_wait_fraction == T_BATCH / (T_BATCH + T_STEP)
+    assert m.warmup_batches == 12
+    assert m.timed_batches == 3 * 4
+    assert m.spread == 0.0
+
+
+def test_no_warmup_reports_the_buffer_drain_as_speed() -> None:
+    """The trap the warm-up exists for: ready batches make an unsustainable rate."""
+    m, _ = window(buffered=8, warmup=0)
+    assert m.samples_per_s > SUSTAINED
+    assert m.sub_window_samples_per_s[0] == BATCH_SIZE / T_STEP  # all 4 batches were ready
+    assert m.sub_window_samples_per_s[-1] == SUSTAINED  # buffer gone by the third window
+    assert m.data_wait_fraction < T_BATCH / (T_BATCH + T_STEP)
+
+
+def test_time_to_first_batch_is_kept_apart_from_the_rate() -> None:
+    slow_start, _ = window(buffered=8, startup=3.0)
+    fast_start, _ = window(buffered=8, startup=0.0)
+    assert slow_start.time_to_first_batch_s == 3.0 + T_STEP  # start-up plus the first step
+    assert fast_start.time_to_first_batch_s == T_STEP
+    assert slow_start.samples_per_s == fast_start.samples_per_s == SUSTAINED
+    assert slow_start.data_wait_fraction == fast_start.data_wait_fraction
+
+
+@pytest.mark.parametrize("sub_windows", [1, 2, 5])
+def test_one_rate_per_sub_window(sub_windows: int) -> None:
+    m, loader = window(buffered=2, sub_windows=sub_windows, batches_per_window=3)
+    assert len(m.sub_window_samples_per_s) == sub_windows
+    assert m.timed_batches == 3 * sub_windows
+    assert loader.drawn == 1 + m.warmup_batches + m.timed_batches  # first + warm-up + timed
+
+
+def test_on_sub_window_sees_running_medians() -> None:
+    # batch 0 first, then windows of 2 batches: window k's batches cost 0.5, 1.5, 0 s
+    costs = {1: 0.5, 2: 0.5, 3: 1.5, 4: 1.5, 5: 0.0, 6: 0.0}
+    seen: list[tuple[int, float]] = []
+    m, _ = window(
+        cost=lambda i: costs.get(i, 0.0),
+        warmup=0,
+        batches_per_window=2,
+        on_sub_window=lambda index, median: seen.append((index, median)),
+    )
+    # per window: 16 samples over 2, 4 and 1 s
+    assert m.sub_window_samples_per_s == (8.0, 4.0, 16.0)
+    assert seen == [(0, 8.0), (1, 6.0), (2, 8.0)]
+    assert m.samples_per_s == statistics.median(m.sub_window_samples_per_s) == 8.0
+
+
+def test_window_stopped_in_the_callback_stops_the_window() -> None:
+    calls: list[int] = []
+
+    def prune(index: int, median: float) -> None:
+        calls.append(index)
+        if index == 1:
+            raise WindowStopped
+
+    clock = FakeClock()
+    loader = FakeLoader(clock, prefetching(2))
+    with pytest.raises(WindowStopped):
+        run_window(
+            loader,
+            make_step(clock),
+            warmup=6,
+            sub_windows=5,
+            batches_per_window=4,
+            clock=clock,
+            on_sub_window=prune,
+        )
+    assert calls == [0, 1]
+    assert loader.drawn == 1 + 6 + 2 * 4  # nothing drawn after the stop
+
+
+def test_min_sub_window_s_lengthens_sub_windows() -> None:
+    short, _ = window(buffered=2, batches_per_window=2)
+    assert short.timed_batches == 3 * 2
+    # the warm-up tail runs at 0.75 s a batch: 5 s need ceil(5 / 0.75) = 7 batches
+    long, _ = window(buffered=2, batches_per_window=2, min_sub_window_s=5.0)
+    assert long.timed_batches == 3 * 7
+    for rate in long.sub_window_samples_per_s:
+        assert 7 * BATCH_SIZE / rate >= 5.0
+    assert long.samples_per_s == SUSTAINED
+    # never shortens: a window already long enough keeps its size
+    same, _ = window(buffered=2, batches_per_window=10, min_sub_window_s=5.0)
+    assert same.timed_batches == 3 * 10
+
+
+def test_align_rounds_batches_per_window_up() -> None:
+    m, _ = window(buffered=2, batches_per_window=5, align=4)
+    assert m.timed_batches == 3 * 8
+    m, _ = window(buffered=2, batches_per_window=8, align=4)
+    assert m.timed_batches == 3 * 8
+    # after min_sub_window_s: 7 batches rounded up to 8
+    m, _ = window(buffered=2, batches_per_window=2, min_sub_window_s=5.0, align=4)
+    assert m.timed_batches == 3 * 8
+    assert m.samples_per_s == SUSTAINED
+
+
+def test_zero_duration_warmup_tail_with_min_sub_window_s() -> None:
+    clock = FakeClock()  # nothing advances it: loader and step both free
+    m = run_window(
+        FakeLoader(clock, lambda i: 0.0),
+        lambda images, labels: None,
+        warmup=4,
+        sub_windows=2,
+        batches_per_window=3,
+        min_sub_window_s=1.0,
+        clock=clock,
+    )
+    assert m.timed_batches == 2 * 3  # cannot extrapolate from no time: keep the minimum
+
+
+def test_run_ceiling_measures_the_step_alone() -> None:
+    clock = FakeClock()
+    batch = (torch.zeros(BATCH_SIZE, 1), torch.zeros(BATCH_SIZE, dtype=torch.int64))
+    m = run_ceiling(
+        batch, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock
+    )
+    assert m.samples_per_s == BATCH_SIZE / T_STEP
+    assert m.data_wait_fraction == 0.0
+    assert m.time_to_first_batch_s == T_STEP
+    assert m.timed_batches == 12
+    assert m.samples_per_s > SUSTAINED  # the pipeline can never beat its ceiling
+
+
+def test_measurement_spread_and_to_dict() -> None:
+    m = Measurement(
+        samples_per_s=100.0,
+        sub_window_samples_per_s=(90.0, 100.0, 110.0),
+        data_wait_fraction=0.25,
+        time_to_first_batch_s=1.5,
+        warmup_batches=12,
+        timed_batches=48,
+    )
+    assert m.spread == pytest.approx(0.2)
+    d = m.to_dict()
+    assert d == {
+        "samples_per_s": 100.0,
+        "sub_window_samples_per_s": (90.0, 100.0, 110.0),
+        "data_wait_fraction": 0.25,
+        "time_to_first_batch_s": 1.5,
+        "warmup_batches": 12,
+        "timed_batches": 48,
+        "spread": m.spread,
+    }
+    assert json.loads(json.dumps(d))["sub_window_samples_per_s"] == [90.0, 100.0, 110.0]
+    zero = Measurement(0.0, (0.0, 0.0), 0.0, 0.0, 0, 2)
+    assert zero.spread == 0.0
+    assert not math.isnan(zero.to_dict()["spread"])

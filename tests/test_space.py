@@ -1,0 +1,396 @@
+"""Tests for autotune.space: the composed spaces, their conditions, bounds and validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import FixedTrial
+
+from autotune import machine
+from autotune.cli import compose, to_config
+from autotune.config import KnobConfig, SearchSpaceConfig
+from autotune.errors import UsageError
+from autotune.machine import MachineFacts
+from autotune.space import SearchSpace
+
+
+@pytest.fixture(scope="module")
+def real_facts() -> MachineFacts:
+    return machine.detect(want_cuda=False)
+
+
+def facts_with(real: MachineFacts, cpus: int) -> MachineFacts:
+    return dataclasses.replace(real, usable_cpus=cpus)
+
+
+@pytest.fixture(scope="module")
+def facts4(real_facts: MachineFacts) -> MachineFacts:
+    return facts_with(real_facts, 4)
+
+
+def space_cfg(*overrides: str) -> SearchSpaceConfig:
+    return to_config(compose(list(overrides))).search_space
+
+
+@pytest.fixture(scope="module")
+def default_cfg() -> SearchSpaceConfig:
+    return space_cfg()
+
+
+@pytest.fixture(scope="module")
+def quick_cfg() -> SearchSpaceConfig:
+    return space_cfg("search_space=quick")
+
+
+def build(
+    cfg: SearchSpaceConfig, facts: MachineFacts, device: str = "cpu", batch_size: int = 32
+) -> SearchSpace:
+    return SearchSpace.from_config(cfg, facts, device=device, batch_size=batch_size)
+
+
+def names(space: SearchSpace) -> list[str]:
+    return [k.name for k in space.knobs]
+
+
+def ask(space: SearchSpace) -> optuna.Trial:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    trial = optuna.create_study().ask()
+    space.suggest(trial)
+    return trial
+
+
+# --- conditions -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["default", "quick"])
+def test_zero_workers_never_suggests_worker_only_knobs(
+    which: str, default_cfg: SearchSpaceConfig, quick_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    space = build(default_cfg if which == "default" else quick_cfg, facts4)
+    # FixedTrial raises for any parameter it was not given: these three must be all it needs.
+    trial = FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    cfg = space.suggest(trial)
+    assert cfg.num_workers == 0
+    assert cfg.prefetch_factor is None
+    assert cfg.persistent_workers is False
+    assert "prefetch_factor" not in trial.params
+    assert "persistent_workers" not in trial.params
+
+
+def test_workers_bring_their_knobs(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    space = build(default_cfg, facts4)
+    params = {
+        "num_workers": 2,
+        "prefetch_factor": 4,
+        "persistent_workers": True,
+        "decoder": "opencv",
+        "main_threads": 3,
+    }
+    trial = FixedTrial(params)
+    cfg = space.suggest(trial)
+    assert (cfg.num_workers, cfg.prefetch_factor, cfg.persistent_workers) == (2, 4, True)
+    assert (cfg.decoder, cfg.main_threads, cfg.batch_size) == ("opencv", 3, 32)
+    assert trial.params == params
+
+
+def test_workers_without_prefetch_factor_param_fails(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    space = build(default_cfg, facts4)
+    trial = FixedTrial({"num_workers": 2, "decoder": "pil", "main_threads": 1})
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        space.suggest(trial)
+
+
+def test_quick_space_fixed_knob_under_condition(
+    quick_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    space = build(quick_cfg, facts4)
+    trial = FixedTrial(
+        {"num_workers": 1, "prefetch_factor": 2, "decoder": "pil", "main_threads": 1}
+    )
+    cfg = space.suggest(trial)
+    assert (cfg.prefetch_factor, cfg.persistent_workers) == (2, True)
+
+
+# --- requires: cuda ---------------------------------------------------------------------------
+
+
+def test_pin_memory_left_out_on_cpu(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    space = build(default_cfg, facts4, device="cpu")
+    assert "pin_memory" not in names(space)
+    assert any("pin_memory" in note and "CUDA" in note for note in space.notes)
+    assert "pin_memory" not in ask(space).distributions
+
+
+def test_pin_memory_searched_on_cuda(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    space = build(default_cfg, facts4, device="cuda")  # the space only reads the device name
+    assert "pin_memory" in names(space)
+    assert not any("pin_memory" in note for note in space.notes)
+    assert ask(space).distributions["pin_memory"] == CategoricalDistribution([False, True])
+    trial = FixedTrial({"num_workers": 0, "pin_memory": True, "decoder": "pil", "main_threads": 1})
+    assert space.suggest(trial).pin_memory is True
+
+
+# --- bounds from the machine ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cpus", [4, 1])
+def test_cpus_resolves_to_usable_cpus(
+    cpus: int, default_cfg: SearchSpaceConfig, real_facts: MachineFacts
+) -> None:
+    space = build(default_cfg, facts_with(real_facts, cpus))
+    knobs = {k.name: k for k in space.knobs}
+    assert (knobs["num_workers"].low, knobs["num_workers"].high) == (0, cpus)
+    assert (knobs["main_threads"].low, knobs["main_threads"].high) == (1, cpus)
+    dists = ask(space).distributions
+    assert dists["num_workers"] == IntDistribution(0, cpus)
+    assert dists["main_threads"] == IntDistribution(1, cpus)
+
+
+def test_every_asked_trial_stays_in_bounds(
+    default_cfg: SearchSpaceConfig, real_facts: MachineFacts
+) -> None:
+    space = build(default_cfg, facts_with(real_facts, 3))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        cfg = space.suggest(study.ask())
+        assert 0 <= cfg.num_workers <= 3
+        assert cfg.main_threads is not None and 1 <= cfg.main_threads <= 3
+        assert (cfg.prefetch_factor is None) == (cfg.num_workers == 0)
+
+
+def test_decoder_choices_are_a_categorical(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    space = build(default_cfg, facts4)
+    decoder = next(k for k in space.knobs if k.name == "decoder")
+    assert ask(space).distributions["decoder"] == CategoricalDistribution(list(decoder.choices))
+    assert "pil" in decoder.choices
+
+
+# --- batch_size -------------------------------------------------------------------------------
+
+
+def test_batch_size_fixed_from_the_root_value(facts4: MachineFacts) -> None:
+    space = build(space_cfg("batch_size=8"), facts4, batch_size=8)
+    trial = FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    assert space.suggest(trial).batch_size == 8
+    assert "batch_size" not in trial.params  # fixed: not a parameter of the study
+
+
+def test_batch_size_defaults_when_the_space_omits_it(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(knobs={"num_workers": KnobConfig(type="int", low=0, high=2)})
+    space = build(cfg, facts4, batch_size=16)
+    assert space.suggest(FixedTrial({"num_workers": 0})).batch_size == 16
+
+
+def test_batch_size_choice_list(facts4: MachineFacts) -> None:
+    cfg = space_cfg(
+        "search_space=quick",
+        "search_space.knobs.batch_size.type=choice",
+        "search_space.knobs.batch_size.choices=[16,32,64]",
+    )
+    space = build(cfg, facts4)
+    params = {"num_workers": 0, "decoder": "pil", "main_threads": 1, "batch_size": 64}
+    assert space.suggest(FixedTrial(params)).batch_size == 64
+    assert ask(space).distributions["batch_size"] == CategoricalDistribution([16, 32, 64])
+    assert space.baseline_params(default_threads=1)["batch_size"] == 32
+
+
+# --- baseline ---------------------------------------------------------------------------------
+
+
+def test_baseline_is_pytorchs_defaults(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    params = build(default_cfg, facts4).baseline_params(default_threads=2)
+    assert params == {"num_workers": 0, "decoder": "pil", "main_threads": 2}
+
+
+def test_baseline_on_cuda_does_not_pin(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    params = build(default_cfg, facts4, device="cuda").baseline_params(default_threads=2)
+    assert params["pin_memory"] is False
+
+
+@pytest.mark.parametrize(("threads", "expected"), [(16, 4), (0, 1), (3, 3)])
+def test_baseline_threads_clamped_into_range(
+    threads: int, expected: int, default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    params = build(default_cfg, facts4).baseline_params(default_threads=threads)
+    assert params["main_threads"] == expected
+
+
+def test_baseline_quick_space(quick_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    space = build(quick_cfg, facts4)
+    params = space.baseline_params(default_threads=8)
+    assert params == {"num_workers": 0, "decoder": "pil", "main_threads": 1}
+    cfg = space.suggest(FixedTrial(params))  # a baseline is a complete, valid trial
+    assert (cfg.num_workers, cfg.decoder, cfg.main_threads) == (0, "pil", 1)
+
+
+# --- fingerprint ------------------------------------------------------------------------------
+
+
+def test_fingerprint_stable(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    first = build(default_cfg, facts4).fingerprint()
+    assert first == build(space_cfg(), facts4).fingerprint()
+    assert len(first) == 16
+
+
+def test_fingerprint_changes_with_a_bound(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts, real_facts: MachineFacts
+) -> None:
+    base = build(default_cfg, facts4).fingerprint()
+    assert build(default_cfg, facts_with(real_facts, 5)).fingerprint() != base
+    narrower = space_cfg("search_space.knobs.prefetch_factor.high=4")
+    assert build(narrower, facts4).fingerprint() != base
+
+
+def test_fingerprint_differs_between_spaces(
+    default_cfg: SearchSpaceConfig, quick_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    assert build(default_cfg, facts4).fingerprint() != build(quick_cfg, facts4).fingerprint()
+
+
+# --- invalid spaces ---------------------------------------------------------------------------
+
+WORKERS = KnobConfig(type="int", low=0, high=4)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        pytest.param({"nworkers": WORKERS}, r"unknown knob 'nworkers'.*num_workers", id="unknown"),
+        pytest.param(
+            {"num_workers": KnobConfig(type="int", low=5, high=2)},
+            r"num_workers.*low <= high.*low=5, high=2",
+            id="low>high",
+        ),
+        pytest.param(
+            {"main_threads": KnobConfig(type="int", low=2, high="cpus")},
+            r"main_threads.*low <= high.*low=2, high=1",
+            id="low>cpus",
+        ),
+        pytest.param(
+            {"num_workers": KnobConfig(type="int", low=0, high=4, log=True)},
+            r"num_workers.*log.*low >= 1",
+            id="log-low-0",
+        ),
+        pytest.param(
+            {"decoder": KnobConfig(type="choice", choices=[])},
+            r"decoder\.choices must list at least one",
+            id="empty-choices",
+        ),
+        pytest.param(
+            {"decoder": KnobConfig(type="choice", choices=["pil", "jpegxl"])},
+            r"unknown decoders \['jpegxl'\].*pil",
+            id="unknown-decoder",
+        ),
+        pytest.param(
+            {"prefetch_factor": KnobConfig(type="int", low=1, high=4, when="num_workers > 0")},
+            r"prefetch_factor\.when refers to 'num_workers'",
+            id="when-undeclared",
+        ),
+        pytest.param(
+            {
+                "num_workers": WORKERS,
+                "prefetch_factor": KnobConfig(type="int", low=1, high=4, when="num_workers"),
+            },
+            r"prefetch_factor\.when='num_workers' is not a condition.*num_workers > 0",
+            id="when-malformed",
+        ),
+        pytest.param(
+            {
+                "num_workers": WORKERS,
+                "prefetch_factor": KnobConfig(type="int", low=1, high=4),
+            },
+            r'prefetch_factor needs num_workers > 0.*when: "num_workers > 0"',
+            id="prefetch-without-when",
+        ),
+        pytest.param(
+            {
+                "num_workers": WORKERS,
+                "persistent_workers": KnobConfig(type="bool", when="num_workers >= 0"),
+            },
+            r"persistent_workers needs num_workers > 0",
+            id="persistent-when-holds-at-0",
+        ),
+        pytest.param(
+            {"pin_memory": KnobConfig(type="bool", requires="tpu")},
+            r"pin_memory\.requires must be one of.*cuda.*'tpu'",
+            id="unknown-requires",
+        ),
+        pytest.param(
+            {"num_workers": KnobConfig(type="float", low=0, high=4)},
+            r"num_workers\.type must be one of int, choice, bool, fixed",
+            id="unknown-type",
+        ),
+        pytest.param(
+            {"num_workers": KnobConfig(type="int", low=0, high="all")},
+            r"num_workers\.high must be an integer or 'cpus'",
+            id="bad-bound",
+        ),
+    ],
+)
+def test_invalid_space_is_a_usage_error(
+    knobs: dict[str, KnobConfig], message: str, real_facts: MachineFacts
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        build(SearchSpaceConfig(name="bad", knobs=knobs), facts_with(real_facts, 1))
+
+
+def test_prefetch_factor_without_when_is_fine_when_workers_cannot_be_zero(
+    facts4: MachineFacts,
+) -> None:
+    cfg = SearchSpaceConfig(
+        knobs={
+            "num_workers": KnobConfig(type="int", low=1, high=4),
+            "prefetch_factor": KnobConfig(type="int", low=1, high=4),
+        }
+    )
+    space = build(cfg, facts4)
+    assert space.suggest(FixedTrial({"num_workers": 1, "prefetch_factor": 3})).prefetch_factor == 3
+
+
+def test_fixed_decoder(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(knobs={"decoder": KnobConfig(type="fixed", value="pil")})
+    assert build(cfg, facts4).suggest(FixedTrial({})).decoder == "pil"
+
+
+def test_fixed_knob_without_value_is_a_usage_error(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(knobs={"batch_size": KnobConfig(type="fixed")})
+    with pytest.raises(UsageError, match=r"batch_size\.value"):
+        build(cfg, facts4)
+
+
+@pytest.mark.parametrize("value", ["1.2.3", "0x"])
+def test_when_value_that_cannot_compare_is_a_usage_error(value: str, facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(
+        knobs={
+            "num_workers": WORKERS,
+            "prefetch_factor": KnobConfig(
+                type="int", low=1, high=4, when=f"num_workers > {value}"
+            ),
+        }
+    )
+    with pytest.raises(UsageError, match=r"prefetch_factor\.when"):
+        build(cfg, facts4)
+
+
+def test_when_on_a_knob_left_out_by_requires_uses_its_inactive_value(
+    facts4: MachineFacts,
+) -> None:
+    cfg = SearchSpaceConfig(
+        knobs={
+            "pin_memory": KnobConfig(type="bool", requires="cuda"),
+            "main_threads": KnobConfig(type="int", low=1, high=2, when="pin_memory == false"),
+        }
+    )
+    space = build(cfg, facts4, device="cpu")
+    assert space.suggest(FixedTrial({"main_threads": 2})).main_threads == 2
