@@ -181,7 +181,7 @@ def run(config: AutotuneConfig) -> int:
             device,
             fingerprint(config, source.fingerprint(), space.fingerprint(), device),
         )
-    if result.best_label == "none":
+    if result.best is None:
         print_(f"no trial of study {result.study_name} finished: nothing to export")
         print_(report.failures_text(result))
         return 130 if result.interrupted else 1
@@ -191,14 +191,18 @@ def run(config: AutotuneConfig) -> int:
         "recipe": asdict(config.recipe),
         "device": device,
         "images": len(source),
+        "skipped_files": len(source.skipped),
+        "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
     }
     best = report.write(result, facts, context, Path(config.studies_dir) / result.study_name)
     print_(report.table(result))
     if result.failures:
         print_(report.failures_text(result))
+    if source.skipped:
+        print_(f"skipped {len(source.skipped)} unreadable files (listed in {best})")
     print_(f"best config: {best}")
     print_(f"dashboard:   {report.dashboard_command(result.storage)}")
-    return 0
+    return 130 if result.interrupted else 0
 
 
 def _printer():  # noqa: ANN202

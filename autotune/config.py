@@ -119,6 +119,11 @@ class StudyConfig:
     n_startup_trials: int = 6  # TPE's random start, after the enqueued baseline
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
+    # objective = samples/s over an epoch: worker start-up charged once per epoch unless the
+    # workers persist (the steady rate is stored beside it)
+    epoch_aware: bool = True
+    memory_budget_gb: float | None = None  # peak memory of the process tree; over = infeasible
+    trial_memory_limit_gb: float | None = None  # hard cap per trial process (RLIMIT_DATA)
 
     def __post_init__(self) -> None:
         _require(self.n_trials >= 1, f"study.n_trials must be >= 1, got {self.n_trials}")
@@ -129,6 +134,9 @@ class StudyConfig:
         _require(self.trial_timeout > 0, "study.trial_timeout must be > 0 seconds")
         _require(self.confirm_top_k >= 0, "study.confirm_top_k must be >= 0")
         _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
+        for key in ("memory_budget_gb", "trial_memory_limit_gb"):
+            value = getattr(self, key)
+            _require(value is None or value > 0, f"study.{key} must be > 0 GB, got {value}")
 
 
 @dataclass

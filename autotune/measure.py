@@ -28,6 +28,7 @@ class Measurement:
     time_to_first_batch_s: float  # start-up (worker spawn, first fill), kept apart
     warmup_batches: int
     timed_batches: int
+    gpu_peak_memory_bytes: int | None = None  # None without a GPU (absent, not zero)
 
     @property
     def spread(self) -> float:

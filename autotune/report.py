@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,27 +11,31 @@ import yaml
 from autotune.machine import MachineFacts
 from autotune.study import StudyResult, failure_table
 
-log = logging.getLogger(__name__)
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def best_document(
     result: StudyResult, facts: MachineFacts, context: dict[str, Any]
 ) -> dict[str, Any]:
     """The contents of ``best.yaml``: loader kwargs, pipeline choices, what was measured."""
+    winner, baseline = result.winner, result.baseline
+    assert result.best is not None and winner is not None
+    ceiling = result.ceiling_samples_per_s
     doc = result.best.to_dict()
     doc["measured"] = {
-        "samples_per_s": round(result.best_samples_per_s, 1),
-        "samples_per_s_iqr": [round(v, 1) for v in result.best_iqr],
-        "baseline_samples_per_s": _round(result.baseline_samples_per_s),
-        "ceiling_samples_per_s": _round(result.ceiling_samples_per_s),
+        "samples_per_s": round(winner.median, 1),
+        "samples_per_s_iqr": [round(v, 1) for v in winner.iqr],
+        "steady_samples_per_s": round(winner.steady, 1),
+        "baseline_samples_per_s": _round(baseline.median if baseline else None),
+        "ceiling_samples_per_s": _round(ceiling),
         "speedup_vs_baseline": _round(result.speedup, 2),
-        "of_ceiling": _round(
-            result.best_samples_per_s / result.ceiling_samples_per_s
-            if result.ceiling_samples_per_s
-            else None,
-            2,
-        ),
+        "of_ceiling": _round(winner.steady / ceiling if ceiling else None, 2),
         "picked": result.best_label,
+        "peak_memory_mb": _round(
+            winner.peak_memory_bytes / 2**20 if winner.peak_memory_bytes else None
+        ),
         "notes": list(result.notes),
     }
     doc["workload"] = context
@@ -47,20 +50,18 @@ def best_document(
     doc["study"] = {
         "name": result.study_name,
         "storage": result.storage,
+        "trials": result.counts,
+        "interrupted": result.interrupted,
         "written": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     return doc
 
 
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def table(result: StudyResult) -> str:
-    """The summary printed at the end: baseline, best, ceiling, speedup, finalists."""
+    """The summary printed at the end: finalists, baseline and ceiling, speedup, notes."""
     rows = [("", "samples/s", "IQR", "config")]
     for c in sorted(result.confirmed, key=lambda c: -c.median):
-        mark = " <- best" if c.config == result.best and c.label == result.best_label else ""
+        mark = "  <- best" if c.label == result.best_label else ""
         rows.append(
             (c.label, f"{c.median:.1f}", f"{c.iqr[0]:.0f}-{c.iqr[1]:.0f}", c.config.short() + mark)
         )
@@ -77,9 +78,10 @@ def table(result: StudyResult) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     if result.speedup is not None:
         lines.append(f"speedup vs PyTorch defaults: {result.speedup:.2f}x")
-    if result.ceiling_samples_per_s:
+    winner = result.winner
+    if result.ceiling_samples_per_s and winner is not None:
         lines.append(
-            f"best / ceiling: {result.best_samples_per_s / result.ceiling_samples_per_s:.2f}"
+            f"best (steady) / ceiling: {winner.steady / result.ceiling_samples_per_s:.2f}"
         )
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)
@@ -102,17 +104,18 @@ def write(result: StudyResult, facts: MachineFacts, context: dict[str, Any], fol
     """Writes ``best.yaml`` and ``report.md`` into ``folder``; returns the best.yaml path."""
     folder.mkdir(parents=True, exist_ok=True)
     best = folder / "best.yaml"
-    doc = best_document(result, facts, context)
     header = (
         "# autotune: the fastest input pipeline measured on this machine.\n"
         "# loader: torch.utils.data.DataLoader(dataset, **loader)\n"
         "# or: autotune.build_loader(source_or_dataset, this_file) for the whole pipeline\n"
     )
-    best.write_text(header + yaml.safe_dump(doc, sort_keys=False))
-    report = folder / "report.md"
-    report.write_text(
+    best.write_text(
+        header + yaml.safe_dump(best_document(result, facts, context), sort_keys=False)
+    )
+    failures = failures_text(result)
+    (folder / "report.md").write_text(
         f"# autotune study `{result.study_name}`\n\n```\n{table(result)}\n```\n\n"
-        + (f"```\n{failures_text(result)}\n```\n\n" if result.failures else "")
+        + (f"```\n{failures}\n```\n\n" if failures else "")
         + f"Trials: {result.counts}\n\nDashboard: `{dashboard_command(result.storage)}`\n"
     )
     return best

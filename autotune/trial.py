@@ -9,6 +9,7 @@ timeout or Ctrl-C takes it down together with its DataLoader workers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -69,6 +70,7 @@ class TrialJob:
     device: str
     seed: int = 0
     kind: Literal["window", "ceiling"] = "window"
+    memory_limit_bytes: int | None = None  # per process, beyond what it holds at start
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class TrialOutcome:
 def classify(exc: BaseException) -> str:
     """The failure kind of an exception raised inside a trial."""
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text:
         return "host_oom"
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:
         return "cuda_oom"
@@ -150,10 +152,12 @@ def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement
         num_samples=ENDLESS,
         generator=torch.Generator().manual_seed(job.seed),
     )
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     tuned = loader.build(
         job.source, job.pipeline, recipe=recipe, device=device, seed=job.seed, sampler=sampler
     )
-    return run_window(
+    measurement = run_window(
         tuned,
         step,
         warmup=warmup,
@@ -164,11 +168,28 @@ def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement
         sync=step.sync,
         on_sub_window=report,
     )
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        measurement = dataclasses.replace(measurement, gpu_peak_memory_bytes=peak)
+    return measurement
+
+
+def _limit_memory(extra_bytes: int) -> None:
+    """Caps this process's data segment (heap and private mappings) at what it has now plus
+    ``extra_bytes``; its DataLoader workers inherit the cap. Allocations past it fail."""
+    import resource
+
+    with open("/proc/self/status") as status:
+        held_kb = next(int(line.split()[1]) for line in status if line.startswith("VmData:"))
+    limit = held_kb * 1024 + extra_bytes
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
 def _child(job: TrialJob, conn: Any) -> None:
     os.setpgrp()  # own group: Ctrl-C reaches the parent only; killpg reaps workers too
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if job.memory_limit_bytes:
+        _limit_memory(job.memory_limit_bytes)
 
     def report(index: int, value: float) -> None:
         conn.send(("sub_window", index, value))

@@ -232,6 +232,7 @@ def test_measurement_spread_and_to_dict() -> None:
         "time_to_first_batch_s": 1.5,
         "warmup_batches": 12,
         "timed_batches": 48,
+        "gpu_peak_memory_bytes": None,
         "spread": m.spread,
     }
     assert json.loads(json.dumps(d))["sub_window_samples_per_s"] == [90.0, 100.0, 110.0]

@@ -6,6 +6,7 @@ the same ``build`` with the same ``PipelineConfig``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 
+log = logging.getLogger(__name__)
+
 
 class EncodedImageDataset(Dataset):
     """Reads, decodes and augments one sample of a ``Source``; returns ``(uint8 CHW, label)``."""
@@ -25,6 +28,7 @@ class EncodedImageDataset(Dataset):
         decoders.DECODERS[decoder]  # fail here, not in a worker, on an unknown name
         self.source, self.decoder_name, self.recipe = source, decoder, recipe
         self._decoder: decoders.Decoder | None = None  # built in the process that decodes
+        self._bad: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.source)
@@ -32,8 +36,17 @@ class EncodedImageDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self._decoder is None:
             self._decoder = decoders.get(self.decoder_name)
-        image = self.recipe(self.source.read(index), self._decoder)
-        return image, self.source.labels[index]
+        # A file that passed the scan but fails to decode (damage past its header) is skipped
+        # for the next one, and named once: one bad image must not end a training run.
+        for attempt in range(len(self.source)):
+            i = (index + attempt) % len(self.source)
+            try:
+                return self.recipe(self.source.read(i), self._decoder), self.source.labels[i]
+            except (OSError, ValueError, RuntimeError) as exc:
+                if self.source.paths[i] not in self._bad:
+                    self._bad.add(self.source.paths[i])
+                    log.warning("skipping %s: %s", self.source.paths[i], exc)
+        raise ValueError(f"no image of {self.source.root} could be decoded")
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_decoder": None}  # decoder libraries stay per process
