@@ -109,6 +109,8 @@ def confirm(
     for round_index in range(cfg.study.confirm_rounds):
         for label, _, config in picked:
             outcome = run(make_job(cfg, source, device, config), timeout_s=cfg.study.trial_timeout)
+            if outcome.failure is not None and outcome.failure.kind == "interrupted":
+                return []
             runs[label].append(outcome)
             rate = f"{outcome.measurement.samples_per_s:.1f}" if outcome.measurement else "failed"
             log.info(

@@ -187,7 +187,8 @@ class Objective:
             epoch_samples=self.epoch_samples,
         )
         trial.set_user_attr("samples_per_s_epoch", round(value, 1))
-        done = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        study = getattr(trial, "study", None)  # FixedTrial has none
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if study else []
         best = max([value, *(t.value or 0.0 for t in done)])
         log.info(
             "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)  best %.1f",

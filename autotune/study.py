@@ -3,9 +3,14 @@ result after confirmation."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import signal
+import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from autotune.objective import FINISHED, Objective, TrialFailed, make_job
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
 from autotune.space import SearchSpace
-from autotune.trial import HINTS, run_trial
+from autotune.trial import HINTS, TrialOutcome, run_trial
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +128,42 @@ def _fail_stale(study: optuna.Study) -> None:
         log.warning("trial %d was left running by a killed run: marked failed", t.number)
 
 
+@contextmanager
+def ctrl_c_stops(stop: threading.Event) -> Iterator[None]:
+    """While inside, Ctrl-C sets ``stop``: the current trial's processes are taken down, its
+    trial recorded as interrupted, the study saved. A second Ctrl-C raises KeyboardInterrupt.
+
+    Handled here, not as KeyboardInterrupt: one arriving inside Optuna's storage writes could
+    leave a trial RUNNING.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        log.warning("Ctrl-C: stopping after cleaning up the current trial (again to force)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def measure_ceiling(
-    cfg: AutotuneConfig, source: Source, device: str, threads: int
+    cfg: AutotuneConfig,
+    source: Source,
+    device: str,
+    threads: int,
+    run: Callable[..., TrialOutcome] = run_trial,
 ) -> float | None:
     config = PipelineConfig(batch_size=cfg.batch_size, main_threads=threads)
-    job = make_job(cfg, source, device, config, "ceiling")
-    outcome = run_trial(job, timeout_s=cfg.study.trial_timeout)
+    outcome = run(
+        make_job(cfg, source, device, config, "ceiling"), timeout_s=cfg.study.trial_timeout
+    )
     if outcome.measurement is None:
         log.warning("the ceiling could not be measured: %s", outcome.failure)
         return None
@@ -148,31 +183,44 @@ def tune(
     Ctrl-C stops after cleaning up the current trial; the result is then the best so far.
     """
     study = open_study(cfg, fingerprint)
-    default_threads = torch.get_num_threads()
-    baseline_params = space.baseline_params(default_threads=default_threads)
+    baseline_params = space.baseline_params(default_threads=torch.get_num_threads())
     if not study.get_trials(deepcopy=False):
         study.enqueue_trial(baseline_params, user_attrs={"role": "baseline"})
-    interrupted = False
-    try:
+    stop = threading.Event()
+    run = functools.partial(run_trial, stop=stop)
+    with ctrl_c_stops(stop):
         if "ceiling_samples_per_s" not in study.user_attrs:
             log.info("measuring the ceiling: the train step fed one batch already on the device")
-            ceiling = measure_ceiling(cfg, source, device, facts.usable_cpus)
+            ceiling = measure_ceiling(cfg, source, device, facts.usable_cpus, run)
             if ceiling is not None:
                 study.set_user_attr("ceiling_samples_per_s", round(ceiling, 1))
-        objective = Objective(cfg, space, source, device, facts)
         done = len(study.get_trials(deepcopy=False, states=FINISHED))
-        if done < cfg.study.n_trials:
+        if done < cfg.study.n_trials and not stop.is_set():
             study.optimize(
-                objective,
+                Objective(cfg, space, source, device, facts, run=run),
                 n_trials=cfg.study.n_trials - done,
                 timeout=cfg.study.timeout,
                 catch=(TrialFailed,),
                 gc_after_trial=False,
+                callbacks=[lambda study, trial: study.stop() if stop.is_set() else None],
             )
-    except KeyboardInterrupt:
-        interrupted = True
+        result = _result(cfg, study, space, source, device, baseline_params, stop, run)
+    if result.interrupted:
         log.warning("interrupted: the study is saved; run the same command again to resume")
+    return result
 
+
+def _result(
+    cfg: AutotuneConfig,
+    study: optuna.Study,
+    space: SearchSpace,
+    source: Source,
+    device: str,
+    baseline_params: dict[str, object],
+    stop: threading.Event,
+    run: Callable[..., TrialOutcome],
+) -> StudyResult:
+    """Confirms the finalists (unless stopped) and names the winner."""
     trials = study.get_trials(deepcopy=False)
     counts = Counter(t.state.name.lower() for t in trials if t.state.is_finished())
     failures = Counter(
@@ -188,17 +236,15 @@ def tune(
     picked = finalists(study, cfg.study.confirm_top_k, baseline)
     notes: list[str] = list(space.notes)
     confirmed: list[Confirmed] = []
-    if not interrupted and cfg.study.confirm_top_k > 0 and len(picked) > 1:
+    if not stop.is_set() and cfg.study.confirm_top_k > 0 and len(picked) > 1:
         log.info(
             "confirming %d finalists against the baseline, %d interleaved rounds",
             len(picked) - 1,
             cfg.study.confirm_rounds,
         )
-        try:
-            confirmed = confirm(cfg, source, device, picked, epoch_samples=epoch_samples)
-        except KeyboardInterrupt:
-            interrupted = True
-    if not confirmed or not any(c.label != "baseline" for c in confirmed):
+        confirmed = confirm(cfg, source, device, picked, epoch_samples=epoch_samples, run=run)
+    interrupted = stop.is_set()
+    if interrupted or not any(c.label != "baseline" for c in confirmed):
         confirmed = from_search(study, picked, epoch_samples=epoch_samples)
         if confirmed:
             notes.append("finalists were not re-measured: figures are from the search")

@@ -1,9 +1,11 @@
 """One measurement in a fresh child process: isolation, timeout, memory, failure kinds.
 
 A trial must not poison the next (DESIGN §3 rule 6): leaked workers, a fragmented allocator,
-a crashed worker or an out-of-memory kill stay in the child. The child is forked (cheap: torch
-is already imported; the parent never initializes CUDA) into its own process group, so a
-timeout or Ctrl-C takes it down together with its DataLoader workers.
+a crashed worker or an out-of-memory kill stay in the child. Children come from a fork server
+that imported torch once and never ran it: a fork is cheap, and safe even when the calling
+process has run torch (a child forked from a process whose OpenMP pool was used can hang) or
+initialized CUDA. Each child leads its own process group, so a timeout or Ctrl-C takes it
+down together with its DataLoader workers.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from autotune.pipeline.sources import Source
 log = logging.getLogger(__name__)
 
 MEMORY_SAMPLE_INTERVAL_S = 0.25
+GRACEFUL_EXIT_S = 10.0
 ENDLESS = 10**9  # samples: the window stops the loader long before
 
 HINTS = {
@@ -41,7 +45,8 @@ HINTS = {
     "timeout": "the trial ran past study.trial_timeout: raise it, or the config hangs",
     "corrupt_data": "remove or fix the unreadable files named in the message",
     "invalid_config": "fix the search space so that it only yields valid settings",
-    "error": "see the message; rerun with HYDRA_FULL_ERROR=1-style verbosity (AUTOTUNE_DEBUG=1)",
+    "interrupted": "stopped by Ctrl-C: run the same command again to resume the study",
+    "error": "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }
 
 
@@ -60,7 +65,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class TrialJob:
-    """Everything one measurement needs (inherited by the forked child, never pickled)."""
+    """Everything one measurement needs (pickled to the child)."""
 
     pipeline: PipelineConfig
     source: Source
@@ -71,6 +76,9 @@ class TrialJob:
     seed: int = 0
     kind: Literal["window", "ceiling"] = "window"
     memory_limit_bytes: int | None = None  # per process, beyond what it holds at start
+    # how DataLoader workers start: the default of the process that asked for the trial,
+    # which is what the user's training script gets (not the fork server's)
+    worker_start_method: str = field(default_factory=lambda: multiprocessing.get_start_method())
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,7 @@ def _child(job: TrialJob, conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if job.memory_limit_bytes:
         _limit_memory(job.memory_limit_bytes)
+    multiprocessing.set_start_method(job.worker_start_method, force=True)
 
     def report(index: int, value: float) -> None:
         conn.send(("sub_window", index, value))
@@ -232,13 +241,14 @@ def run_trial(
     *,
     timeout_s: float,
     should_prune: Callable[[int, float], bool] = lambda index, value: False,
+    stop: threading.Event | None = None,
 ) -> TrialOutcome:
     """Runs ``job`` in a fresh child process and returns what happened, whatever happened.
 
     ``should_prune(index, running_median)`` is asked after each sub-window (in this process,
-    so it may talk to Optuna's storage).
+    so it may talk to Optuna's storage). Setting ``stop`` (Ctrl-C) ends the trial at once.
     """
-    ctx = multiprocessing.get_context("fork")
+    ctx = _context()
     parent_conn, child_conn = ctx.Pipe()
     # not a daemon: a daemonic process may not start DataLoader workers
     child = ctx.Process(target=_child, args=(job, child_conn))
@@ -255,6 +265,11 @@ def run_trial(
             if now >= next_sample:
                 peak = max(peak, _tree_memory(child.pid))
                 next_sample = now + MEMORY_SAMPLE_INTERVAL_S
+            if stop is not None and stop.is_set():
+                outcome = TrialOutcome(
+                    "failed", failure=Failure("interrupted", "stopped by Ctrl-C")
+                )
+                break
             if now - start > timeout_s:
                 outcome = TrialOutcome(
                     "failed", failure=Failure("timeout", f"no result after {timeout_s:.0f} s")
@@ -263,7 +278,7 @@ def run_trial(
             if parent_conn.poll(MEMORY_SAMPLE_INTERVAL_S):
                 try:
                     message = parent_conn.recv()
-                except EOFError:
+                except (EOFError, OSError):  # the child died mid-message
                     message = None
                 if message is None:
                     child.join(5)
@@ -271,7 +286,8 @@ def run_trial(
                 elif message[0] == "sub_window":
                     _, index, value = message
                     intermediate.append(value)
-                    parent_conn.send("prune" if should_prune(index, value) else "go")
+                    with contextlib.suppress(OSError):  # a dead child is noticed next turn
+                        parent_conn.send("prune" if should_prune(index, value) else "go")
                 elif message[0] == "done":
                     outcome = TrialOutcome("ok", measurement=message[1])
                 elif message[0] == "pruned":
@@ -284,7 +300,13 @@ def run_trial(
             elif not child.is_alive():
                 outcome = _death(child.exitcode)
     finally:
-        _kill_group(child.pid)  # also reaps DataLoader workers the child left behind
+        if (
+            outcome is not None
+            and outcome.failure is None
+            or (outcome is not None and outcome.failure.kind not in ("timeout", "interrupted"))
+        ):
+            child.join(GRACEFUL_EXIT_S)  # a child that reported shuts its workers down itself
+        _kill_group(child.pid)  # then nothing of the trial survives it, workers included
         child.join(10)
         parent_conn.close()
     return TrialOutcome(
@@ -296,6 +318,15 @@ def run_trial(
         wall_s=time.monotonic() - start,
         intermediate=tuple(intermediate),
     )
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    ctx = multiprocessing.get_context("forkserver")
+    # imported once, in the server, instead of in every trial
+    ctx.set_forkserver_preload(
+        ["autotune.trial", "autotune.workload", "autotune.pipeline.loader", "torchvision.models"]
+    )
+    return ctx
 
 
 def _death(exitcode: int | None) -> TrialOutcome:

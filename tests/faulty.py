@@ -26,3 +26,54 @@ class AlwaysFails(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("broken model")
+
+
+# Sources that really break inside DataLoader workers (forked into the trial's child process).
+from autotune.pipeline.sources import Source  # noqa: E402
+
+
+def _in_worker() -> bool:
+    return torch.utils.data.get_worker_info() is not None
+
+
+class SegfaultInWorker(Source):
+    def read(self, index: int) -> bytes:
+        if _in_worker():
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().read(index)
+
+
+class HangInWorker(Source):
+    def read(self, index: int) -> bytes:
+        if _in_worker():
+            import time
+
+            time.sleep(3600)
+        return super().read(index)
+
+
+def as_(cls: type[Source], source: Source) -> Source:
+    return cls(
+        root=source.root,
+        paths=source.paths,
+        labels=source.labels,
+        classes=source.classes,
+        skipped=source.skipped,
+    )
+
+
+class Segfaults(nn.Module):
+    """Crashes the training process itself (not a worker)."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: a real SIGSEGV
+        return self.head(x)

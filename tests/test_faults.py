@@ -1,0 +1,125 @@
+"""Faults through the real CLI: bad files in the data, Ctrl-C mid-study, a second run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import QUICK, TESTS
+from PIL import Image
+
+from autotune.lock import host_lock
+
+
+def _folder_with_bad_files(root: Path) -> Path:
+    for cls in ("a", "b"):
+        (root / cls).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (96, 72), (20 * i, 60, 120)).save(root / cls / f"{i}.jpg", quality=90)
+    good = (root / "a" / "0.jpg").read_bytes()
+    (root / "a" / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (root / "b" / "notes.jpg").write_text("this is not an image")
+    (root / "b" / "empty.png").write_bytes(b"")
+    (root / "b" / "README.txt").write_text("ignored: not an image extension")
+    # CMYK and grayscale JPEGs are fine images: every decoder must take them
+    Image.new("CMYK", (96, 72), (10, 200, 30, 0)).save(root / "a" / "cmyk.jpg")
+    Image.new("L", (96, 72), 128).save(root / "b" / "gray.jpg")
+    return root
+
+
+def test_bad_files_are_skipped_counted_and_named(tmp_path):
+    from conftest import run_cli
+
+    data = _folder_with_bad_files(tmp_path / "data")
+    args = [
+        *QUICK,
+        "dataset=mine",
+        f"dataset.root={data}",
+        "study.n_trials=3",
+        "recipe.crop_size=32",
+        "batch_size=4",
+        "search_space.knobs.decoder.choices=[pil,opencv,torchvision,pil_reduced]",
+    ]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "skipped 3 unreadable files" in result.stdout
+    best = yaml.safe_load((tmp_path / "studies" / "mine-tiny" / "best.yaml").read_text())
+    assert best["workload"]["images"] == 22 and best["workload"]["skipped_files"] == 3
+    reasons = "\n".join(best["workload"]["skipped"])
+    assert "truncated.jpg: truncated JPEG" in reasons
+    assert "notes.jpg: not an image" in reasons and "empty.png: empty file" in reasons
+
+
+def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
+    args = [*QUICK, "study.n_trials=6", "study.name=interrupted"]
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 180
+    for line in proc.stdout:  # wait until two trials are done, then press Ctrl-C
+        lines.append(line)
+        if "[ 2/6]" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(lines) + out + err
+    assert "interrupted" in out + err
+    storage = f"sqlite:///{tmp_path}/studies/autotune.db"
+    study = optuna.load_study(study_name="interrupted", storage=storage)
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert states.count(optuna.trial.TrialState.COMPLETE) >= 2
+    assert (tmp_path / "studies" / "interrupted" / "best.yaml").exists()  # best so far
+    assert not [p for p in psutil_children() if p.status() != "zombie"]
+
+    from conftest import run_cli
+
+    again = run_cli(args, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    study = optuna.load_study(study_name="interrupted", storage=storage)
+    assert len(study.trials) == 6  # resumed up to n_trials, not restarted
+    assert study.trials[0].params["num_workers"] == 0  # the baseline, from the first run
+
+
+def psutil_children():
+    import psutil
+
+    return psutil.Process().children(recursive=True)
+
+
+def test_a_second_run_waits_for_the_host_lock(tmp_path, caplog):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from autotune.lock import host_lock\n"
+            f"with host_lock(Path({str(tmp_path)!r})):\n"
+            "    print('held', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TimeoutError, match="autotune pid"), host_lock(tmp_path, wait_s=1):
+            pass
+        assert "is measuring on this host" in caplog.text
+    finally:
+        holder.kill()
+        holder.wait()
+    with host_lock(tmp_path, wait_s=5):  # released when its holder died
+        pass

@@ -1,0 +1,109 @@
+"""The objective without a study: pre-checks, the epoch projection, what a trial records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from autotune import cli, machine
+from autotune.measure import Measurement
+from autotune.objective import Objective, epoch_rate, precheck
+from autotune.pipeline.config import PipelineConfig
+from autotune.space import SearchSpace
+from autotune.trial import Failure, TrialOutcome
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return cli.to_config(cli.compose(["search_space=quick", "study.memory_budget_gb=0.5"]))
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return machine.detect(want_cuda=False)
+
+
+@pytest.fixture(scope="module")
+def source():
+    from autotune.pipeline.sources import synthetic
+
+    return synthetic(count=40, num_classes=2)
+
+
+def objective(cfg, facts, source, run):
+    space = SearchSpace.from_config(cfg.search_space, facts, device="cpu", batch_size=8)
+    return Objective(cfg, space, source, "cpu", facts, run=run)
+
+
+def fake_run(measurement=None, failure=None, peak=300 * MiB):
+    def run(job, *, timeout_s, should_prune=lambda i, v: False):
+        for i, v in enumerate(measurement.sub_window_samples_per_s if measurement else ()):
+            should_prune(i, v)
+        status = "ok" if measurement else "failed"
+        return TrialOutcome(
+            status, measurement=measurement, failure=failure, peak_memory_bytes=peak, wall_s=1.0
+        )
+
+    return run
+
+
+WORKERS = {"num_workers": 2, "decoder": "pil", "main_threads": 1}
+
+
+def test_precheck_refuses_what_does_not_fit_in_shm(facts):
+    config = PipelineConfig(batch_size=256, num_workers=8, prefetch_factor=8)
+    tight = dataclasses.replace(facts, shm_free_bytes=64 * MiB)
+    reason = precheck(config, tight, sample_bytes=3 * 224 * 224)
+    assert reason and "/dev/shm" in reason and "num_workers x prefetch_factor" in reason
+    roomy = dataclasses.replace(facts, shm_free_bytes=64 * 2**30, memory_available_bytes=2**40)
+    assert precheck(config, roomy, sample_bytes=3 * 224 * 224) is None
+    assert precheck(PipelineConfig(batch_size=256), tight, sample_bytes=3 * 224 * 224) is None
+
+
+def test_a_config_that_cannot_fit_is_skipped_not_run(cfg, facts, source):
+    ran = []
+    tight = dataclasses.replace(facts, shm_free_bytes=1 * MiB)
+    trial = optuna.trial.FixedTrial({**WORKERS, "prefetch_factor": 2})
+    with pytest.raises(optuna.TrialPruned):
+        objective(cfg, tight, source, lambda *a, **k: ran.append(1))(trial)
+    assert not ran
+    assert "/dev/shm" in trial.user_attrs["skipped"]
+
+
+def test_epoch_rate_charges_startup_unless_workers_persist():
+    plain = PipelineConfig(num_workers=2)
+    assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=100) == pytest.approx(50.0)
+    persistent = PipelineConfig(num_workers=2, persistent_workers=True)
+    assert epoch_rate(100.0, 1.0, config=persistent, epoch_samples=100) == 100.0
+    assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=None) == 100.0
+
+
+def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source):
+    m = Measurement(200.0, (190.0, 200.0, 210.0), 0.3, 0.04 + 32 / 200.0, 8, 9)  # batch 32
+    trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    value = objective(cfg, facts, source, fake_run(m))(trial)
+    epoch = 40 // 32 * 32  # start-up beyond one batch (0.04 s) is charged once per epoch
+    assert value == pytest.approx(epoch / (epoch / 200.0 + 0.04), rel=1e-3)
+    persistent = optuna.trial.FixedTrial({**WORKERS, "prefetch_factor": 2})  # quick: persist
+    assert objective(cfg, facts, source, fake_run(m))(persistent) == 200.0
+    attrs = trial.user_attrs
+    assert attrs["samples_per_s_steady"] == 200.0
+    assert attrs["samples_per_s_sub_windows"] == [190.0, 200.0, 210.0]
+    assert attrs["peak_memory_mb"] == 300.0
+    # over study.memory_budget_gb=0.5 -> infeasible (> 0) for Optuna's constraints
+    assert attrs["constraint"] == pytest.approx(300 / 1024 - 0.5)
+
+
+def test_a_failed_measurement_raises_and_records_its_reason(cfg, facts, source):
+    from autotune.objective import TrialFailed
+
+    trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    run = fake_run(failure=Failure("worker_died", "DataLoader worker exited unexpectedly"))
+    with pytest.raises(TrialFailed, match="worker_died"):
+        objective(cfg, facts, source, run)(trial)
+    assert trial.user_attrs["failure"]["kind"] == "worker_died"
+    assert "num_workers=0" in trial.user_attrs["failure"]["hint"]

@@ -1,0 +1,143 @@
+"""Trials in a child process survive real faults: crashes, hangs, memory limits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+from faulty import HangInWorker, SegfaultInWorker, as_
+
+from autotune.config import ModelConfig, RecipeConfig, WindowConfig
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import synthetic
+from autotune.trial import TrialJob, classify, run_trial
+
+WINDOW = WindowConfig(
+    warmup_extra_batches=1, sub_windows=2, batches_per_window=2, min_sub_window_s=0.0
+)
+
+
+@pytest.fixture(scope="module")
+def source():
+    return synthetic(count=24, num_classes=2)
+
+
+def job(source, *, model="tiny", target=None, workers=0, batch_size=4, crop=32, **kwargs):
+    pipeline = PipelineConfig(
+        batch_size=batch_size, num_workers=workers, prefetch_factor=2 if workers else None
+    )
+    return TrialJob(
+        pipeline=pipeline,
+        source=source,
+        model=ModelConfig(name=model, _target_=target),
+        recipe=RecipeConfig(crop_size=crop),
+        window=WINDOW,
+        device="cpu",
+        **kwargs,
+    )
+
+
+_BEFORE = {p.pid for p in psutil.process_iter()}
+
+
+def _leftovers() -> list[psutil.Process]:
+    """Processes started since this module loaded that are still alive, other than the fork
+    server and multiprocessing's resource tracker (they serve every trial)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline", "status", "ppid"]):
+        if proc.pid in _BEFORE or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        helper = "forkserver" in cmdline or "resource_tracker" in cmdline
+        if helper and proc.info["ppid"] == os.getpid():  # trial children share its cmdline
+            continue
+        left.append(proc)
+    return left
+
+
+def _no_leftovers() -> None:
+    """Nothing the trial started is still alive: no child, no orphaned DataLoader worker."""
+    deadline = time.monotonic() + 5
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _leftovers(), _leftovers()
+
+
+def test_a_healthy_trial_measures(source):
+    outcome = run_trial(job(source, workers=2), timeout_s=60)
+    assert outcome.status == "ok", outcome.failure
+    assert outcome.measurement.samples_per_s > 0
+    assert outcome.peak_memory_bytes > 10 * 2**20  # the whole tree: child and its workers
+    _no_leftovers()
+
+
+def test_worker_segfault_is_worker_died(source):
+    outcome = run_trial(job(as_(SegfaultInWorker, source), workers=2), timeout_s=60)
+    assert outcome.status == "failed"
+    assert outcome.failure.kind == "worker_died", outcome.failure
+    assert "DataLoader worker" in outcome.failure.message
+    _no_leftovers()
+
+
+def test_hanging_worker_is_a_timeout_and_is_reaped(source):
+    outcome = run_trial(job(as_(HangInWorker, source), workers=2), timeout_s=6)
+    assert outcome.status == "failed" and outcome.failure.kind == "timeout"
+    assert 5 <= outcome.wall_s < 30
+    _no_leftovers()
+
+
+def test_training_process_segfault_does_not_take_the_parent_down(source):
+    outcome = run_trial(job(source, target="faulty.Segfaults"), timeout_s=60)
+    assert outcome.status == "failed" and outcome.failure.kind == "error"
+    assert "SIGSEGV" in outcome.failure.message
+    _no_leftovers()
+
+
+def test_memory_limit_is_host_oom(source):
+    # resnet18 at 224 px, batch 32, needs ~1 GiB of activations: far over a 128 MiB cap
+    heavy = job(source, model="resnet18", batch_size=32, crop=224, memory_limit_bytes=128 * 2**20)
+    outcome = run_trial(heavy, timeout_s=120)
+    assert outcome.status == "failed" and outcome.failure.kind == "host_oom", outcome.failure
+    assert "lower" in outcome.failure.hint
+    _no_leftovers()
+
+
+def test_sigkill_of_the_trial_process_is_host_oom(source):
+    def kill_child_at_first_sub_window(index: int, value: float) -> bool:
+        (child,) = [p for p in _leftovers() if p.pid == os.getpgid(p.pid)]  # a group leader
+        os.kill(child.pid, signal.SIGKILL)  # what the kernel's OOM killer does
+        return False
+
+    outcome = run_trial(job(source), timeout_s=60, should_prune=kill_child_at_first_sub_window)
+    assert outcome.status == "failed" and outcome.failure.kind == "host_oom"
+    _no_leftovers()
+
+
+def test_pruning_stops_the_window(source):
+    outcome = run_trial(job(source), timeout_s=60, should_prune=lambda i, v: True)
+    assert outcome.status == "pruned" and outcome.pruned_at == 0
+    assert len(outcome.intermediate) == 1
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "cuda_oom"),
+        (
+            RuntimeError(
+                "DataLoader worker (pid 12) is killed by signal: Bus error. It is possible "
+                "that dataloader's workers are out of shared memory."
+            ),
+            "shm_exhausted",
+        ),
+        (RuntimeError("DataLoader worker (pid(s) 7) exited unexpectedly"), "worker_died"),
+        (MemoryError(), "host_oom"),
+        (OSError("image file is truncated (3 bytes not processed)"), "corrupt_data"),
+        (ValueError("something else"), "error"),
+    ],
+)
+def test_classify(exc, kind):
+    assert classify(exc) == kind
