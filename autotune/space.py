@@ -194,6 +194,35 @@ class SearchSpace:
                 params[knob.name] = min(options, key=lambda v: abs(v - wanted[knob.name]))
         return params
 
+    def neighbours(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The points one knob away from ``params``, nearest changes first.
+
+        Used to polish the search's best: TPE samples broadly, but on a small discrete space it
+        can miss the one-step improvement next to its best (one more worker, one thread fewer).
+        """
+        out: list[dict[str, Any]] = []
+        for knob in self.knobs:
+            if knob.type == "fixed" or knob.name not in params:
+                continue
+            current = params[knob.name]
+            if knob.type == "int":
+                options = knob.values()
+                steps = [current + knob.step, current - knob.step, current * 2, current // 2]
+                candidates = [v for v in steps if v in options and v != current]
+            else:
+                candidates = [v for v in knob.values() if v != current]
+            for value in dict.fromkeys(candidates):  # ordered, unique
+                point = {**params, knob.name: value}
+                # drop knobs whose condition no longer holds: Optuna leaves them out too
+                out.append({k: v for k, v in point.items() if self._active(k, point)})
+        return out
+
+    def _active(self, name: str, values: Mapping[str, Any]) -> bool:
+        knob = next((k for k in self.knobs if k.name == name), None)
+        if knob is None or knob.when is None:
+            return True
+        return knob.when.knob in values and knob.when.holds(values)
+
     def fingerprint(self) -> str:
         payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -7,6 +7,7 @@ import functools
 import logging
 import signal
 import threading
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -194,20 +195,64 @@ def tune(
             ceiling = measure_ceiling(cfg, source, device, facts.usable_cpus, run)
             if ceiling is not None:
                 study.set_user_attr("ceiling_samples_per_s", round(ceiling, 1))
-        done = len(study.get_trials(deepcopy=False, states=FINISHED))
-        if done < cfg.study.n_trials and not stop.is_set():
-            study.optimize(
-                Objective(cfg, space, source, device, facts, run=run),
-                n_trials=cfg.study.n_trials - done,
-                timeout=cfg.study.timeout,
-                catch=(TrialFailed,),
-                gc_after_trial=False,
-                callbacks=[lambda study, trial: study.stop() if stop.is_set() else None],
-            )
+        search(cfg, study, space, Objective(cfg, space, source, device, facts, run=run), stop)
         result = _result(cfg, study, space, source, device, baseline_params, stop, run)
     if result.interrupted:
         log.warning("interrupted: the study is saved; run the same command again to resume")
     return result
+
+
+def search(
+    cfg: AutotuneConfig,
+    study: optuna.Study,
+    space: SearchSpace,
+    objective: Objective,
+    stop: threading.Event,
+) -> None:
+    """TPE for most of the budget, then a polish: the best so far's unmeasured one-knob
+    neighbours, one at a time (a hill climb), so a step TPE missed is not left on the table."""
+    deadline = time.monotonic() + cfg.study.timeout if cfg.study.timeout else None
+    polish = round(cfg.study.n_trials * cfg.study.polish_fraction)
+
+    def run_trials(n: int) -> None:
+        left = None if deadline is None else deadline - time.monotonic()
+        if n > 0 and not stop.is_set() and (left is None or left > 0):
+            study.optimize(
+                objective,
+                n_trials=n,
+                timeout=left,
+                catch=(TrialFailed,),
+                gc_after_trial=False,
+                callbacks=[lambda study, trial: study.stop() if stop.is_set() else None],
+            )
+
+    def finished() -> int:
+        return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+    run_trials(cfg.study.n_trials - polish - finished())
+    while finished() < cfg.study.n_trials and not stop.is_set():
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        step = _next_neighbour(study, space)
+        if step is not None:
+            study.enqueue_trial(step, user_attrs={"role": "polish"})
+        run_trials(1)
+
+
+def _next_neighbour(study: optuna.Study, space: SearchSpace) -> dict[str, object] | None:
+    complete = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("constraint", 0.0) <= 0
+    ]
+    if not complete:
+        return None
+    best = max(complete, key=lambda t: t.value or 0.0)
+    tried = [t.params for t in study.get_trials(deepcopy=False)]
+    for point in space.neighbours(best.params):
+        if not any(point.items() <= params.items() for params in tried):
+            return point
+    return None  # every neighbour measured: the best is a local optimum; TPE goes on
 
 
 def _result(

@@ -65,6 +65,8 @@ def test_trials_carry_their_measurements(quick_study):
             "prefetch_factor", 0
         )
         assert len(t.intermediate_values) == 3  # each sub-window reported to the pruner
+    polish = [t for t in trials if t.user_attrs.get("role") == "polish"]
+    assert polish and polish[-1].number == 3  # the last quarter polishes the best so far
     assert study.user_attrs["ceiling_samples_per_s"] > 0
     assert study.metric_names == ["samples_per_s"]
 

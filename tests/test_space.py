@@ -394,3 +394,25 @@ def test_when_on_a_knob_left_out_by_requires_uses_its_inactive_value(
     )
     space = build(cfg, facts4, device="cpu")
     assert space.suggest(FixedTrial({"main_threads": 2})).main_threads == 2
+
+
+def test_neighbours_change_one_knob_and_respect_conditions() -> None:
+    facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
+    cfg = to_config(compose([]))
+    space = SearchSpace.from_config(cfg.search_space, facts, device="cpu", batch_size=32)
+    best = {
+        "num_workers": 1,
+        "prefetch_factor": 2,
+        "persistent_workers": True,
+        "decoder": "torchvision",
+        "main_threads": 1,
+    }
+    points = space.neighbours(best)
+    assert points[0] == {**best, "num_workers": 2}  # one more worker comes first
+    for point in points:
+        changed = {k for k in best if point.get(k) != best[k]}
+        assert len(changed) == 1 or point["num_workers"] == 0
+        space.suggest(optuna.trial.FixedTrial(point))  # every neighbour is a valid point
+    no_workers = next(p for p in points if p["num_workers"] == 0)
+    assert "prefetch_factor" not in no_workers and "persistent_workers" not in no_workers
+    assert {"decoder": "pil"}.items() <= next(p for p in points if p["decoder"] == "pil").items()

@@ -40,11 +40,18 @@ def job(source, *, model="tiny", target=None, workers=0, batch_size=4, crop=32, 
     )
 
 
-_BEFORE = {p.pid for p in psutil.process_iter()}
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _snapshot_processes():
+    """Leftovers are judged against what ran before each test, not before the module."""
+    _BEFORE.clear()
+    _BEFORE.update(p.pid for p in psutil.process_iter())
 
 
 def _leftovers() -> list[psutil.Process]:
-    """Processes started since this module loaded that are still alive, other than the fork
+    """Processes started since the test began that are still alive, other than the fork
     server and multiprocessing's resource tracker (they serve every trial)."""
     left = []
     for proc in psutil.process_iter(["cmdline", "status", "ppid"]):
