@@ -51,17 +51,16 @@ def _snapshot_processes():
 
 
 def _leftovers() -> list[psutil.Process]:
-    """Processes started since the test began that are still alive, other than the fork
-    server and multiprocessing's resource tracker (they serve every trial)."""
+    """Trial processes started since the test began that are still alive: trial children and
+    their DataLoader workers (forked from the fork server, they carry its command line, even
+    when orphaned), not the fork server itself, and not unrelated processes on the machine."""
     left = []
     for proc in psutil.process_iter(["cmdline", "status", "ppid"]):
         if proc.pid in _BEFORE or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         cmdline = " ".join(proc.info["cmdline"] or ())
-        helper = "forkserver" in cmdline or "resource_tracker" in cmdline
-        if helper and proc.info["ppid"] == os.getpid():  # trial children share its cmdline
-            continue
-        left.append(proc)
+        if "forkserver" in cmdline and proc.info["ppid"] != os.getpid():
+            left.append(proc)
     return left
 
 
