@@ -100,12 +100,15 @@ def psutil_children():
     started (it outlives trials by design)."""
     import psutil
 
-    return [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "forkserver" not in " ".join(p.cmdline())
-        and "resource_tracker" not in " ".join(p.cmdline())
-    ]
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(proc.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
+            out.append(proc)
+    return out
 
 
 def test_a_second_run_waits_for_the_host_lock(tmp_path, caplog):
