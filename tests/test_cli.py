@@ -177,3 +177,31 @@ def test_own_image_folder_with_a_torchvision_model(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     best = yaml.safe_load((tmp_path / "studies" / "mine-resnet18" / "best.yaml").read_text())
     assert best["workload"]["images"] == 16 and best["workload"]["model"] == "resnet18"
+
+
+def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
+    import autotune
+    from autotune.pipeline.sources import synthetic
+    from autotune.workload import TinyCNN
+
+    cwd, _ = quick_study
+    best = cwd / "studies" / "synthetic-tiny" / "best.yaml"
+    source = synthetic(count=48, num_classes=3)  # the quick study's dataset (cached)
+    loader = autotune.build_loader(source, best)
+    assert loader.config == autotune.load_pipeline_config(best)
+    model = TinyCNN(num_classes=3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step, (images, labels) in enumerate(loader):
+        assert images.dtype == torch.float32 and images.shape[1:] == (3, 64, 64)  # crop 64
+        assert -3 < images.mean() < 3  # normalized, not 0..255
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step == 1:
+            break
+    assert len(losses) == 2
+    kwargs = autotune.loader_kwargs(best)
+    assert torch.utils.data.DataLoader(range(16), **kwargs).batch_size == kwargs["batch_size"]
