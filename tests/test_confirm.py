@@ -1,0 +1,89 @@
+"""Naming a winner: finalists, the memory budget, ties, and the interleaved re-measurement."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
+from autotune import cli
+from autotune.confirm import Confirmed, confirm, finalists, pick_winner
+from autotune.measure import Measurement
+from autotune.pipeline.config import PipelineConfig
+from autotune.trial import TrialOutcome
+
+BASELINE = PipelineConfig(batch_size=32, main_threads=2)
+
+
+def _trial(value: float, workers: int, *, constraint: float = 0.0):
+    config = PipelineConfig(
+        batch_size=32, num_workers=workers, prefetch_factor=2 if workers else None, main_threads=1
+    )
+    return optuna.trial.create_trial(
+        params={"num_workers": workers, "decoder": "pil"},
+        distributions={
+            "num_workers": IntDistribution(0, 4),
+            "decoder": CategoricalDistribution(["pil", "opencv"]),
+        },
+        value=value,
+        user_attrs={"pipeline": config.to_dict(), "constraint": constraint},
+    )
+
+
+def test_finalists_are_distinct_feasible_and_best_first():
+    study = optuna.create_study(direction="maximize")
+    for trial in (
+        _trial(300, 2),
+        _trial(900, 4, constraint=0.5),
+        _trial(310, 2),
+        _trial(250, 1),
+        _trial(200, 0),
+    ):
+        study.add_trial(trial)
+    picked = finalists(study, 3, BASELINE)
+    assert picked[0] == ("baseline", None, BASELINE)
+    numbers = [number for _, number, _ in picked[1:]]
+    assert 1 not in numbers  # over the memory budget: never a finalist, never exported
+    assert numbers == [2, 3, 4]  # 310 (w2), then 250 (w1): the duplicate w2 config is dropped
+
+
+def _confirmed(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:
+    config = PipelineConfig(num_workers=workers, prefetch_factor=2 if workers else None)
+    return Confirmed(label, None, config, rates)
+
+
+def test_within_two_percent_the_cheaper_config_wins():
+    big = _confirmed("trial 1", 4, (500.0, 502.0, 498.0))
+    small = _confirmed("trial 2", 2, (495.0, 494.0, 496.0))
+    winner, notes = pick_winner([big, small])
+    assert winner is small and "within 2%" in notes[0]
+
+
+def test_a_lead_inside_the_spread_is_said():
+    a = _confirmed("trial 1", 2, (400.0, 520.0, 470.0, 480.0))
+    b = _confirmed("trial 2", 1, (450.0, 455.0, 452.0, 451.0))
+    winner, notes = pick_winner([a, b])
+    assert winner is a and "inside the winner's spread" in notes[0]
+    clear = _confirmed("trial 3", 1, (300.0, 301.0, 299.0))
+    winner, notes = pick_winner([a, clear])
+    assert winner is a and not notes
+
+
+def test_confirmation_interleaves_the_finalists():
+    cfg = cli.to_config(cli.compose(["study.confirm_rounds=3"]))
+    order = []
+
+    def run(job, *, timeout_s):
+        order.append(job.pipeline.num_workers)
+        rate = 100.0 * (1 + job.pipeline.num_workers)
+        m = Measurement(rate, (rate, rate), 0.1, 0.01, 4, 8)
+        return TrialOutcome("ok", measurement=m)
+
+    picked = [
+        ("baseline", None, BASELINE),
+        ("trial 3", 3, PipelineConfig(num_workers=2, prefetch_factor=2)),
+    ]
+    confirmed = confirm(cfg, source=None, device="cpu", picked=picked, epoch_samples=None, run=run)
+    assert order == [0, 2, 0, 2, 0, 2]  # A B A B A B: drift hits both alike
+    assert [c.rounds for c in confirmed] == [3, 3]
+    assert confirmed[1].median == pytest.approx(300.0)
