@@ -102,7 +102,9 @@ def open_study(cfg: AutotuneConfig, fingerprint: str) -> optuna.Study:
     stored = study.user_attrs.get("fingerprint")
     if stored is None:
         study.set_user_attr("fingerprint", fingerprint)
-        study.set_metric_names([METRIC])
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC])
     elif stored != fingerprint:
         raise UsageError(
             f"study {cfg.study.name!r} in {cfg.study.storage} was made with another dataset, "
