@@ -171,7 +171,6 @@ def run(config: AutotuneConfig) -> int:
         facts.usable_cpus,
         device,
     )
-    print_ = _printer()
     with host_lock(Path(config.studies_dir)):
         result = tune(
             config,
@@ -182,8 +181,8 @@ def run(config: AutotuneConfig) -> int:
             fingerprint(config, source.fingerprint(), space.fingerprint(), device),
         )
     if result.best is None:
-        print_(f"no trial of study {result.study_name} finished: nothing to export")
-        print_(report.failures_text(result))
+        _say(f"no trial of study {result.study_name} finished: nothing to export")
+        _say(report.failures_text(result))
         return 130 if result.interrupted else 1
     context = {
         "dataset": config.dataset.name,
@@ -195,18 +194,18 @@ def run(config: AutotuneConfig) -> int:
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
     }
     best = report.write(result, facts, context, Path(config.studies_dir) / result.study_name)
-    print_(report.table(result))
+    _say(report.table(result))
     if result.failures:
-        print_(report.failures_text(result))
+        _say(report.failures_text(result))
     if source.skipped:
-        print_(f"skipped {len(source.skipped)} unreadable files (listed in {best})")
-    print_(f"best config: {best}")
-    print_(f"dashboard:   {report.dashboard_command(result.storage)}")
+        _say(f"skipped {len(source.skipped)} unreadable files (listed in {best})")
+    _say(f"best config: {best}")
+    _say(f"dashboard:   {report.dashboard_command(result.storage)}")
     return 130 if result.interrupted else 0
 
 
-def _printer():  # noqa: ANN202
-    return lambda text: print(text, flush=True)
+def _say(text: str) -> None:
+    print(text, flush=True)  # results are output, flushed beside the progress log
 
 
 def main(argv: list[str] | None = None) -> int:

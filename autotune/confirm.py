@@ -134,7 +134,10 @@ def confirm(
                 config=config,
                 sub_windows=tuple(v for m in measured for v in m.sub_window_samples_per_s),
                 startup_s=statistics.median(
-                    startup_beyond_one_batch(m, config.batch_size) for m in measured
+                    startup_beyond_one_batch(
+                        m.time_to_first_batch_s, config.batch_size, m.samples_per_s
+                    )
+                    for m in measured
                 ),
                 epoch_samples=epoch_samples,
                 peak_memory_bytes=max(peaks) if peaks else None,
@@ -159,10 +162,10 @@ def from_search(
         if not values:
             continue
         startup = statistics.median(
-            max(
-                0.0,
-                t.user_attrs["time_to_first_batch_s"]
-                - config.batch_size / t.user_attrs["samples_per_s_steady"],
+            startup_beyond_one_batch(
+                t.user_attrs["time_to_first_batch_s"],
+                config.batch_size,
+                t.user_attrs["samples_per_s_steady"],
             )
             for t in trials
         )

@@ -11,7 +11,6 @@ from optuna.trial import TrialState
 
 from autotune.config import AutotuneConfig
 from autotune.machine import MachineFacts
-from autotune.measure import Measurement
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
 from autotune.space import SearchSpace
@@ -60,8 +59,11 @@ def epoch_rate(
     return epoch_samples / (epoch_samples / steady + startup_s)
 
 
-def startup_beyond_one_batch(m: Measurement, batch_size: int) -> float:
-    return max(0.0, m.time_to_first_batch_s - batch_size / m.samples_per_s)
+def startup_beyond_one_batch(
+    time_to_first_batch_s: float, batch_size: int, steady: float
+) -> float:
+    """Start-up cost: the time to first batch less one batch at the steady rate."""
+    return max(0.0, time_to_first_batch_s - batch_size / steady)
 
 
 def precheck(config: PipelineConfig, facts: MachineFacts, *, sample_bytes: int) -> str | None:
@@ -182,7 +184,7 @@ class Objective:
         m = outcome.measurement
         value = epoch_rate(
             m.samples_per_s,
-            startup_beyond_one_batch(m, config.batch_size),
+            startup_beyond_one_batch(m.time_to_first_batch_s, config.batch_size, m.samples_per_s),
             config=config,
             epoch_samples=self.epoch_samples,
         )

@@ -300,11 +300,10 @@ def run_trial(
             elif not child.is_alive():
                 outcome = _death(child.exitcode)
     finally:
-        if (
-            outcome is not None
-            and outcome.failure is None
-            or (outcome is not None and outcome.failure.kind not in ("timeout", "interrupted"))
-        ):
+        reported = outcome is not None and (
+            outcome.failure is None or outcome.failure.kind not in ("timeout", "interrupted")
+        )
+        if reported:
             child.join(GRACEFUL_EXIT_S)  # a child that reported shuts its workers down itself
         _kill_group(child.pid)  # then nothing of the trial survives it, workers included
         child.join(10)

@@ -153,13 +153,6 @@ class CenterCropEval(Recipe):
 RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (ImagenetTrain, CenterCropEval)}
 
 
-def build(name: str, **kwargs: object) -> Recipe:
-    """A recipe by name; ``kwargs`` are its settings (``crop_size`` and the rest)."""
-    if name not in RECIPES:
-        raise KeyError(f"unknown recipe {name!r}; choices: {sorted(RECIPES)}")
-    return RECIPES[name](**kwargs)  # type: ignore[arg-type]
-
-
 def from_config(cfg: RecipeConfig) -> Recipe:
     """A recipe from the ``recipe`` config group."""
     common = {"crop_size": cfg.crop_size, "mean": tuple(cfg.mean), "std": tuple(cfg.std)}
