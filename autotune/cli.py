@@ -145,6 +145,19 @@ def fingerprint(
 
 
 def run(config: AutotuneConfig) -> int:
+    """Runs ``config.mode``; returns the exit code."""
+    if config.mode == "diagnose":
+        from autotune import diagnose
+
+        return diagnose.run(config)
+    if config.mode == "report":
+        from autotune import report
+
+        return report.rebuild(config)
+    return run_tune(config)
+
+
+def run_tune(config: AutotuneConfig) -> int:
     from autotune import machine, report
     from autotune.lock import host_lock
     from autotune.space import SearchSpace

@@ -158,6 +158,9 @@ class WindowConfig:
         _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
 
 
+MODES = ("tune", "diagnose", "report")
+
+
 @dataclass
 class AutotuneConfig:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -166,7 +169,10 @@ class AutotuneConfig:
     search_space: SearchSpaceConfig = field(default_factory=SearchSpaceConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
     window: WindowConfig = field(default_factory=WindowConfig)
-    mode: str = "tune"
+    mode: str = "tune"  # tune | diagnose | report
+    # diagnose: the best.yaml whose pipeline is diagnosed (default: PyTorch's defaults)
+    pipeline: str | None = None
+    quiet: bool = False  # results only: no per-trial progress lines, no progress bar
     device: str = "auto"  # auto | cpu | cuda
     batch_size: int = 32
     seed: int = 0  # the loader's seed: augmentation is random but reproducible
@@ -177,7 +183,9 @@ class AutotuneConfig:
             self.device in ("auto", "cpu", "cuda"),
             f"device must be auto, cpu or cuda, got {self.device!r}",
         )
-        _require(self.mode == "tune", f"mode must be tune, got {self.mode!r}")
+        _require(
+            self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"
+        )
         _require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
 
 
