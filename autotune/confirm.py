@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from autotune.config import AutotuneConfig
 from autotune.objective import epoch_rate, make_job, startup_beyond_one_batch
+from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
 from autotune.trial import TrialOutcome, run_trial
@@ -71,8 +72,17 @@ class Confirmed:
         }
 
 
+def reduces(config: PipelineConfig) -> bool:
+    """Whether the config decodes below full resolution where the recipe allows."""
+    return decoders.DECODERS[config.decoder].can_reduce
+
+
 def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Finalist]:
-    """The baseline and the ``k`` best distinct feasible configs of the search."""
+    """The baseline and the ``k`` best distinct feasible configs of the search.
+
+    When the finalists all decode at reduced size, the best full-resolution decode joins them:
+    the report can then say, from the same interleaved rounds, what reducing was worth.
+    """
     complete = sorted(
         (
             t
@@ -84,14 +94,19 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
     )
     picked: list[Finalist] = [("baseline", None, baseline)]
     seen = {baseline}
+    full_decode: Finalist | None = None
     for t in complete:
         config = PipelineConfig.from_dict(t.user_attrs["pipeline"])
         if config in seen:
             continue
         seen.add(config)
-        picked.append((f"trial {t.number}", t.number, config))
-        if len(picked) > k:
-            break
+        finalist = (f"trial {t.number}", t.number, config)
+        if len(picked) <= k:
+            picked.append(finalist)
+        elif full_decode is None and not reduces(config):
+            full_decode = finalist
+    if k and full_decode is not None and all(reduces(c) for _, _, c in picked[1:]):
+        picked.append(full_decode)
     return picked
 
 
@@ -182,6 +197,21 @@ def from_search(
             )
         )
     return out
+
+
+def reduced_decode_note(winner: Confirmed, confirmed: list[Confirmed]) -> str | None:
+    """What decoding at reduced size bought, measured against the best full decode."""
+    if not reduces(winner.config):
+        return None
+    full = [c for c in confirmed if not reduces(c.config) and c.label != "baseline"]
+    if not full:
+        return None
+    best_full = max(full, key=lambda c: c.median)
+    return (
+        f"reduced decode ({winner.config.decoder}) is {winner.median / best_full.median:.2f}x "
+        f"the best full-resolution decode ({best_full.label}, {best_full.config.short()}: "
+        f"{best_full.median:.1f} samples/s)"
+    )
 
 
 def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:

@@ -32,6 +32,10 @@ INACTIVE = {
     "pin_memory": False,
     "decoder": "pil",
     "main_threads": None,
+    "augment_on": "cpu",
+    "transfer": "uint8",
+    "device_prefetch": False,
+    "channels_last": False,
 }
 # DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
 NEED_WORKERS = ("prefetch_factor", "persistent_workers")
@@ -150,10 +154,14 @@ class SearchSpace:
                 if reason:
                     raise UsageError(f"search_space.knobs.decoder: {knob.value} {reason}")
             elif name == "decoder":
-                kept = tuple(decoders.available(list(knob.choices)))
+                kept = tuple(
+                    n
+                    for n in decoders.available(list(knob.choices))
+                    if features["cuda"] or not decoders.DECODERS[n].on_device
+                )
                 for dropped in sorted(set(knob.choices) - set(kept)):
                     reason = decoders.DECODERS[dropped].unavailable_reason()
-                    notes.append(f"decoder {dropped} left out: {reason}")
+                    notes.append(f"decoder {dropped} left out: {reason or 'it needs device=cuda'}")
                 if not kept:
                     raise UsageError(
                         "search_space: no decoder of the list can run on this machine"
@@ -175,12 +183,18 @@ class SearchSpace:
         return PipelineConfig(**values)
 
     def baseline_params(self, *, default_threads: int) -> dict[str, Any]:
-        """PyTorch's defaults as trial params: 0 workers, no pinning, Pillow, torch's threads."""
+        """PyTorch's defaults as trial params: 0 workers, no pinning, Pillow, torch's threads,
+        and the tutorial pipeline: augment and normalize in the workers, float32 to the
+        device, no side-stream copies, NCHW."""
         wanted = {
             "num_workers": 0,
             "pin_memory": False,
             "decoder": "pil",
             "main_threads": default_threads,
+            "augment_on": "cpu",
+            "transfer": "float",
+            "device_prefetch": False,
+            "channels_last": False,
             "batch_size": dict(self.defaults)["batch_size"],
         }
         params = {}

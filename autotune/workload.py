@@ -91,9 +91,20 @@ class TrainStep:
     With no model (``model=none``) the step does nothing: the loop measures the loader alone.
     """
 
-    def __init__(self, model: nn.Module | None, device: torch.device, *, lr: float) -> None:
+    def __init__(
+        self,
+        model: nn.Module | None,
+        device: torch.device,
+        *,
+        lr: float,
+        channels_last: bool = False,
+    ) -> None:
         self.device = device
-        self.model = model.to(device).train() if model is not None else None
+        if model is not None:
+            # NHWC weights to match NHWC batches (channels_last): else every conv converts
+            memory_format = torch.channels_last if channels_last else torch.preserve_format
+            model = model.to(device, memory_format=memory_format).train()
+        self.model = model
         self.optimizer = (
             torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
             if self.model is not None

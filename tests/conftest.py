@@ -40,6 +40,18 @@ def run_cli(
     )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.gpu`` tests run only where CUDA is usable (``pytest -m gpu`` there)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device: run `pytest -m gpu` on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Synthetic datasets go to a per-session cache, not the user's ~/.cache."""

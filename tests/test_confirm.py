@@ -7,7 +7,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from autotune import cli
-from autotune.confirm import Confirmed, confirm, finalists, pick_winner
+from autotune.confirm import Confirmed, confirm, finalists, pick_winner, reduced_decode_note
 from autotune.measure import Measurement
 from autotune.pipeline.config import PipelineConfig
 from autotune.trial import TrialOutcome
@@ -15,15 +15,19 @@ from autotune.trial import TrialOutcome
 BASELINE = PipelineConfig(batch_size=32, main_threads=2)
 
 
-def _trial(value: float, workers: int, *, constraint: float = 0.0):
+def _trial(value: float, workers: int, *, constraint: float = 0.0, decoder: str = "pil"):
     config = PipelineConfig(
-        batch_size=32, num_workers=workers, prefetch_factor=2 if workers else None, main_threads=1
+        batch_size=32,
+        num_workers=workers,
+        prefetch_factor=2 if workers else None,
+        main_threads=1,
+        decoder=decoder,
     )
     return optuna.trial.create_trial(
-        params={"num_workers": workers, "decoder": "pil"},
+        params={"num_workers": workers, "decoder": decoder},
         distributions={
             "num_workers": IntDistribution(0, 4),
-            "decoder": CategoricalDistribution(["pil", "opencv"]),
+            "decoder": CategoricalDistribution(["pil", "pil_reduced", "opencv"]),
         },
         value=value,
         user_attrs={"pipeline": config.to_dict(), "constraint": constraint},
@@ -45,6 +49,29 @@ def test_finalists_are_distinct_feasible_and_best_first():
     numbers = [number for _, number, _ in picked[1:]]
     assert 1 not in numbers  # over the memory budget: never a finalist, never exported
     assert numbers == [2, 3, 4]  # 310 (w2), then 250 (w1): the duplicate w2 config is dropped
+
+
+def test_the_best_full_decode_joins_reduced_finalists():
+    study = optuna.create_study(direction="maximize")
+    for trial in (
+        _trial(500, 2, decoder="pil_reduced"),
+        _trial(480, 1, decoder="pil_reduced"),
+        _trial(300, 2, decoder="opencv"),
+        _trial(350, 1, decoder="pil"),
+        _trial(200, 0, decoder="opencv"),
+    ):
+        study.add_trial(trial)
+    picked = finalists(study, 2, BASELINE)
+    assert [number for _, number, _ in picked[1:]] == [0, 1, 3]  # 3: the best full decode
+    assert [number for _, number, _ in finalists(study, 3, BASELINE)[1:]] == [0, 1, 3]
+    assert finalists(study, 0, BASELINE) == [("baseline", None, BASELINE)]
+
+    reduced = Confirmed("trial 0", 0, picked[1][2], (500.0, 510.0))
+    full = Confirmed("trial 3", 3, picked[3][2], (360.0, 340.0))
+    base = Confirmed("baseline", None, BASELINE, (100.0,))
+    note = reduced_decode_note(reduced, [base, reduced, full])
+    assert note is not None and "1.44x the best full-resolution decode (trial 3" in note
+    assert reduced_decode_note(full, [base, reduced, full]) is None
 
 
 def _confirmed(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:

@@ -6,6 +6,7 @@ import dataclasses
 
 import optuna
 import pytest
+import torch
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FixedTrial
 
@@ -14,6 +15,7 @@ from autotune.cli import compose, to_config
 from autotune.config import KnobConfig, SearchSpaceConfig
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
+from autotune.pipeline.config import PipelineConfig
 from autotune.space import SearchSpace
 
 
@@ -126,13 +128,46 @@ def test_pin_memory_left_out_on_cpu(default_cfg: SearchSpaceConfig, facts4: Mach
     assert "pin_memory" not in ask(space).distributions
 
 
-def test_pin_memory_searched_on_cuda(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+CUDA_KNOBS = ("pin_memory", "augment_on", "transfer", "device_prefetch", "channels_last")
+
+
+def test_default_space_on_cpu(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    space = build(default_cfg, facts4, device="cpu")
+    knobs = {k.name: k for k in space.knobs}
+    assert knobs["decoder"].choices == ("pil", "pil_reduced", "opencv", "torchvision")
+    assert any(note.startswith("decoder nvjpeg left out") for note in space.notes)
+    for name in CUDA_KNOBS:
+        assert name not in knobs
+        assert any(note.startswith(f"{name} left out") for note in space.notes)
+    cfg = space.suggest(FixedTrial({"num_workers": 0, "decoder": "opencv", "main_threads": 1}))
+    assert (cfg.augment_on, cfg.transfer, cfg.device_prefetch, cfg.channels_last) == (
+        "cpu",
+        "uint8",
+        False,
+        False,
+    )
+
+
+def test_cuda_knobs_searched_on_cuda(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
     space = build(default_cfg, facts4, device="cuda")  # the space only reads the device name
-    assert "pin_memory" in names(space)
-    assert not any("pin_memory" in note for note in space.notes)
+    assert set(CUDA_KNOBS) <= set(names(space))
+    assert not any(name in note for note in space.notes for name in CUDA_KNOBS)
     assert ask(space).distributions["pin_memory"] == CategoricalDistribution([False, True])
-    trial = FixedTrial({"num_workers": 0, "pin_memory": True, "decoder": "pil", "main_threads": 1})
-    assert space.suggest(trial).pin_memory is True
+    decoder = next(k for k in space.knobs if k.name == "decoder")
+    # nvjpeg also needs a CUDA runtime in this process, which this test machine may lack
+    assert ("nvjpeg" in decoder.choices) == torch.cuda.is_available()
+    base = {"num_workers": 0, "pin_memory": True, "decoder": "pil", "main_threads": 1}
+    extra = {"device_prefetch": True, "channels_last": False}
+    cfg = space.suggest(FixedTrial({**base, **extra, "augment_on": "cpu", "transfer": "float"}))
+    assert (cfg.pin_memory, cfg.transfer, cfg.device_prefetch) == (True, "float", True)
+    # transfer is only asked when the workers augment: the device needs the uint8 images
+    cfg = space.suggest(FixedTrial({**base, **extra, "augment_on": "gpu"}))
+    assert (cfg.augment_on, cfg.transfer) == ("gpu", "uint8")
+
+
+def test_nvjpeg_implies_augmenting_on_the_device() -> None:
+    cfg = PipelineConfig(decoder="nvjpeg", augment_on="cpu", transfer="float")
+    assert (cfg.augment_on, cfg.transfer) == ("gpu", "uint8")
 
 
 # --- bounds from the machine ------------------------------------------------------------------
@@ -216,6 +251,9 @@ def test_baseline_on_cuda_does_not_pin(
 ) -> None:
     params = build(default_cfg, facts4, device="cuda").baseline_params(default_threads=2)
     assert params["pin_memory"] is False
+    # the tutorial pipeline: normalized float32 crosses the bus, no side stream, NCHW
+    assert (params["augment_on"], params["transfer"]) == ("cpu", "float")
+    assert (params["device_prefetch"], params["channels_last"]) == (False, False)
 
 
 @pytest.mark.parametrize(("threads", "expected"), [(16, 4), (0, 1), (3, 3)])

@@ -16,7 +16,19 @@ LOADER_KEYS = (
     "pin_memory",
     "drop_last",
 )
-PIPELINE_KEYS = ("decoder", "main_threads")
+PIPELINE_KEYS = (
+    "decoder",
+    "main_threads",
+    "augment_on",
+    "transfer",
+    "device_prefetch",
+    "channels_last",
+)
+# Decoders that decode a whole batch on the device in the training process: the workers only
+# read bytes, and augmentation necessarily follows on the device.
+DEVICE_DECODERS = ("nvjpeg",)
+AUGMENT_ON = ("cpu", "gpu")
+TRANSFERS = ("uint8", "float")
 
 
 @dataclass(frozen=True)
@@ -36,8 +48,25 @@ class PipelineConfig:
     drop_last: bool = True
     decoder: str = "pil"
     main_threads: int | None = None  # torch intra-op threads in the training process
+    # cpu: crop/resize/flip per sample in the workers; gpu: per batch on the device (kornia)
+    augment_on: str = "cpu"
+    # what crosses to the device (augment_on=cpu): uint8 crops, normalized there (4x fewer
+    # bytes), or float32 normalized in the workers
+    transfer: str = "uint8"
+    device_prefetch: bool = False  # copy batch N+1 on a side CUDA stream while step N runs
+    channels_last: bool = False  # NHWC batches (and model) for tensor-core convolutions
 
     def __post_init__(self) -> None:
+        # a device decoder hands the device whole images: augmentation can only follow there,
+        # and device-side augmentation needs the uint8 images, not normalized floats
+        if self.decoder in DEVICE_DECODERS:
+            object.__setattr__(self, "augment_on", "gpu")
+        if self.augment_on == "gpu":
+            object.__setattr__(self, "transfer", "uint8")
+        if self.augment_on not in AUGMENT_ON:
+            raise UsageError(f"augment_on must be one of {AUGMENT_ON}, got {self.augment_on!r}")
+        if self.transfer not in TRANSFERS:
+            raise UsageError(f"transfer must be one of {TRANSFERS}, got {self.transfer!r}")
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_workers < 0:
@@ -89,6 +118,14 @@ class PipelineConfig:
         if self.pin_memory:
             parts.append("pin")
         parts.append(self.decoder)
+        if self.augment_on != "cpu":
+            parts.append(f"aug-{self.augment_on}")
+        if self.transfer != "uint8":
+            parts.append(self.transfer)
+        if self.device_prefetch:
+            parts.append("prefetch")
+        if self.channels_last:
+            parts.append("nhwc")
         parts.append(f"t{self.main_threads}" if self.main_threads else "t-default")
         parts.append(f"bs{self.batch_size}")
         return " ".join(parts)

@@ -2,31 +2,62 @@
 
 What was measured is what the user gets: a trial and ``autotune.build_loader`` go through
 the same ``build`` with the same ``PipelineConfig``.
+
+Where each step runs, by setting:
+
+================================  ======================  ===============================
+setting                           workers return          the device stage does
+================================  ======================  ===============================
+augment_on=cpu, transfer=uint8    uint8 crops             copy, normalize
+augment_on=cpu, transfer=float    normalized float32      copy
+augment_on=gpu                    whole decoded images    copy, crop/resize/flip, normalize
+decoder=nvjpeg                    encoded bytes           copy, decode, augment, normalize
+================================  ======================  ===============================
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
-from autotune.pipeline import decoders
+from autotune.pipeline import decoders, device_augment
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 
 log = logging.getLogger(__name__)
 
+Batch = tuple[Any, torch.Tensor]
+
+
+class Normalize:
+    """``(x - mean) / std`` for 0-255 values, with the recipe's 0-1 mean and std."""
+
+    def __init__(self, recipe: Recipe, device: torch.device | str = "cpu") -> None:
+        shape = (-1, 1, 1)
+        self.mean = torch.tensor(recipe.mean, device=device).mul(255).view(shape)
+        self.inv_std = torch.tensor(recipe.std, device=device).mul(255).reciprocal().view(shape)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return images.float().sub_(self.mean).mul_(self.inv_std)
+
 
 class EncodedImageDataset(Dataset):
-    """Reads, decodes and augments one sample of a ``Source``; returns ``(uint8 CHW, label)``."""
+    """Reads one sample of a ``Source`` and does the workers' share of the pipeline.
 
-    def __init__(self, source: Source, *, decoder: str, recipe: Recipe) -> None:
-        decoders.DECODERS[decoder]  # fail here, not in a worker, on an unknown name
-        self.source, self.decoder_name, self.recipe = source, decoder, recipe
+    Returns ``(image, label)``; what ``image`` is depends on the settings (module docstring).
+    """
+
+    def __init__(self, source: Source, *, recipe: Recipe, config: PipelineConfig) -> None:
+        decoders.DECODERS[config.decoder]  # fail here, not in a worker, on an unknown name
+        self.source, self.recipe, self.decoder_name = source, recipe, config.decoder
+        self.on_device = decoders.DECODERS[config.decoder].on_device
+        self.augment_on = config.augment_on
+        self.normalize = Normalize(recipe) if config.transfer == "float" else None
         self._decoder: decoders.Decoder | None = None  # built in the process that decodes
         self._bad: set[str] = set()
 
@@ -41,15 +72,31 @@ class EncodedImageDataset(Dataset):
         for attempt in range(len(self.source)):
             i = (index + attempt) % len(self.source)
             try:
-                return self.recipe(self.source.read(i), self._decoder), self.source.labels[i]
+                return self._prepare(self.source.read(i), self._decoder), self.source.labels[i]
             except (OSError, ValueError, RuntimeError) as exc:
                 if self.source.paths[i] not in self._bad:
                     self._bad.add(self.source.paths[i])
                     log.warning("skipping %s: %s", self.source.paths[i], exc)
         raise ValueError(f"no image of {self.source.root} could be decoded")
 
+    def _prepare(self, data: bytes, decoder: decoders.Decoder) -> torch.Tensor:
+        if self.on_device:
+            width, height, orientation = decoders.probe(data)  # a damaged header fails here
+            if data[:2] == b"\xff\xd8" and orientation == 1:
+                return torch.frombuffer(bytearray(data), dtype=torch.uint8)  # 1-D: encoded
+            return self.recipe.decode_for_device(data, decoder)  # 3-D: decoded here
+        if self.augment_on == "gpu":
+            return self.recipe.decode_for_device(data, decoder)
+        image = self.recipe(data, decoder)
+        return self.normalize(image) if self.normalize is not None else image
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_decoder": None}  # decoder libraries stay per process
+
+
+def collate_list(samples: list[tuple[torch.Tensor, int]]) -> Batch:
+    """Images of different sizes stay a list (the device stage crops them); labels stack."""
+    return [image for image, _ in samples], torch.tensor([label for _, label in samples])
 
 
 def worker_init(worker_id: int) -> None:
@@ -64,18 +111,95 @@ def worker_init(worker_id: int) -> None:
 
 
 class DeviceStage:
-    """Moves a uint8 batch to the device and normalizes it there (in float32)."""
+    """The training process's share: the copy to the device and what follows it there."""
 
-    def __init__(self, recipe: Recipe, device: torch.device, *, non_blocking: bool) -> None:
-        shape = (1, -1, 1, 1)
-        self.device, self.non_blocking = device, non_blocking
-        self.mean = torch.tensor(recipe.mean, device=device).mul(255).view(shape)
-        self.inv_std = torch.tensor(recipe.std, device=device).mul(255).reciprocal().view(shape)
+    def __init__(
+        self,
+        recipe: Recipe,
+        device: torch.device,
+        config: PipelineConfig,
+        *,
+        seed: int | None = 0,
+    ) -> None:
+        self.device, self.config = device, config
+        self.non_blocking = config.pin_memory and device.type == "cuda"
+        self.normalize = Normalize(recipe, device)
+        self.augment = (
+            device_augment.for_recipe(recipe, seed=seed) if config.augment_on == "gpu" else None
+        )
+        self.device_decoder = decoders.DECODERS[config.decoder]
+        if not self.device_decoder.on_device:
+            self.device_decoder = None
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        images = images.to(self.device, non_blocking=self.non_blocking)
-        labels = labels.to(self.device, non_blocking=self.non_blocking)
-        return images.float().sub_(self.mean).mul_(self.inv_std), labels
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(self.device, non_blocking=self.non_blocking)
+
+    def __call__(self, images: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        labels = self._to_device(labels)
+        if self.augment is not None:
+            batch = self.augment(self._decode([self._to_device(i) for i in images]))
+        else:
+            batch = self._to_device(images)
+        if self.config.transfer != "float":  # float: normalized in the workers already
+            batch = self.normalize(batch)
+        if self.config.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return batch, labels
+
+    def _decode(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Decodes the encoded (1-D) images of a batch in one device call."""
+        if self.device_decoder is None:
+            return images
+        encoded = [i for i, image in enumerate(images) if image.dim() == 1]
+        if not encoded:
+            return images
+        # the bytes are read from host memory by the decoder: copy them back if they moved
+        data = [images[i].cpu() for i in encoded]
+        decoded = self.device_decoder.decode_batch(data, self.device)
+        out = list(images)
+        for i, image in zip(encoded, decoded, strict=True):
+            out[i] = image
+        return out
+
+
+def one_ahead(
+    items: Iterable[Any], start: Callable[[Any], Any], finish: Callable[[Any], Any]
+) -> Iterator[Any]:
+    """Yields ``finish(start(item))`` for each item, but starts item N+1 before yielding N:
+    whatever ``start`` queues runs while the caller works on N."""
+    iterator = iter(items)
+    try:
+        pending = start(next(iterator))
+    except StopIteration:
+        return
+    for item in iterator:
+        ready = finish(pending)
+        pending = start(item)
+        yield ready
+    yield finish(pending)
+
+
+def prefetch_on_side_stream(
+    batches: Iterable[Batch], stage: DeviceStage
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``device_prefetch``: batch N+1's copy (and device decode/augment) is queued on a side
+    CUDA stream while step N runs on the current one."""
+    side = torch.cuda.Stream(device=stage.device)
+
+    def start(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.cuda.stream(side):
+            return stage(*batch)
+
+    def finish(ready: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        current = torch.cuda.current_stream(stage.device)
+        current.wait_stream(side)
+        for tensor in ready:
+            # made on the side stream, used on the current one: the caching allocator must
+            # not hand its memory out again until the current stream is done with it
+            tensor.record_stream(current)
+        return ready
+
+    return one_ahead(batches, start, finish)
 
 
 class TunedLoader:
@@ -89,10 +213,12 @@ class TunedLoader:
 
     def __init__(self, dataloader: DataLoader, stage: DeviceStage, config: PipelineConfig):
         self.dataloader, self.stage, self.config = dataloader, stage, config
+        self.prefetches = config.device_prefetch and stage.device.type == "cuda"
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for images, labels in self.dataloader:
-            yield self.stage(images, labels)
+        if self.prefetches:
+            return prefetch_on_side_stream(self.dataloader, self.stage)
+        return (self.stage(images, labels) for images, labels in self.dataloader)
 
     def __len__(self) -> int:
         return len(self.dataloader)
@@ -110,25 +236,27 @@ def build(
     """Builds the loader a ``PipelineConfig`` describes.
 
     Args:
-        dataset: a ``Source`` (decoded with ``config.decoder`` and ``recipe``) or any Dataset
-            that already returns ``(uint8 CHW tensor, label)``.
+        dataset: a ``Source`` (read, decoded and augmented as ``config`` says) or your own
+            Dataset returning ``(uint8 CHW tensor, label)``: the finished crop, or with
+            ``augment_on=gpu`` the whole decoded image (any size; cropped on the device).
         config: the tuned settings.
         recipe: the augmentation recipe (its mean/std normalize on the device).
         device: where batches are delivered.
-        seed: seeds shuffling and the workers' augmentation (None: not reproducible).
+        seed: seeds shuffling and the augmentation (None: not reproducible).
         sampler: overrides shuffling (the trial runner passes one that never ends an epoch).
     """
     device = torch.device(device)
     if isinstance(dataset, Source):
-        dataset = EncodedImageDataset(dataset, decoder=config.decoder, recipe=recipe)
+        dataset = EncodedImageDataset(dataset, recipe=recipe, config=config)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     dataloader = DataLoader(
         dataset,
         shuffle=sampler is None,
         sampler=sampler,
         generator=generator,
+        collate_fn=collate_list if config.augment_on == "gpu" else default_collate,
         worker_init_fn=worker_init if config.num_workers else None,
         **{**config.loader_kwargs(), "pin_memory": config.pin_memory and device.type == "cuda"},
     )
-    stage = DeviceStage(recipe, device, non_blocking=config.pin_memory)
+    stage = DeviceStage(recipe, device, config, seed=seed)
     return TunedLoader(dataloader, stage, config)

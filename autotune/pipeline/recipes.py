@@ -34,6 +34,9 @@ class Recipe(ABC):
     """Decode + augment one encoded image into a ``uint8`` ``(3, crop, crop)`` tensor."""
 
     name: str
+    # the plan has no random part: it can be made in the workers even when the ops run on
+    # the device, so a reduced decode stays possible there
+    deterministic: bool = False
 
     def __init__(
         self,
@@ -49,12 +52,19 @@ class Recipe(ABC):
     def __call__(self, data: bytes, decoder: decoders.Decoder) -> torch.Tensor:
         width, height, orientation = decoders.probe(data)
         plan = self.plan(width, height)
-        reduce = largest_reduction(plan.region, plan.needed) if decoder.can_reduce else 1
-        image = decoder.decode(data, reduce=reduce)
-        if not decoder.applies_orientation:
-            image = decoders.orient(image, orientation)
+        image = _decode(data, decoder, orientation, plan)
         # a reduced decode is ~1/r of the size: rescale the planned box to what came back
         return self.apply(image, plan, scale=(image.shape[-2] / height, image.shape[-1] / width))
+
+    def decode_for_device(self, data: bytes, decoder: decoders.Decoder) -> torch.Tensor:
+        """The whole image, for augmentation on the device (``augment_on=gpu``).
+
+        Reduced only when the plan is deterministic: random crops are drawn on the device, and
+        a small crop of a reduced image would have fewer pixels than the recipe promises.
+        """
+        width, height, orientation = decoders.probe(data)
+        plan = self.plan(width, height) if self.deterministic else None
+        return _decode(data, decoder, orientation, plan)
 
     @abstractmethod
     def plan(self, width: int, height: int) -> Plan:
@@ -65,6 +75,16 @@ class Recipe(ABC):
         self, image: torch.Tensor, plan: Plan, *, scale: tuple[float, float]
     ) -> torch.Tensor:
         """Applies the planned ops to the decoded image (``scale``: decoded / full size)."""
+
+
+def _decode(
+    data: bytes, decoder: decoders.Decoder, orientation: int, plan: Plan | None
+) -> torch.Tensor:
+    reduce = 1
+    if plan is not None and decoder.can_reduce:
+        reduce = largest_reduction(plan.region, plan.needed)
+    image = decoder.decode(data, reduce=reduce)
+    return image if decoder.applies_orientation else decoders.orient(image, orientation)
 
 
 @dataclass(frozen=True)
@@ -127,6 +147,7 @@ class CenterCropEval(Recipe):
     """Resize the shorter side to ``resize_size`` (default crop * 256/224), centre crop."""
 
     name = "center_crop_eval"
+    deterministic = True
 
     def __init__(
         self, *, crop_size: int, resize_size: int | None = None, **kwargs: tuple[float, ...]
