@@ -36,6 +36,8 @@ INACTIVE = {
     "transfer": "uint8",
     "device_prefetch": False,
     "channels_last": False,
+    "dali_num_threads": None,
+    "dali_prefetch_queue_depth": None,
 }
 # DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
 NEED_WORKERS = ("prefetch_factor", "persistent_workers")

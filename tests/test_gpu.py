@@ -105,3 +105,14 @@ def test_a_trial_on_the_device(small_set: Source) -> None:
     assert outcome.failure is None, outcome.failure
     assert outcome.measurement is not None and outcome.measurement.samples_per_s > 0
     assert outcome.measurement.gpu_peak_memory_bytes
+
+
+def test_dali_on_the_gpu_matches_its_cpu_backend(small_set: Source) -> None:
+    pytest.importorskip("nvidia.dali")
+    recipe = recipes.CenterCropEval(crop_size=64)
+    config = PipelineConfig(batch_size=8, decoder="dali", dali_num_threads=2)
+    on_gpu, labels = _first(small_set, config, recipe, CUDA)
+    on_cpu, cpu_labels = _first(small_set, config, recipe, torch.device("cpu"))
+    assert on_gpu.device.type == "cuda" and torch.equal(labels.cpu(), cpu_labels)
+    std = torch.tensor(recipe.std).view(1, 3, 1, 1) * 255
+    assert ((on_gpu.cpu() - on_cpu) * std).abs().mean() < 3.0  # nvJPEG vs libjpeg-turbo

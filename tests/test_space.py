@@ -15,6 +15,7 @@ from autotune.cli import compose, to_config
 from autotune.config import KnobConfig, SearchSpaceConfig
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
+from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.space import SearchSpace
 
@@ -57,9 +58,12 @@ def names(space: SearchSpace) -> list[str]:
     return [k.name for k in space.knobs]
 
 
-def ask(space: SearchSpace) -> optuna.Trial:
+def ask(space: SearchSpace, fixed: dict | None = None) -> optuna.Trial:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    trial = optuna.create_study().ask()
+    study = optuna.create_study()
+    if fixed:
+        study.enqueue_trial(fixed)
+    trial = study.ask()
     space.suggest(trial)
     return trial
 
@@ -128,7 +132,15 @@ def test_pin_memory_left_out_on_cpu(default_cfg: SearchSpaceConfig, facts4: Mach
     assert "pin_memory" not in ask(space).distributions
 
 
-CUDA_KNOBS = ("pin_memory", "augment_on", "transfer", "device_prefetch", "channels_last")
+CUDA_KNOBS = (
+    "pin_memory",
+    "augment_on",
+    "transfer",
+    "device_prefetch",
+    "channels_last",
+    "dali_num_threads",
+    "dali_prefetch_queue_depth",
+)
 
 
 def test_default_space_on_cpu(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
@@ -136,6 +148,7 @@ def test_default_space_on_cpu(default_cfg: SearchSpaceConfig, facts4: MachineFac
     knobs = {k.name: k for k in space.knobs}
     assert knobs["decoder"].choices == ("pil", "pil_reduced", "opencv", "torchvision")
     assert any(note.startswith("decoder nvjpeg left out") for note in space.notes)
+    assert any(note.startswith("decoder dali left out") for note in space.notes)
     for name in CUDA_KNOBS:
         assert name not in knobs
         assert any(note.startswith(f"{name} left out") for note in space.notes)
@@ -156,6 +169,8 @@ def test_cuda_knobs_searched_on_cuda(default_cfg: SearchSpaceConfig, facts4: Mac
     decoder = next(k for k in space.knobs if k.name == "decoder")
     # nvjpeg also needs a CUDA runtime in this process, which this test machine may lack
     assert ("nvjpeg" in decoder.choices) == torch.cuda.is_available()
+    dali = decoders.DaliDecoder.unavailable_reason() is None
+    assert ("dali" in decoder.choices) == dali
     base = {"num_workers": 0, "pin_memory": True, "decoder": "pil", "main_threads": 1}
     extra = {"device_prefetch": True, "channels_last": False}
     cfg = space.suggest(FixedTrial({**base, **extra, "augment_on": "cpu", "transfer": "float"}))
@@ -168,6 +183,21 @@ def test_cuda_knobs_searched_on_cuda(default_cfg: SearchSpaceConfig, facts4: Mac
 def test_nvjpeg_implies_augmenting_on_the_device() -> None:
     cfg = PipelineConfig(decoder="nvjpeg", augment_on="cpu", transfer="float")
     assert (cfg.augment_on, cfg.transfer) == ("gpu", "uint8")
+
+
+def test_dali_knobs_only_with_dali(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
+    space = build(default_cfg, facts4, device="cuda")
+    asked = ask(space, {"decoder": "pil"}).distributions
+    assert "dali_num_threads" not in asked and "dali_prefetch_queue_depth" not in asked
+    loader = {"num_workers": 2, "prefetch_factor": 3, "persistent_workers": True}
+    cfg = PipelineConfig(**loader, pin_memory=True, decoder="dali", dali_prefetch_queue_depth=4)
+    # DALI replaces the DataLoader: the loader's settings are dropped, so configs dedupe
+    assert (cfg.num_workers, cfg.prefetch_factor, cfg.pin_memory) == (0, None, False)
+    assert (cfg.dali_num_threads, cfg.dali_prefetch_queue_depth) == (2, 4)  # 2: DALI's default
+    assert cfg.buffered_batches == 4
+    assert cfg.short() == "dali th2 q4 t-default bs32"
+    cfg = PipelineConfig(**loader, decoder="pil", dali_num_threads=3)
+    assert (cfg.dali_num_threads, cfg.dali_prefetch_queue_depth) == (None, None)
 
 
 # --- bounds from the machine ------------------------------------------------------------------

@@ -23,12 +23,23 @@ PIPELINE_KEYS = (
     "transfer",
     "device_prefetch",
     "channels_last",
+    "dali_num_threads",
+    "dali_prefetch_queue_depth",
 )
 # Decoders that decode a whole batch on the device in the training process: the workers only
 # read bytes, and augmentation necessarily follows on the device.
-DEVICE_DECODERS = ("nvjpeg",)
+DEVICE_DECODERS = ("nvjpeg", "dali")
 AUGMENT_ON = ("cpu", "gpu")
 TRANSFERS = ("uint8", "float")
+
+
+_DALI_DEFAULTS = {"dali_num_threads": 2, "dali_prefetch_queue_depth": 2}  # DALI's own
+_NO_LOADER = {
+    "num_workers": 0,
+    "prefetch_factor": None,
+    "persistent_workers": False,
+    "pin_memory": False,
+}
 
 
 @dataclass(frozen=True)
@@ -55,12 +66,24 @@ class PipelineConfig:
     transfer: str = "uint8"
     device_prefetch: bool = False  # copy batch N+1 on a side CUDA stream while step N runs
     channels_last: bool = False  # NHWC batches (and model) for tensor-core convolutions
+    # decoder=dali only: DALI's CPU threads and its queue of ready batches
+    dali_num_threads: int | None = None
+    dali_prefetch_queue_depth: int | None = None
 
     def __post_init__(self) -> None:
         # a device decoder hands the device whole images: augmentation can only follow there,
         # and device-side augmentation needs the uint8 images, not normalized floats
         if self.decoder in DEVICE_DECODERS:
             object.__setattr__(self, "augment_on", "gpu")
+        if self.decoder == "dali":  # DALI replaces the DataLoader: its settings do not apply
+            for key, value in _DALI_DEFAULTS.items():
+                if getattr(self, key) is None:
+                    object.__setattr__(self, key, value)
+            for key in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
+                object.__setattr__(self, key, _NO_LOADER[key])
+        else:
+            object.__setattr__(self, "dali_num_threads", None)
+            object.__setattr__(self, "dali_prefetch_queue_depth", None)
         if self.augment_on == "gpu":
             object.__setattr__(self, "transfer", "uint8")
         if self.augment_on not in AUGMENT_ON:
@@ -80,10 +103,16 @@ class PipelineConfig:
             raise UsageError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         if self.main_threads is not None and self.main_threads < 1:
             raise UsageError(f"main_threads must be >= 1, got {self.main_threads}")
+        for key in _DALI_DEFAULTS:
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise UsageError(f"{key} must be >= 1, got {value}")
 
     @property
     def buffered_batches(self) -> int:
         """Batches the loader holds ready once started: what a warm-up must drain."""
+        if self.dali_prefetch_queue_depth is not None:
+            return self.dali_prefetch_queue_depth
         if self.num_workers == 0:
             return 0
         return self.num_workers * (self.prefetch_factor or 2)
@@ -110,16 +139,19 @@ class PipelineConfig:
 
     def short(self) -> str:
         """A compact label for progress lines: ``w4 pf2 persist pil_reduced t1 bs32``."""
-        parts = [f"w{self.num_workers}"]
-        if self.num_workers:
-            parts.append(f"pf{self.prefetch_factor or 2}")
-            if self.persistent_workers:
-                parts.append("persist")
-        if self.pin_memory:
-            parts.append("pin")
-        parts.append(self.decoder)
-        if self.augment_on != "cpu":
-            parts.append(f"aug-{self.augment_on}")
+        if self.decoder == "dali":  # no DataLoader: DALI's threads and queue instead
+            parts = [f"dali th{self.dali_num_threads} q{self.dali_prefetch_queue_depth}"]
+        else:
+            parts = [f"w{self.num_workers}"]
+            if self.num_workers:
+                parts.append(f"pf{self.prefetch_factor or 2}")
+                if self.persistent_workers:
+                    parts.append("persist")
+            if self.pin_memory:
+                parts.append("pin")
+            parts.append(self.decoder)
+            if self.augment_on != "cpu":
+                parts.append(f"aug-{self.augment_on}")
         if self.transfer != "uint8":
             parts.append(self.transfer)
         if self.device_prefetch:

@@ -60,6 +60,8 @@ class Decoder(ABC):
     # decodes whole batches on the device in the training process (decode_batch); workers
     # only read bytes, and use decode() for the few files the device decoder must not get
     on_device: ClassVar[bool] = False
+    # a whole pipeline of its own (DALI) in place of the DataLoader: see pipeline/dali.py
+    replaces_loader: ClassVar[bool] = False
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -192,9 +194,35 @@ class NvjpegDecoder(Decoder):
         return list(decode_jpeg(encoded, mode="RGB", device=device))
 
 
+class DaliDecoder(Decoder):
+    """NVIDIA DALI's pipeline (nvJPEG ``mixed`` decode, GPU augmentation): pipeline/dali.py."""
+
+    name = "dali"
+    on_device = True
+    replaces_loader = True
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        from autotune.pipeline import dali
+
+        if not torch.cuda.is_available():
+            return "it needs a CUDA device"
+        return dali.unavailable_reason()
+
+    def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
+        return PilDecoder().decode(data)  # unused: DALI decodes inside its own graph
+
+
 DECODERS: dict[str, type[Decoder]] = {
     cls.name: cls
-    for cls in (PilDecoder, PilReducedDecoder, OpenCvDecoder, TorchvisionDecoder, NvjpegDecoder)
+    for cls in (
+        PilDecoder,
+        PilReducedDecoder,
+        OpenCvDecoder,
+        TorchvisionDecoder,
+        NvjpegDecoder,
+        DaliDecoder,
+    )
 }
 
 

@@ -246,6 +246,14 @@ def build(
         sampler: overrides shuffling (the trial runner passes one that never ends an epoch).
     """
     device = torch.device(device)
+    if decoders.DECODERS[config.decoder].replaces_loader:
+        if not isinstance(dataset, Source):
+            raise TypeError("decoder=dali reads the files itself: pass a Source or a folder")
+        from autotune.pipeline.dali import DaliLoader
+
+        return DaliLoader(  # type: ignore[return-value]
+            dataset, config, recipe=recipe, device=device, seed=seed, sampler=sampler
+        )
     if isinstance(dataset, Source):
         dataset = EncodedImageDataset(dataset, recipe=recipe, config=config)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
