@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from autotune.config import RecipeConfig
 from autotune.errors import UsageError
 from autotune.pipeline import loader, recipes, sources
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import DEVICE_DECODERS, PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,15 @@ def loader_kwargs(path: str | Path) -> dict[str, Any]:
     Example:
         >>> DataLoader(my_dataset, shuffle=True, **autotune.loader_kwargs("best.yaml"))
     """
-    return load_pipeline_config(path).loader_kwargs()
+    config = load_pipeline_config(path)
+    if config.augment_on != "cpu" or config.decoder in DEVICE_DECODERS:
+        warnings.warn(
+            f"{path}: the measured pipeline ({config.short()}) also decodes or augments on the "
+            "device; these DataLoader arguments are only its host part: use "
+            "autotune.build_loader for all of it",
+            stacklevel=2,
+        )
+    return config.loader_kwargs()
 
 
 def build_loader(

@@ -12,14 +12,17 @@ crop position KS p=0.65; at n=20000, area p=0.34 and 0.38 for two seeds.
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 from scipy import stats
 
+import autotune
 from autotune.pipeline import decoders, device_augment, loader, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
@@ -253,3 +256,26 @@ def test_device_prefetch_is_a_no_op_on_a_cpu_device(small_set: Source) -> None:
     )
     assert not tuned.prefetches
     assert len(list(tuned)) == 4
+
+
+def test_loader_kwargs_warn_when_the_device_has_a_share(tmp_path: Path) -> None:
+    host_only = tmp_path / "host.yaml"
+    host_only.write_text(yaml.safe_dump(PipelineConfig(num_workers=2).to_dict()))
+    on_device = tmp_path / "device.yaml"
+    on_device.write_text(yaml.safe_dump(PipelineConfig(decoder="nvjpeg").to_dict()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert autotune.loader_kwargs(host_only)["num_workers"] == 2
+    with pytest.warns(UserWarning, match="use autotune.build_loader"):
+        autotune.loader_kwargs(on_device)
+
+
+def test_build_loader_from_a_best_yaml_with_device_augmentation(
+    tmp_path: Path, small_set: Source
+) -> None:
+    doc = PipelineConfig(batch_size=4, num_workers=1, augment_on="gpu").to_dict()
+    doc["workload"] = {"recipe": {"name": "imagenet_train", "crop_size": 40}, "device": "cpu"}
+    best = tmp_path / "best.yaml"
+    best.write_text(yaml.safe_dump(doc))
+    images, labels = next(iter(autotune.build_loader(small_set, best)))
+    assert images.shape == (4, 3, 40, 40) and labels.shape == (4,)
