@@ -210,6 +210,24 @@ class SearchSpace:
                 params[knob.name] = min(options, key=lambda v: abs(v - wanted[knob.name]))
         return params
 
+    def grid(self) -> list[dict[str, Any]]:
+        """Every point of the space as trial params, each conditional knob only where its
+        condition holds (so no two points are the same config). For exhaustive baselines."""
+        fixed = {k.name: k.value for k in self.knobs if k.type == "fixed"}
+        points: list[dict[str, Any]] = [{}]
+        for knob in self.knobs:
+            if knob.type == "fixed":
+                continue
+            grown = []
+            for point in points:
+                values = {**dict(self.defaults), **fixed, **point}
+                if knob.when is not None and not knob.when.holds(values):
+                    grown.append(point)
+                else:
+                    grown += [{**point, knob.name: value} for value in knob.values()]
+            points = grown
+        return points
+
     def neighbours(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The points one knob away from ``params``, nearest changes first.
 

@@ -1,0 +1,107 @@
+"""``python -m autotune.benchmark``: a real, tiny run of every stage, and its bad input.
+
+The run is shrunk with Hydra overrides (6 grid configs, short windows): it checks what is
+measured and written, not the figures, which come from full runs (README, issue notes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+TINY = [
+    "search_space=quick",
+    "window=quick",
+    "window.sub_windows=2",
+    "search_space.knobs.decoder.choices=[pil]",
+    "dataset.count=32",
+    "dataset.num_classes=2",
+    "recipe.crop_size=48",
+    "batch_size=8",
+    "study.n_startup_trials=1",
+    "study.confirm_top_k=1",
+    "study.confirm_rounds=1",
+]
+
+
+def _benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.benchmark", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cwd = tmp_path_factory.mktemp("benchmark")
+    result = _benchmark(["--scenario", "small", "--rounds", "1", *TINY], cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| tuner_vs_oracle |" in result.stdout
+    return cwd / "studies" / "benchmark" / "small"
+
+
+def test_results_json_has_every_figure(tiny_run: Path) -> None:
+    results = json.loads((tiny_run / "results.json").read_text())
+    ratios = results["ratios"]
+    for key in ("tuner_vs_oracle", "tuner_vs_defaults", "tuner_vs_recipe", "tuner_vs_cpu_bound"):
+        assert isinstance(ratios[key], float) and ratios[key] > 0, key
+    assert results["search_time_fraction"] > 0
+    assert set(results["head_to_head"]) == {"oracle", "tuner", "defaults", "recipe", "heuristic"}
+    assert all(row["rounds"] == 1 for row in results["head_to_head"].values())
+    assert results["trials"] == {"grid": 3, "tuner": 2}  # quick space, Pillow only: 3 workers
+    recipe = results["head_to_head"]["recipe"]["config"]
+    assert recipe.startswith(f"w{min(8, results['machine']['usable_cpus'])} pf4 persist")
+    table = (tiny_run / "results.md").read_text()
+    for key, target in (("tuner_vs_oracle", ">= 0.97"), ("search_time_fraction", "<= 0.3")):
+        assert re.search(rf"\| {key} \| [\d.]+ \| {target} (met|MISSED) \|", table), key
+
+
+def test_the_grid_measures_every_config_in_full(tiny_run: Path) -> None:
+    results = json.loads((tiny_run / "results.json").read_text())
+    storage = results["studies"]["storage"]
+    grid = optuna.load_study(study_name=results["studies"]["grid"], storage=storage)
+    trials = grid.get_trials(deepcopy=False)
+    assert len(trials) == 3
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)  # no pruning
+    configs = {t.user_attrs["config"] for t in trials}
+    assert len(configs) == 3  # every point once
+    tuner = optuna.load_study(study_name=results["studies"]["tuner"], storage=storage)
+    assert len(tuner.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) <= 2
+
+
+def test_gpu_scenario_skips_without_cuda(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is usable here: the scenario would run")
+    result = _benchmark(["--scenario", "gpu"], tmp_path)
+    assert result.returncode == 0 and "skipped" in result.stdout
+    assert not (tmp_path / "studies").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--scenario", "huge"], "invalid choice: 'huge'"),
+        (["--scenario", "small", "datset=synthetic"], "datset"),
+        (["--scenario", "small", "--rounds", "0"], "--rounds"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], named: str) -> None:
+    result = _benchmark(args, tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert not (tmp_path / "studies" / "benchmark" / "small" / "results.json").exists()
