@@ -158,6 +158,20 @@ class WindowConfig:
         _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
 
 
+@dataclass
+class DiagnoseConfig:
+    """``mode=diagnose``: how much of the data the in-process stage profile times."""
+
+    samples: int = 512  # timed stage by stage (the stage times, the latency tail); all if fewer
+    decoder_samples: int = 64  # the same samples timed with each decoder of the search space
+    slowest: int = 10  # slowest files listed
+
+    def __post_init__(self) -> None:
+        for key in ("samples", "decoder_samples", "slowest"):
+            value = getattr(self, key)
+            _require(value >= 1, f"diagnose.{key} must be >= 1, got {value}")
+
+
 MODES = ("tune", "diagnose", "report")
 
 
@@ -169,6 +183,7 @@ class AutotuneConfig:
     search_space: SearchSpaceConfig = field(default_factory=SearchSpaceConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
     window: WindowConfig = field(default_factory=WindowConfig)
+    diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     mode: str = "tune"  # tune | diagnose | report
     # diagnose: the best.yaml whose pipeline is diagnosed (default: PyTorch's defaults)
     pipeline: str | None = None
@@ -183,9 +198,7 @@ class AutotuneConfig:
             self.device in ("auto", "cpu", "cuda"),
             f"device must be auto, cpu or cuda, got {self.device!r}",
         )
-        _require(
-            self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"
-        )
+        _require(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         _require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from autotune.gpu_monitor import UtilizationSampler
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -29,6 +31,10 @@ class Measurement:
     warmup_batches: int
     timed_batches: int
     gpu_peak_memory_bytes: int | None = None  # None without a GPU (absent, not zero)
+    gpu_utilization_pct: float | None = None  # mean over the timed sub-windows; None: no GPU
+    # CPU seconds of the measuring process (all its threads, not its DataLoader workers) per
+    # timed sample: with num_workers=0, the loader's own CPU cost, whatever else ran
+    process_cpu_s_per_sample: float | None = None
 
     @property
     def spread(self) -> float:
@@ -64,7 +70,9 @@ def run_window(
     align: int = 1,
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.process_time,
     on_sub_window: Callable[[int, float], None] | None = None,
+    gpu: UtilizationSampler | None = None,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans.
 
@@ -73,7 +81,8 @@ def run_window(
     of ``align`` (the worker count: workers deliver batches round-robin, in bursts, and a
     window of whole rounds does not depend on where in a round it starts).
     ``on_sub_window(index, running_median)`` sees each sub-window as it ends (a pruner may
-    raise ``WindowStopped``). ``batches`` must not run out (an endless sampler).
+    raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
+    sub-windows only. ``batches`` must not run out (an endless sampler).
     """
     it = iter(batches)
     start = clock()
@@ -101,10 +110,14 @@ def run_window(
     batches_per_window = -(-batches_per_window // align) * align
 
     rates: list[float] = []
-    waited = elapsed = 0.0
+    waited = elapsed = cpu = 0.0
+    timed_samples = 0
     for index in range(sub_windows):
         samples = 0
         sync()
+        if gpu is not None:
+            gpu.start()
+        cpu_start = cpu_clock()
         window_start = clock()
         for _ in range(batches_per_window):
             before = clock()
@@ -114,7 +127,11 @@ def run_window(
             samples += len(labels)
         sync()
         span = clock() - window_start
+        cpu += cpu_clock() - cpu_start
+        if gpu is not None:
+            gpu.stop()
         elapsed += span
+        timed_samples += samples
         rates.append(samples / span if span > 0 else float("inf"))
         if on_sub_window is not None:
             on_sub_window(index, statistics.median(rates))
@@ -125,6 +142,8 @@ def run_window(
         time_to_first_batch_s=time_to_first_batch,
         warmup_batches=warmup,
         timed_batches=len(rates) * batches_per_window,
+        gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
+        process_cpu_s_per_sample=cpu / timed_samples if timed_samples else None,
     )
 
 

@@ -27,6 +27,7 @@ import psutil
 
 from autotune.config import ModelConfig, RecipeConfig, WindowConfig
 from autotune.errors import UsageError
+from autotune.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.measure import Measurement, WindowStopped, run_ceiling, run_window, warmup_batches
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
@@ -125,7 +126,17 @@ def classify_signal(signum: int) -> Failure:
 
 
 def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement:
-    """Runs in the child: build the workload and the loader, then time the window."""
+    """Runs in the child: the window, with the GPU's utilization sampled where there is one."""
+    import torch
+
+    with open_sampler(torch.device(job.device)) as gpu:
+        return _measure_window(job, report, gpu)
+
+
+def _measure_window(
+    job: TrialJob, report: Callable[[int, float], None], gpu: UtilizationSampler | None
+) -> Measurement:
+    """Builds the workload and the loader, then times the window."""
     import torch
     from torch.utils.data import RandomSampler
 
@@ -138,7 +149,10 @@ def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement
     device = torch.device(job.device)
     recipe = recipes.from_config(job.recipe)
     step = TrainStep(
-        build_model(job.model, num_classes=len(job.source.classes)), device, lr=job.model.lr
+        build_model(job.model, num_classes=len(job.source.classes)),
+        device,
+        lr=job.model.lr,
+        channels_last=job.pipeline.channels_last,
     )
     w = job.window
     warmup = warmup_batches(job.pipeline.buffered_batches, w.warmup_extra_batches)
@@ -153,6 +167,7 @@ def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement
             batches_per_window=w.batches_per_window,
             min_sub_window_s=w.min_sub_window_s,
             sync=step.sync,
+            gpu=gpu,
         )
     # an endless sampler: no epoch ends inside the window (start-up is measured apart, rule 1)
     sampler = RandomSampler(
@@ -175,6 +190,7 @@ def _measure(job: TrialJob, report: Callable[[int, float], None]) -> Measurement
         align=max(1, job.pipeline.num_workers),
         sync=step.sync,
         on_sub_window=report,
+        gpu=gpu,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

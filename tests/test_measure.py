@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+from autotune.gpu_monitor import UtilizationSampler
 from autotune.measure import (
     Measurement,
     WindowStopped,
@@ -233,9 +234,57 @@ def test_measurement_spread_and_to_dict() -> None:
         "warmup_batches": 12,
         "timed_batches": 48,
         "gpu_peak_memory_bytes": None,
+        "gpu_utilization_pct": None,
+        "process_cpu_s_per_sample": None,
         "spread": m.spread,
     }
     assert json.loads(json.dumps(d))["sub_window_samples_per_s"] == [90.0, 100.0, 110.0]
     zero = Measurement(0.0, (0.0, 0.0), 0.0, 0.0, 0, 2)
     assert zero.spread == 0.0
     assert not math.isnan(zero.to_dict()["spread"])
+
+
+def test_gpu_utilization_is_sampled_in_the_timed_sub_windows_only() -> None:
+    clock = FakeClock()
+    loader = FakeLoader(clock, prefetching(2))
+    drawn_at_reads: list[int] = []
+
+    def read() -> float:
+        drawn_at_reads.append(loader.drawn)
+        return 40.0
+
+    gpu = UtilizationSampler(read, interval_s=60.0)
+    m = run_window(
+        loader,
+        make_step(clock),
+        warmup=6,
+        sub_windows=3,
+        batches_per_window=4,
+        clock=clock,
+        gpu=gpu,
+    )
+    assert m.gpu_utilization_pct == 40.0
+    first_timed = 1 + 6  # the first batch and the warm-up come before any timed span
+    assert drawn_at_reads == [first_timed, first_timed + 4, first_timed + 8]
+
+
+def test_gpu_utilization_is_absent_without_a_sampler() -> None:
+    m, _ = window(buffered=2)
+    assert m.gpu_utilization_pct is None
+
+
+def test_process_cpu_time_per_timed_sample() -> None:
+    """CPU time is read at the edges of the timed sub-windows only, and divided by the timed
+    samples: here the fake CPU clock runs at half the speed of the fake wall clock."""
+    clock = FakeClock()
+    m = run_window(
+        FakeLoader(clock, prefetching(2)),
+        make_step(clock),
+        warmup=6,
+        sub_windows=3,
+        batches_per_window=4,
+        clock=clock,
+        cpu_clock=lambda: clock.now / 2,
+    )
+    # a sample costs (T_BATCH + T_STEP) / BATCH_SIZE seconds of wall time at the steady rate
+    assert m.process_cpu_s_per_sample == (T_BATCH + T_STEP) / BATCH_SIZE / 2

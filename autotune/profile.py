@@ -1,0 +1,316 @@
+"""Where a sample's time goes: the loader's stages timed one by one, in this process.
+
+Each stage of the per-sample pipeline (``Recipe.__call__``: read the bytes, decode, augment;
+then the batch's collate) is timed on its own, in CPU seconds (``time.thread_time``) and wall
+seconds, single-threaded as a DataLoader worker runs it. The sum of the CPU seconds bounds
+what any number of workers can deliver: ``usable CPUs / CPU seconds per sample``.
+
+Example:
+    >>> profile = profile_stages(source, recipe, "pil", n_samples=64)
+    >>> profile.cpu_work_bound(usable_cpus=8)   # samples/s, whatever num_workers is
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from autotune.pipeline import decoders
+from autotune.pipeline.recipes import Recipe, largest_reduction
+from autotune.pipeline.sources import Source
+
+LOADER_STAGES = ("read", "decode", "augment", "collate")
+UNREADABLE = (OSError, ValueError, RuntimeError)  # what the loader skips a file for
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds per sample of one stage: CPU time of the thread that ran it, and wall time."""
+
+    cpu_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class SampleTime:
+    """One sample's way through read, decode and augment (wall seconds)."""
+
+    path: str
+    size_bytes: int
+    width: int
+    height: int
+    read_s: float
+    decode_s: float
+    augment_s: float
+
+    @property
+    def load_s(self) -> float:
+        """What a worker spends on this sample before the batch is collated."""
+        return self.read_s + self.decode_s + self.augment_s
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """Per-sample stage times of one decoder on a set of samples.
+
+    Example:
+        >>> p = profile_stages(source, recipe, "torchvision")
+        >>> p.stages["decode"].cpu_s, p.cpu_work_bound(4), p.slowest(5)
+    """
+
+    decoder: str
+    stages: dict[str, StageTime]  # LOADER_STAGES, seconds per sample
+    samples: tuple[SampleTime, ...]
+    skipped: tuple[str, ...] = ()  # files that could not be decoded
+
+    def cpu_s(self, stages: Sequence[str] = LOADER_STAGES) -> float:
+        """CPU seconds per sample of ``stages``."""
+        return sum(self.stages[name].cpu_s for name in stages)
+
+    def wall_s(self, stages: Sequence[str] = LOADER_STAGES) -> float:
+        """Wall seconds per sample of ``stages`` run one after the other (``num_workers=0``)."""
+        return sum(self.stages[name].wall_s for name in stages)
+
+    def cpu_work_bound(self, usable_cpus: int, stages: Sequence[str] = LOADER_STAGES) -> float:
+        """The most samples/s any worker count can deliver: every usable CPU busy with
+        ``stages`` and nothing else."""
+        if usable_cpus < 1:
+            raise ValueError(f"`usable_cpus >= 1` must hold, but got ({usable_cpus=}).")
+        cpu = self.cpu_s(stages)
+        return usable_cpus / cpu if cpu > 0 else math.inf
+
+    def cpu_share(self, stage: str, stages: Sequence[str] = LOADER_STAGES) -> float:
+        """``stage``'s share of the CPU time of ``stages``."""
+        total = self.cpu_s(stages)
+        return self.stages[stage].cpu_s / total if total > 0 else 0.0
+
+    def load_percentiles(self, percents: Sequence[float] = (50, 90, 99)) -> dict[float, float]:
+        """Per-sample load time (read + decode + augment, wall seconds) at ``percents``."""
+        loads = [s.load_s for s in self.samples]
+        return {p: float(np.percentile(loads, p)) for p in percents}
+
+    def slowest(self, k: int) -> list[SampleTime]:
+        """The ``k`` samples that took longest to load, slowest first."""
+        return sorted(self.samples, key=lambda s: s.load_s, reverse=True)[:k]
+
+
+@contextlib.contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """torch (and OpenCV) run with ``n`` threads inside; None leaves them as they are. What
+    was set before is restored on the way out."""
+    if n is None:
+        yield
+        return
+    try:
+        import cv2
+    except ImportError:
+        cv2 = None
+    before = torch.get_num_threads()
+    cv2_before = cv2.getNumThreads() if cv2 is not None else None
+    torch.set_num_threads(n)
+    if cv2 is not None:
+        cv2.setNumThreads(0 if n == 1 else n)  # 0: OpenCV's own pool off, as in the workers
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if cv2 is not None:
+            cv2.setNumThreads(cv2_before)
+
+
+class StageClock:
+    """Adds the CPU and wall seconds since the last ``lap`` (or ``reset``) to a stage."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = dict.fromkeys(LOADER_STAGES, 0.0)
+        self.wall: dict[str, float] = dict.fromkeys(LOADER_STAGES, 0.0)
+        self.reset()
+
+    def reset(self) -> None:
+        self._cpu, self._wall = time.thread_time(), time.perf_counter()
+
+    def add(self, other: StageClock) -> None:
+        """Adds the stage times ``other`` has charged."""
+        for stage in LOADER_STAGES:
+            self.cpu[stage] += other.cpu[stage]
+            self.wall[stage] += other.wall[stage]
+
+    def lap(self, stage: str) -> float:
+        """Charges the time since the last lap to ``stage``; returns its wall seconds."""
+        cpu, wall = time.thread_time(), time.perf_counter()
+        spent = wall - self._wall
+        self.cpu[stage] += cpu - self._cpu
+        self.wall[stage] += spent
+        self._cpu, self._wall = cpu, wall
+        return spent
+
+
+def decode_and_augment(
+    recipe: Recipe, decoder: decoders.Decoder, data: bytes, clock: StageClock
+) -> tuple[torch.Tensor, int, int]:
+    """``recipe(data, decoder)``, piece by piece, each charged to its stage.
+
+    The header probe and the decode (with its DCT reduction and EXIF orientation) are
+    decode; drawing the random plan and applying it are augment. Returns the image and the
+    full size (width, height).
+    """
+    width, height, orientation = decoders.probe(data)
+    clock.lap("decode")
+    plan = recipe.plan(width, height)
+    clock.lap("augment")
+    reduce = largest_reduction(plan.region, plan.needed) if decoder.can_reduce else 1
+    image = decoder.decode(data, reduce=reduce)
+    if not decoder.applies_orientation:
+        image = decoders.orient(image, orientation)
+    clock.lap("decode")
+    out = recipe.apply(image, plan, scale=(image.shape[-2] / height, image.shape[-1] / width))
+    clock.lap("augment")
+    return out, width, height
+
+
+def pick(n_items: int, n_samples: int, seed: int) -> list[int]:
+    """``n_samples`` indices of ``range(n_items)`` drawn without replacement (all of them, in
+    order, when there are not more)."""
+    if n_samples >= n_items:
+        return list(range(n_items))
+    return sorted(np.random.default_rng(seed).choice(n_items, n_samples, replace=False).tolist())
+
+
+def profile_stages(
+    source: Source,
+    recipe: Recipe,
+    decoder_name: str,
+    n_samples: int = 64,
+    batch_size: int = 32,
+    seed: int = 0,
+    *,
+    indices: Sequence[int] | None = None,
+    warmup: int = 2,
+) -> StageProfile:
+    """Times read, decode, augment and collate per sample, single-threaded like a worker.
+
+    Args:
+        source: the samples.
+        recipe: the augmentation (its random draws are seeded with ``seed``; torch's global
+            random state is left as it was).
+        decoder_name: a CPU decoder of ``decoders.DECODERS``.
+        n_samples: how many samples (drawn with ``seed``; all when the source has fewer).
+        batch_size: samples per collate, as in the loader.
+        seed: picks the samples and seeds the augmentation.
+        indices: the samples to time, instead of drawing ``n_samples``.
+        warmup: samples decoded untimed first (a decoder's first call pays its set-up).
+
+    Returns:
+        Seconds per sample of each stage, and each sample's own times (the latency tail).
+    """
+    if batch_size < 1:
+        raise ValueError(f"`batch_size >= 1` must hold, but got ({batch_size=}).")
+    chosen = list(indices) if indices is not None else pick(len(source), n_samples, seed)
+    if not chosen:
+        raise ValueError("no samples to profile")
+    decoder = decoders.get(decoder_name)
+    total = StageClock()
+    samples: list[SampleTime] = []
+    skipped: list[str] = []
+    with threads(1), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for index in chosen[:warmup]:
+            with contextlib.suppress(*UNREADABLE):
+                decode_and_augment(recipe, decoder, source.read(index), StageClock())
+        batch: list[tuple[torch.Tensor, int]] = []
+        for index in chosen:
+            clock = StageClock()
+            try:  # a file damaged past its header: the loader skips it, and so does this
+                data = source.read(index)
+                clock.lap("read")
+                image, width, height = decode_and_augment(recipe, decoder, data, clock)
+            except UNREADABLE:
+                skipped.append(source.paths[index])
+                continue
+            total.add(clock)
+            samples.append(
+                SampleTime(
+                    path=source.paths[index],
+                    size_bytes=len(data),
+                    width=width,
+                    height=height,
+                    read_s=clock.wall["read"],
+                    decode_s=clock.wall["decode"],
+                    augment_s=clock.wall["augment"],
+                )
+            )
+            batch.append((image, source.labels[index]))
+            if len(batch) == batch_size:
+                total.reset()
+                default_collate(batch)
+                total.lap("collate")
+                batch = []
+        if batch:  # the last, smaller batch
+            total.reset()
+            default_collate(batch)
+            total.lap("collate")
+    if not samples:
+        raise ValueError(f"none of the {len(chosen)} samples could be decoded")
+    n = len(samples)
+    stages = {
+        name: StageTime(cpu_s=total.cpu[name] / n, wall_s=total.wall[name] / n)
+        for name in LOADER_STAGES
+    }
+    return StageProfile(decoder_name, stages, tuple(samples), tuple(skipped))
+
+
+def time_reads(paths: Sequence[str]) -> StageTime:
+    """Seconds per file to read ``paths`` as they are cached now (cold after an eviction)."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for path in paths:
+        with open(path, "rb") as f:
+            f.read()
+    n = max(1, len(paths))
+    return StageTime((time.thread_time() - cpu) / n, (time.perf_counter() - wall) / n)
+
+
+def total_bytes(paths: Sequence[str]) -> int:
+    return sum(os.stat(p).st_size for p in paths)
+
+
+def profile_copy(
+    batches: Iterable[tuple[Any, torch.Tensor]],
+    stage: Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    sync: Callable[[], None] = lambda: None,
+    n_batches: int = 4,
+    warmup: int = 1,
+) -> StageTime:
+    """Seconds per sample of the training process's share of the loader: ``stage`` (the
+    copy to the device and what follows it there) on each of ``batches`` in turn, the device
+    synchronized at the edges.
+
+    Fresh batches, not one batch again and again: a repeated batch sits in the CPU's caches
+    and reuses the memory of the last result, and measures a third of the real cost.
+    CPU time is the whole process's: torch may normalize on several threads.
+    """
+    if n_batches < 1:
+        raise ValueError(f"`n_batches >= 1` must hold, but got ({n_batches=}).")
+    cpu = wall = 0.0
+    samples = 0
+    it = iter(batches)
+    for repeat in range(warmup + n_batches):
+        images, labels = next(it)
+        sync()
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
+        stage(images, labels)
+        sync()
+        if repeat >= warmup:
+            cpu += time.process_time() - cpu_start
+            wall += time.perf_counter() - wall_start
+            samples += len(labels)
+    return StageTime(cpu / samples, wall / samples)
