@@ -14,6 +14,8 @@ import hashlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -158,6 +160,24 @@ def run(config: AutotuneConfig) -> int:
 
 
 def run_tune(config: AutotuneConfig) -> int:
+    with _progress_silenced(config.quiet):
+        return _tune(config)
+
+
+@contextmanager
+def _progress_silenced(quiet: bool) -> Iterator[None]:
+    """``quiet=true``: results and warnings only; the per-trial lines are INFO."""
+    logger = logging.getLogger("autotune")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _tune(config: AutotuneConfig) -> int:
     from autotune import machine, report
     from autotune.lock import host_lock
     from autotune.space import SearchSpace
@@ -193,9 +213,11 @@ def run_tune(config: AutotuneConfig) -> int:
             device,
             fingerprint(config, source.fingerprint(), space.fingerprint(), device),
         )
+    folder = Path(config.studies_dir) / result.study_name
     if result.best is None:
         _say(f"no trial of study {result.study_name} finished: nothing to export")
         _say(report.failures_text(result))
+        _say(f"report:      {report.write_report(result.storage, result.study_name, folder)}")
         return 130 if result.interrupted else 1
     context = {
         "dataset": config.dataset.name,
@@ -206,13 +228,14 @@ def run_tune(config: AutotuneConfig) -> int:
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
     }
-    best = report.write(result, facts, context, Path(config.studies_dir) / result.study_name)
+    best = report.write(result, facts, context, folder)
     _say(report.table(result))
     if result.failures:
         _say(report.failures_text(result))
     if source.skipped:
         _say(f"skipped {len(source.skipped)} unreadable files (listed in {best})")
     _say(f"best config: {best}")
+    _say(f"report:      {folder / 'report.md'}")
     _say(f"dashboard:   {report.dashboard_command(result.storage)}")
     return 130 if result.interrupted else 0
 

@@ -7,18 +7,16 @@ import logging
 from collections.abc import Callable
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.config import AutotuneConfig
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
+from autotune.progress import FINISHED, best_so_far
 from autotune.space import SearchSpace
 from autotune.trial import TrialJob, TrialOutcome, run_trial
 
 log = logging.getLogger(__name__)
-
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 class TrialFailed(Exception):
@@ -115,6 +113,11 @@ def record(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOutcome) -
         )
         if m.gpu_peak_memory_bytes is not None:
             attrs["gpu_peak_memory_mb"] = round(m.gpu_peak_memory_bytes / 2**20, 1)
+        gpu_utilization = getattr(m, "gpu_utilization_pct", None)  # None without a GPU
+        if gpu_utilization is not None:
+            attrs["gpu_utilization_pct"] = round(gpu_utilization, 1)
+    if outcome.status == "pruned":
+        attrs["pruned_after_sub_window"] = (outcome.pruned_at or 0) + 1
     if outcome.failure is not None:
         attrs["failure"] = outcome.failure.to_dict()
     for key, value in attrs.items():
@@ -158,7 +161,7 @@ class Objective:
         if reason:
             trial.set_user_attr("config", config.short())
             trial.set_user_attr("skipped", reason)
-            log.info("%s skipped: %s", head, reason)
+            log.info("%s skipped: %s%s", head, reason, best_so_far(trial))
             raise optuna.TrialPruned(reason)
 
         def should_prune(index: int, running_median: float) -> bool:
@@ -175,11 +178,22 @@ class Objective:
         if budget is not None and outcome.peak_memory_bytes:
             trial.set_user_attr("constraint", outcome.peak_memory_bytes / 2**30 - budget)
         if outcome.status == "pruned":
-            log.info("%s pruned after sub-window %d", head, (outcome.pruned_at or 0) + 1)
+            log.info(
+                "%s pruned after sub-window %d%s",
+                head,
+                (outcome.pruned_at or 0) + 1,
+                best_so_far(trial),
+            )
             raise optuna.TrialPruned()
         if outcome.measurement is None:
             assert outcome.failure is not None
-            log.info("%s FAILED %s: %s", head, outcome.failure.kind, outcome.failure.message)
+            log.info(
+                "%s FAILED %s: %s%s",
+                head,
+                outcome.failure.kind,
+                outcome.failure.message,
+                best_so_far(trial),
+            )
             raise TrialFailed(f"{outcome.failure.kind}: {outcome.failure.message}")
         m = outcome.measurement
         value = epoch_rate(
@@ -189,17 +203,14 @@ class Objective:
             epoch_samples=self.epoch_samples,
         )
         trial.set_user_attr("samples_per_s_epoch", round(value, 1))
-        study = getattr(trial, "study", None)  # FixedTrial has none
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if study else []
-        best = max([value, *(t.value or 0.0 for t in done)])
         log.info(
-            "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)  best %.1f",
+            "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)%s",
             head,
             value,
             m.samples_per_s,
             100 * m.spread,
             100 * m.data_wait_fraction,
-            best,
+            best_so_far(trial, value),
         )
         return value
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -205,3 +206,74 @@ def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
     assert len(losses) == 2
     kwargs = autotune.loader_kwargs(best)
     assert torch.utils.data.DataLoader(range(16), **kwargs).batch_size == kwargs["batch_size"]
+
+
+PROGRESS_LINE = re.compile(r"\[ ?(\d+)/(\d+)\] trial \d+ +w\d")
+
+
+def test_a_progress_line_per_trial_and_no_bar_when_output_is_not_a_terminal(quick_study):
+    _, result = quick_study
+    lines = [line for line in result.stdout.splitlines() if PROGRESS_LINE.search(line)]
+    assert [PROGRESS_LINE.search(line).groups() for line in lines] == [
+        (str(n), "4") for n in range(1, 5)
+    ]
+    assert all("  best " in line for line in lines)  # the best so far, on every line
+    assert any(re.search(r"\d+\.\d samples/s", line) for line in lines)
+    assert "\r" not in result.stdout + result.stderr and "trials |" not in result.stdout
+
+
+def always_fails(*extra: str) -> list[str]:
+    return [*QUICK, "model._target_=faulty.AlwaysFails", "study.n_trials=2", *extra]
+
+
+def test_quiet_prints_results_and_warnings_only(tmp_path):
+    result = run_cli(always_fails("quiet=true"), tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert not PROGRESS_LINE.search(result.stdout)
+    assert "measuring the ceiling" not in result.stdout  # progress, silenced
+    assert "the ceiling could not be measured" in result.stdout  # a warning, kept
+    assert "failed trials:" in result.stdout and "hint:" in result.stdout
+    report_md = tmp_path / "studies" / "synthetic-alwaysfails" / "report.md"
+    assert f"report:      {report_md.relative_to(tmp_path)}" in result.stdout
+    assert "| error | 2: 0, 1 | RuntimeError: broken model |" in report_md.read_text()
+
+
+def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    from conftest import TESTS
+
+    main, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *always_fails()],
+        cwd=tmp_path,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+    )
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert proc.wait(timeout=240) == 1, proc.stderr.read()
+    shown = [line.rsplit("\r", 1)[-1] for line in b"".join(chunks).decode().split("\r\n")]
+    assert "2/2 trials |" in b"".join(chunks).decode()  # the bar was drawn
+    progress = [line for line in shown if PROGRESS_LINE.search(line)]
+    assert len(progress) == 2
+    for line in progress:  # each line whole on the screen, the bar erased before it
+        assert re.match(r"\d\d:\d\d:\d\d \[ ?\d/2\] trial \d .* FAILED error: ", line), line
+    assert "failed trials:" in shown and not any("trials |" in line for line in shown)

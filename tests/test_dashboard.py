@@ -24,6 +24,12 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
     cwd, _ = quick_study
     executable = shutil.which("optuna-dashboard")
@@ -57,18 +63,36 @@ def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
         assert detail["objective_names"] == ["samples_per_s"]  # study.set_metric_names
         study_attrs = {a["key"] for a in detail["user_attrs"]}
         assert {"ceiling_samples_per_s", "confirmation", "fingerprint"} <= study_attrs
+        assert {"winner", "workload", "machine"} <= study_attrs  # report.md rebuilds from these
+        # the study's note: the summary table of report.md, in Markdown
+        note = detail["note"]["body"]
+        assert detail["note"]["version"] >= 1
+        assert "| samples/s | IQR | config |" in note and "PyTorch defaults" in note
+        assert "| ceiling |" in note and "speedup vs PyTorch defaults:" in note
+        assert "studies/synthetic-tiny/report.md" in note
         assert len(detail["trials"]) >= 4
         complete = [t for t in detail["trials"] if t["state"] == "Complete"]
         attrs = {a["key"]: a["value"] for a in complete[0]["user_attrs"]}
         for key in (
             "samples_per_s_sub_windows",
+            "samples_per_s_steady",
+            "samples_per_s_epoch",
+            "spread",
             "data_wait_fraction",
             "time_to_first_batch_s",
+            "warmup_batches",
             "peak_memory_mb",
+            "wall_s",
             "config",
+            "pipeline",
         ):
             assert key in attrs
         assert len(json.loads(attrs["samples_per_s_sub_windows"])) == 3
+        assert 0 <= float(attrs["data_wait_fraction"]) <= 1
+        assert float(attrs["time_to_first_batch_s"]) > 0 and float(attrs["peak_memory_mb"]) > 10
+        assert "failure" not in attrs
+        if not _has_gpu():  # measured only where there is one: absent, not zero
+            assert "gpu_utilization_pct" not in attrs and "gpu_peak_memory_mb" not in attrs
     finally:
         server.terminate()
         server.wait(10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import optuna
 import pytest
@@ -11,6 +12,7 @@ from autotune import cli, machine
 from autotune.measure import Measurement
 from autotune.objective import Objective, epoch_rate, precheck
 from autotune.pipeline.config import PipelineConfig
+from autotune.progress import StudyProgress
 from autotune.space import SearchSpace
 from autotune.trial import Failure, TrialOutcome
 
@@ -107,3 +109,22 @@ def test_a_failed_measurement_raises_and_records_its_reason(cfg, facts, source):
         objective(cfg, facts, source, run)(trial)
     assert trial.user_attrs["failure"]["kind"] == "worker_died"
     assert "num_workers=0" in trial.user_attrs["failure"]["hint"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("stream", "quiet", "drawn"),
+    [(Terminal, False, True), (Terminal, True, False), (io.StringIO, False, False)],
+)
+def test_the_study_bar_is_drawn_on_a_terminal_only_and_never_when_quiet(stream, quiet, drawn):
+    study = optuna.create_study(direction="maximize")
+    out = stream()
+    with StudyProgress(3, 0, quiet=quiet, stream=out) as progress:
+        study.optimize(lambda t: 100.0 * (t.number + 1), n_trials=3, callbacks=[progress])
+    text = out.getvalue()
+    assert ("3/3 trials" in text and "best 300.0 samples/s" in text) == drawn
+    assert text == "" or drawn  # piped or quiet: not a character

@@ -1,0 +1,227 @@
+"""report.md and its plots: after a real study, rebuilt from storage alone (``mode=report``),
+and for the studies that go wrong (only failures, pruned trials, one decoder, no ceiling)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import run_cli
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+from PIL import Image, ImageStat
+
+from autotune import cli, report
+
+PLOTS = {
+    "optimization_history.png",
+    "param_importances.png",
+    "throughput_vs_workers.png",
+    "data_wait_vs_throughput.png",
+}
+
+
+def linked_images(report_md: Path) -> list[Path]:
+    return [
+        report_md.parent / name
+        for name in re.findall(r"!\[[^]]*]\(([^)]+)\)", report_md.read_text())
+    ]
+
+
+def assert_a_real_chart(png: Path) -> None:
+    """Decodes, is large enough to read, and is not blank (a chart has many shades)."""
+    with Image.open(png) as image:
+        image.load()
+        assert image.format == "PNG"
+        width, height = image.size
+        assert width >= 600 and height >= 400, image.size
+        rgb = image.convert("RGB")
+        assert len(rgb.getcolors(maxcolors=1 << 20) or []) > 50  # text, axes, markers
+        assert max(ImageStat.Stat(rgb.convert("L")).stddev) > 10  # not one flat colour
+
+
+def test_a_study_writes_report_md_linking_legible_plots(quick_study):
+    cwd, result = quick_study
+    report_md = cwd / "studies" / "synthetic-tiny" / "report.md"
+    text = report_md.read_text()
+    assert "report:      studies/synthetic-tiny/report.md" in result.stdout
+    for heading in ("## Summary", "## Trials", "## Settings that mattered", "## Plots"):
+        assert heading in text
+    assert "PyTorch defaults" in text and "| ceiling |" in text
+    assert "speedup vs PyTorch defaults:" in text and "spread of the best: IQR" in text
+    assert "(best)**" in text  # the winner is marked in the table
+    assert "No trial failed." in text
+    assert "| `num_workers` |" in text  # an importance row per searched setting
+    images = linked_images(report_md)
+    assert {p.name for p in images} == PLOTS
+    for png in images:
+        assert_a_real_chart(png)
+
+
+def test_mode_report_rebuilds_the_same_report_from_storage_alone(quick_study, tmp_path):
+    cwd, _ = quick_study
+    (tmp_path / "studies").mkdir()
+    shutil.copy(cwd / "studies" / "autotune.db", tmp_path / "studies" / "autotune.db")
+    rebuilt = run_cli(["mode=report"], tmp_path, timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    assert "report:    studies/synthetic-tiny/report.md" in rebuilt.stdout
+    folder = tmp_path / "studies" / "synthetic-tiny"
+    original = cwd / "studies" / "synthetic-tiny" / "report.md"
+    assert (folder / "report.md").read_text() == original.read_text()
+    assert {p.name for p in folder.glob("*.png")} == PLOTS
+    assert not (folder / "best.yaml").exists()  # the report only: best.yaml needs the run
+
+
+def test_mode_report_of_an_unknown_study_names_those_there(
+    quick_study, tmp_path, monkeypatch, capsys
+):
+    cwd, _ = quick_study
+    (tmp_path / "studies").mkdir()
+    shutil.copy(cwd / "studies" / "autotune.db", tmp_path / "studies" / "autotune.db")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["mode=report", "study.name=nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'nope'" in err and "synthetic-tiny" in err
+    assert sorted(p.name for p in (tmp_path / "studies").iterdir()) == ["autotune.db"]
+
+
+def test_mode_report_without_storage_is_one_line_and_creates_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["mode=report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run python -m autotune first" in err
+    assert not list(tmp_path.iterdir())
+
+
+SPACE = {
+    "num_workers": IntDistribution(0, 2),
+    "decoder": CategoricalDistribution(["pil", "opencv"]),
+}
+
+
+def stored_study(tmp_path: Path, trials: list, **attrs) -> str:
+    """A study in SQLite holding ``trials`` as a run would have left them."""
+    storage = f"sqlite:///{tmp_path}/studies/autotune.db"
+    (tmp_path / "studies").mkdir(exist_ok=True)
+    study = optuna.create_study(study_name="made", storage=storage, direction="maximize")
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    study.add_trials(trials)
+    return storage
+
+
+def measured(workers: int, decoder: str, rate: float, **kw) -> optuna.trial.FrozenTrial:
+    state = kw.pop("state", TrialState.COMPLETE)
+    params = {"num_workers": workers, "decoder": decoder}
+    attrs = {
+        "config": f"w{workers} {decoder}",
+        "pipeline": {"num_workers": workers, "decoder": decoder, "batch_size": 8},
+        "data_wait_fraction": kw.pop("wait", 0.5),
+        **kw.pop("attrs", {}),
+    }
+    return create_trial(
+        state=state,
+        value=rate if state == TrialState.COMPLETE else None,
+        params=params,
+        distributions=SPACE,
+        user_attrs=attrs,
+        intermediate_values=kw.pop("steps", {0: rate, 1: rate}),
+    )
+
+
+def failed(workers: int, kind: str, message: str) -> optuna.trial.FrozenTrial:
+    hint = f"hint for {kind}"
+    return measured(
+        workers,
+        "pil",
+        0.0,
+        state=TrialState.FAIL,
+        steps={},
+        attrs={"failure": {"kind": kind, "message": message, "hint": hint}},
+    )
+
+
+def test_a_study_with_only_failed_trials_reports_its_failures_without_plots(tmp_path):
+    storage = stored_study(
+        tmp_path,
+        [
+            failed(0, "worker_died", "DataLoader worker (pid 7) is killed"),
+            failed(2, "shm_exhausted", "No space left | on /dev/shm"),
+        ],
+    )
+    path = report.write_report(storage, "made", tmp_path / "studies" / "made")
+    text = path.read_text()
+    assert "No trial finished: there is no best config." in text
+    assert (
+        "| worker_died | 1: 0 | DataLoader worker (pid 7) is killed | hint for worker_died |"
+        in text
+    )
+    assert "No space left \\| on /dev/shm" in text  # a | in a message does not break the table
+    assert "Not computed: importances need at least two complete trials" in text
+    assert text.count("Not drawn:") == 4 and not linked_images(path)
+    assert not list(path.parent.glob("*.png"))
+
+
+def test_pruned_trials_one_decoder_and_no_ceiling_still_plot(tmp_path):
+    trials = [
+        measured(0, "pil", 200.0, wait=0.8),
+        measured(1, "pil", 320.0, wait=0.6),
+        measured(2, "pil", 410.0, wait=0.3),
+        measured(2, "pil", 0.0, state=TrialState.PRUNED, steps={0: 150.0, 1: 140.0}),
+        measured(1, "pil", 0.0, state=TrialState.PRUNED, steps={}, attrs={"skipped": "shm"}),
+    ]
+    confirmation = [
+        {
+            "label": "trial 2",
+            "config": "w2 pil",
+            "samples_per_s": 400.0,
+            "steady": 400.0,
+            "iqr": [390.0, 420.0],
+            "rounds": 1,
+        },
+        {
+            "label": "baseline",
+            "config": "w0 pil",
+            "samples_per_s": 200.0,
+            "steady": 200.0,
+            "iqr": [195.0, 205.0],
+            "rounds": 1,
+        },
+    ]
+    storage = stored_study(
+        tmp_path,
+        trials,
+        confirmation=confirmation,
+        winner="trial 2",
+        cpu_work_bound_samples_per_s={"pil": 450.0},
+    )
+    path = report.write_report(storage, "made", tmp_path / "studies" / "made")
+    text = path.read_text()
+    assert "| ceiling |" not in text and "/ ceiling" not in text  # none measured: none shown
+    assert "| CPU-work bound (pil) | 450.0 |" in text
+    assert "best (steady) / CPU-work bound: 0.89" in text
+    assert "speedup vs PyTorch defaults: 2.00x" in text
+    assert "5 trials: 3 complete, 2 pruned, 0 failed (1 of the pruned skipped" in text
+    assert "| skipped (would not fit) | 1: 4 | shm |" in text
+    images = linked_images(path)
+    assert {p.name for p in images} == PLOTS
+    for png in images:
+        assert_a_real_chart(png)
+
+
+@pytest.mark.parametrize("bound", [380.5, None])
+def test_the_cpu_work_bound_is_shown_only_when_stored(tmp_path, bound):
+    trials = [measured(0, "pil", 200.0), measured(2, "opencv", 300.0)]
+    attrs = {"ceiling_samples_per_s": 900.0}
+    if bound is not None:
+        attrs["cpu_work_bound_samples_per_s"] = bound
+    storage = stored_study(tmp_path, trials, **attrs)
+    text = report.write_report(storage, "made", tmp_path / "studies" / "made").read_text()
+    assert ("| CPU-work bound | 380.5 |" in text) == (bound is not None)
+    assert ("CPU-work bound" in text) == (bound is not None)
+    assert "| ceiling | 900.0 |" in text  # limits are shown before any confirmation
