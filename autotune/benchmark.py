@@ -41,6 +41,7 @@ from autotune import cli, machine
 from autotune.config import AutotuneConfig
 from autotune.confirm import Confirmed, Finalist, confirm
 from autotune.errors import UsageError
+from autotune.lock import host_lock
 from autotune.objective import Objective, TrialFailed
 from autotune.pipeline import decoders, recipes
 from autotune.pipeline.config import PipelineConfig
@@ -215,7 +216,8 @@ def run(
     n_tuner = max(2, round(TUNER_BUDGET * n_grid))
     stop = threading.Event()
     run_one = functools.partial(run_one, stop=stop)
-    with ctrl_c_stops(stop):
+    # the same lock as python -m autotune: two measuring runs on one host would disturb both
+    with host_lock(Path(cfg.studies_dir)), ctrl_c_stops(stop):
         grid_cfg = _study_cfg(cfg, f"{scenario}-grid-{stamp}", storage, n_grid)
         objective = Objective(grid_cfg, space, source, device, facts, run=run_one)
         grid_study, grid_s = run_grid(grid_cfg, space, objective, stop)

@@ -20,12 +20,20 @@ import torch
 from optuna.trial import TrialState
 
 from autotune.config import AutotuneConfig
-from autotune.confirm import Confirmed, confirm, finalists, from_search, pick_winner
+from autotune.confirm import (
+    Confirmed,
+    confirm,
+    finalists,
+    from_search,
+    pick_winner,
+    reduced_decode_note,
+)
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.objective import FINISHED, Objective, TrialFailed, make_job
+from autotune.objective import Objective, TrialFailed, make_job
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
+from autotune.progress import FINISHED, StudyProgress
 from autotune.space import SearchSpace
 from autotune.trial import HINTS, TrialOutcome, run_trial
 
@@ -46,6 +54,9 @@ class StudyResult:
     ceiling_samples_per_s: float | None
     notes: tuple[str, ...] = ()
     interrupted: bool = False
+    # samples/s the decode + augment work allows on all usable CPUs: one figure, or one per
+    # decoder; None until measured
+    cpu_work_bound_samples_per_s: float | dict[str, float] | None = None
 
     def _find(self, label: str) -> Confirmed | None:
         return next((c for c in self.confirmed if c.label == label), None)
@@ -160,17 +171,43 @@ def measure_ceiling(
     cfg: AutotuneConfig,
     source: Source,
     device: str,
-    threads: int,
+    usable_cpus: int,
     run: Callable[..., TrialOutcome] = run_trial,
 ) -> float | None:
-    config = PipelineConfig(batch_size=cfg.batch_size, main_threads=threads)
-    outcome = run(
-        make_job(cfg, source, device, config, "ceiling"), timeout_s=cfg.study.trial_timeout
-    )
-    if outcome.measurement is None:
-        log.warning("the ceiling could not be measured: %s", outcome.failure)
-        return None
-    return outcome.measurement.samples_per_s
+    """The train step's rate on a batch already on the device, with the better of one torch
+    thread and all usable CPUs: on a busy host an all-thread step can be many times slower
+    than one thread (OpenMP threads wait on each other), and the ceiling is the step's best."""
+    rates = []
+    for threads in dict.fromkeys((1, usable_cpus)):
+        config = PipelineConfig(batch_size=cfg.batch_size, main_threads=threads)
+        outcome = run(
+            make_job(cfg, source, device, config, "ceiling"), timeout_s=cfg.study.trial_timeout
+        )
+        if outcome.measurement is None:
+            log.warning("the ceiling could not be measured: %s", outcome.failure)
+            continue
+        rates.append(outcome.measurement.samples_per_s)
+    return max(rates) if rates else None
+
+
+def measure_cpu_work_bound(
+    cfg: AutotuneConfig, source: Source, space: SearchSpace, usable_cpus: int
+) -> dict[str, float]:
+    """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
+    augment and collate (profile.profile_stages): what no worker count can exceed."""
+    from autotune.pipeline import decoders, recipes
+    from autotune.profile import profile_stages
+
+    recipe = recipes.from_config(cfg.recipe)
+    knob = next((k for k in space.knobs if k.name == "decoder"), None)
+    names = knob.values() if knob is not None else ["pil"]
+    bounds = {}
+    for name in names:
+        if decoders.DECODERS[name].on_device:
+            continue  # decoded on the device: not a CPU-work bound of the same kind
+        profile = profile_stages(source, recipe, name, 48, cfg.batch_size, cfg.seed)
+        bounds[name] = round(profile.cpu_work_bound(usable_cpus), 1)
+    return bounds
 
 
 def tune(
@@ -197,6 +234,11 @@ def tune(
             ceiling = measure_ceiling(cfg, source, device, facts.usable_cpus, run)
             if ceiling is not None:
                 study.set_user_attr("ceiling_samples_per_s", round(ceiling, 1))
+        if "cpu_work_bound_samples_per_s" not in study.user_attrs:
+            log.info("profiling the loader's stages per decoder: the CPU-work bound")
+            bounds = measure_cpu_work_bound(cfg, source, space, facts.usable_cpus)
+            if bounds:
+                study.set_user_attr("cpu_work_bound_samples_per_s", bounds)
         search(cfg, study, space, Objective(cfg, space, source, device, facts, run=run), stop)
         result = _result(cfg, study, space, source, device, baseline_params, stop, run)
     if result.interrupted:
@@ -216,29 +258,34 @@ def search(
     deadline = time.monotonic() + cfg.study.timeout if cfg.study.timeout else None
     polish = round(cfg.study.n_trials * cfg.study.polish_fraction)
 
-    def run_trials(n: int) -> None:
-        left = None if deadline is None else deadline - time.monotonic()
-        if n > 0 and not stop.is_set() and (left is None or left > 0):
-            study.optimize(
-                objective,
-                n_trials=n,
-                timeout=left,
-                catch=(TrialFailed,),
-                gc_after_trial=False,
-                callbacks=[lambda study, trial: study.stop() if stop.is_set() else None],
-            )
-
     def finished() -> int:
         return len(study.get_trials(deepcopy=False, states=FINISHED))
 
-    run_trials(cfg.study.n_trials - polish - finished())
-    while finished() < cfg.study.n_trials and not stop.is_set():
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        step = _next_neighbour(study, space)
-        if step is not None:
-            study.enqueue_trial(step, user_attrs={"role": "polish"})
-        run_trials(1)
+    with StudyProgress(cfg.study.n_trials, finished(), quiet=cfg.quiet) as progress:
+
+        def run_trials(n: int) -> None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if n > 0 and not stop.is_set() and (left is None or left > 0):
+                study.optimize(
+                    objective,
+                    n_trials=n,
+                    timeout=left,
+                    catch=(TrialFailed,),
+                    gc_after_trial=False,
+                    callbacks=[
+                        progress,
+                        lambda study, trial: study.stop() if stop.is_set() else None,
+                    ],
+                )
+
+        run_trials(cfg.study.n_trials - polish - finished())
+        while finished() < cfg.study.n_trials and not stop.is_set():
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            step = _next_neighbour(study, space)
+            if step is not None:
+                study.enqueue_trial(step, user_attrs={"role": "polish"})
+            run_trials(1)
 
 
 def _next_neighbour(study: optuna.Study, space: SearchSpace) -> dict[str, object] | None:
@@ -276,6 +323,7 @@ def _result(
         if t.state == TrialState.FAIL and "failure" in t.user_attrs
     )
     ceiling = study.user_attrs.get("ceiling_samples_per_s")
+    cpu_work_bound = study.user_attrs.get("cpu_work_bound_samples_per_s")
     baseline = space.suggest(optuna.trial.FixedTrial(baseline_params))
     epoch_samples = (
         len(source) // cfg.batch_size * cfg.batch_size if cfg.study.epoch_aware else None
@@ -307,6 +355,7 @@ def _result(
             ceiling,
             tuple(notes),
             interrupted,
+            cpu_work_bound,
         )
     winner, pick_notes = pick_winner(confirmed)
     notes += pick_notes
@@ -314,12 +363,18 @@ def _result(
     if base is not None and winner is not base and winner.median <= base.median:
         notes.append("no config beat PyTorch's defaults here: the defaults are exported")
         winner = base
+    reduced = reduced_decode_note(winner, confirmed)
+    if reduced:
+        notes.append(reduced)
     if epoch_samples:
         notes.append(
             f"samples/s over an epoch of {epoch_samples} samples: worker start-up "
             "charged per epoch unless workers persist"
         )
+    # what report.md is rebuilt from (mode=report): the storage alone
     study.set_user_attr("confirmation", [c.to_dict() for c in confirmed])
+    study.set_user_attr("winner", winner.label)
+    study.set_user_attr("notes", notes)
     return StudyResult(
         study.study_name,
         cfg.study.storage,
@@ -331,6 +386,7 @@ def _result(
         ceiling,
         tuple(notes),
         interrupted,
+        cpu_work_bound,
     )
 
 

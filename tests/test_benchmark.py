@@ -17,6 +17,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune import benchmark
+
 TINY = [
     "search_space=quick",
     "window=quick",
@@ -81,14 +83,16 @@ def test_the_grid_measures_every_config_in_full(tiny_run: Path) -> None:
     assert len(tuner.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) <= 2
 
 
-def test_gpu_scenario_skips_without_cuda(tmp_path: Path) -> None:
+def test_gpu_scenario_skips_without_cuda(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is usable here: the scenario would run")
-    result = _benchmark(["--scenario", "gpu"], tmp_path)
-    assert result.returncode == 0 and "skipped" in result.stdout
-    assert not (tmp_path / "studies").exists()
+    assert benchmark.main(["--scenario", "gpu", "--out", str(tmp_path / "out")]) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -99,9 +103,14 @@ def test_gpu_scenario_skips_without_cuda(tmp_path: Path) -> None:
         (["--scenario", "small", "--rounds", "0"], "--rounds"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], named: str) -> None:
-    result = _benchmark(args, tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and named in lines[0], result.stderr
-    assert not (tmp_path / "studies" / "benchmark" / "small" / "results.json").exists()
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], named: str
+) -> None:
+    try:
+        code = benchmark.main([*args, "--out", str(tmp_path / "out")])
+    except SystemExit as exc:  # argparse's own checks exit
+        code = exc.code
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], lines
+    assert not (tmp_path / "out" / "small" / "results.json").exists()
