@@ -9,8 +9,9 @@ One run measures, on this machine and in this order:
 3. the **final head-to-head**: the oracle's best, the tuner's best, PyTorch's defaults, the
    common recipe of DataLoader guides and a cores heuristic, re-measured interleaved for
    ``--rounds`` rounds (drift on a shared machine hits all of them alike);
-4. the **CPU-work bound** of the tuner's decoder (``profile.profile_stages``): the most any
-   worker count could deliver on these CPUs.
+4. the **diagnosis** of the tuner's pick (``mode=diagnose``'s measurements): its CPU-work
+   bound, the most any worker count could deliver on these CPUs, and on a CPU device the
+   tighter limit where the train step shares those CPUs with the loader.
 
 It writes ``studies/benchmark/<scenario>/results.json`` and ``results.md``; both studies stay in
 ``studies/benchmark/<scenario>/benchmark.db`` for the dashboard. Extra ``key=value`` arguments
@@ -40,12 +41,11 @@ from optuna.trial import TrialState
 from autotune import cli, machine
 from autotune.config import AutotuneConfig
 from autotune.confirm import Confirmed, Finalist, confirm
+from autotune.diagnose import diagnose
 from autotune.errors import UsageError
 from autotune.lock import host_lock
 from autotune.objective import Objective, TrialFailed
-from autotune.pipeline import decoders, recipes
 from autotune.pipeline.config import PipelineConfig
-from autotune.profile import profile_stages
 from autotune.space import SearchSpace
 from autotune.study import ctrl_c_stops, tune
 from autotune.trial import TrialOutcome, run_trial
@@ -180,17 +180,6 @@ def _ratio(a: Confirmed | None, b: Confirmed | None) -> float | None:
     return round(a.median / b.median, 3)
 
 
-def cpu_work_bound(
-    cfg: AutotuneConfig, source: Any, decoder: str, usable_cpus: int
-) -> float | None:
-    """Samples/s the tuner's decoder could deliver with every usable CPU on the loader."""
-    if decoders.DECODERS[decoder].on_device:
-        return None  # the device decodes: no CPU-work bound of the same kind
-    recipe = recipes.from_config(cfg.recipe)
-    profile = profile_stages(source, recipe, decoder, 64, cfg.batch_size, cfg.seed)
-    return profile.cpu_work_bound(usable_cpus)
-
-
 def run(
     scenario: str,
     overrides: list[str],
@@ -249,14 +238,17 @@ def run(
             raise KeyboardInterrupt
     by_label = {c.label: c for c in confirmed}
     tuner = by_label.get("tuner")
-    bound = cpu_work_bound(cfg, source, result.best.decoder, facts.usable_cpus)
+    log.info("diagnosing the tuner's pick for its CPU-work bound")
+    diagnosis = diagnose(cfg, result.best)
+    bound, shared = diagnosis.cpu_work_bound, diagnosis.shared_cpu_bound
     ratios = {
         "tuner_vs_oracle": _ratio(tuner, by_label.get("oracle")),
         "tuner_vs_defaults": _ratio(tuner, by_label.get("defaults")),
         "tuner_vs_recipe": _ratio(tuner, by_label.get("recipe")),
         "tuner_vs_heuristic": _ratio(tuner, by_label.get("heuristic")),
-        # the bound is a steady rate: compared with the tuner's steady rate
+        # the bounds are steady rates: compared with the tuner's steady rate
         "tuner_vs_cpu_bound": round(tuner.steady / bound, 3) if tuner and bound else None,
+        "tuner_vs_shared_cpu_bound": round(tuner.steady / shared, 3) if tuner and shared else None,
     }
     return {
         "scenario": scenario,
@@ -275,6 +267,8 @@ def run(
         "search_wall_s": {"grid": round(grid_s, 1), "tuner": round(tuner_s, 1)},
         "trials": {"grid": n_grid, "tuner": n_tuner},
         "cpu_work_bound_samples_per_s": round(bound, 1) if bound else None,
+        "shared_cpu_bound_samples_per_s": round(shared, 1) if shared else None,
+        "binding_limit": diagnosis.binding[0],
         "head_to_head": {
             c.label: {
                 "config": c.config.short(),
@@ -327,6 +321,7 @@ def markdown(results: dict[str, Any]) -> str:
         sign = "<=" if at_most else ">="
         lines.append(f"| {key} | {_fmt(value)} | {sign} {target} {'met' if met else 'MISSED'} |")
     bound = results["cpu_work_bound_samples_per_s"]
+    shared = results["shared_cpu_bound_samples_per_s"]
     lines += [
         "",
         f"Grid: {results['trials']['grid']} trials in {results['search_wall_s']['grid']:.0f} s; "
@@ -334,10 +329,17 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['search_wall_s']['tuner']:.0f} s. "
         + ("The tuner picked the oracle's config. " if results["same_pick"] else "")
         + (
-            f"CPU-work bound of the tuner's decoder: {bound:.1f} samples/s (steady)."
+            f"CPU-work bound of the tuner's pick: {bound:.1f} samples/s (steady). "
             if bound
             else ""
-        ),
+        )
+        + (
+            f"On this CPU device the train step shares the CPUs with the loader: together at "
+            f"most {shared:.1f} samples/s. "
+            if shared
+            else ""
+        )
+        + f"Binding limit: {results['binding_limit']}.",
         f"Head-to-head: {results['rounds']} interleaved rounds; samples/s over an epoch "
         "(worker start-up charged once per epoch unless workers persist).",
     ]

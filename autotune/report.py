@@ -381,7 +381,9 @@ def _importances_markdown(study: optuna.Study, summary: Summary) -> str:
         return "Not computed: importances need at least two complete trials.\n"
     with warnings.catch_warnings():  # "experimental", "few trials": the text says so
         warnings.simplefilter("ignore")
-        importances = optuna.importance.get_param_importances(study)
+        importances = optuna.importance.get_param_importances(
+            study, evaluator=plots.importance_evaluator()
+        )
     best = _trial_of(study, summary.best_label) if summary.best_label else None
     lines = ["| setting | importance | best's value | values tried |", "|---|---:|---|---|"]
     # ties (often all zeros) in a fixed order, so a rebuilt report is identical
@@ -390,8 +392,9 @@ def _importances_markdown(study: optuna.Study, summary: Summary) -> str:
         value = best.params.get(name, "(not used)") if best else ""
         lines.append(f"| `{name}` | {share:.2f} | {value} | {', '.join(map(str, tried))} |")
     lines.append(
-        f"\nOptuna's PED-ANOVA importances over {len(complete)} complete trials: the share of "
-        "what sets the best trials apart that each setting explains (rough with few trials).\n"
+        f"\nOptuna's fANOVA importances over {len(complete)} complete trials: the share of the "
+        "variance of samples/s that each setting explains (rough with few trials; settings "
+        "that only some trials have, such as prefetch_factor, are left out).\n"
     )
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import operator
 import re
@@ -148,7 +149,6 @@ class SearchSpace:
         for name, knob_cfg in cfg.knobs.items():
             knob = _build_knob(name, knob_cfg, facts, declared=[*knobs, *left_out])
             if knob_cfg.requires and not features[knob_cfg.requires]:
-                notes.append(f"{name} left out: it needs a {knob_cfg.requires.upper()} device")
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
             if name == "decoder" and knob.type == "fixed":
@@ -156,20 +156,23 @@ class SearchSpace:
                 if reason:
                     raise UsageError(f"search_space.knobs.decoder: {knob.value} {reason}")
             elif name == "decoder":
-                kept = tuple(
-                    n
-                    for n in decoders.available(list(knob.choices))
-                    if features["cuda"] or not decoders.DECODERS[n].on_device
-                )
-                for dropped in sorted(set(knob.choices) - set(kept)):
-                    reason = decoders.DECODERS[dropped].unavailable_reason()
-                    notes.append(f"decoder {dropped} left out: {reason or 'it needs device=cuda'}")
+                dropped = _unusable_decoders(knob.choices, cuda=features["cuda"])
+                kept = tuple(c for c in knob.choices if c not in dropped)
+                # one line per reason: "decoders nvjpeg, dali left out: it needs a CUDA device"
+                for reason in dict.fromkeys(dropped.values()):
+                    names = [n for n, r in dropped.items() if r == reason]
+                    plural = "decoders" if len(names) > 1 else "decoder"
+                    notes.append(f"{plural} {', '.join(names)} left out: {reason}")
                 if not kept:
                     raise UsageError(
                         "search_space: no decoder of the list can run on this machine"
                     )
                 knob = dataclasses.replace(knob, choices=kept)
             knobs.append(knob)
+        if left_out:
+            notes.append(
+                f"{', '.join(k.name for k in left_out)} left out: they need a CUDA device"
+            )
         _check_worker_conditions(knobs)
         defaults = (("batch_size", batch_size), *((k.name, k.value) for k in left_out))
         return cls(name=cfg.name, knobs=tuple(knobs), notes=tuple(notes), defaults=defaults)
@@ -229,12 +232,15 @@ class SearchSpace:
         return points
 
     def neighbours(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The points one knob away from ``params``, nearest changes first.
+        """The points one knob away from ``params``: one step along every knob before a
+        second step along any (one more worker, a deeper prefetch, not persistent, another
+        decoder, one thread fewer, then the next value of each), nearest changes first.
 
         Used to polish the search's best: TPE samples broadly, but on a small discrete space it
-        can miss the one-step improvement next to its best (one more worker, one thread fewer).
+        can miss the one-step improvement next to its best. Round-robin over the knobs, so a
+        short polish does not spend itself on the values of the first knob.
         """
-        out: list[dict[str, Any]] = []
+        per_knob: list[list[dict[str, Any]]] = []
         for knob in self.knobs:
             if knob.type == "fixed" or knob.name not in params:
                 continue
@@ -245,11 +251,14 @@ class SearchSpace:
                 candidates = [v for v in steps if v in options and v != current]
             else:
                 candidates = [v for v in knob.values() if v != current]
+            points = []
             for value in dict.fromkeys(candidates):  # ordered, unique
                 point = {**params, knob.name: value}
                 # drop knobs whose condition no longer holds: Optuna leaves them out too
-                out.append({k: v for k, v in point.items() if self._active(k, point)})
-        return out
+                points.append({k: v for k, v in point.items() if self._active(k, point)})
+            per_knob.append(points)
+        rounds = itertools.zip_longest(*per_knob)
+        return [point for round_ in rounds for point in round_ if point is not None]
 
     def _active(self, name: str, values: Mapping[str, Any]) -> bool:
         knob = next((k for k in self.knobs if k.name == name), None)
@@ -260,6 +269,18 @@ class SearchSpace:
     def fingerprint(self) -> str:
         payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _unusable_decoders(choices: tuple[Any, ...], *, cuda: bool) -> dict[str, str]:
+    """The decoders of ``choices`` that cannot run here, with the reason."""
+    out = {}
+    for name in choices:
+        reason = decoders.DECODERS[name].unavailable_reason()
+        if reason is None and decoders.DECODERS[name].on_device and not cuda:
+            reason = "it needs device=cuda"
+        if reason is not None:
+            out[name] = reason
+    return out
 
 
 def _resolve_bound(value: Any, facts: MachineFacts, where: str) -> int:

@@ -9,7 +9,6 @@ like.
 from __future__ import annotations
 
 import io
-import logging
 import warnings
 from abc import ABC, abstractmethod
 from typing import ClassVar
@@ -18,7 +17,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-log = logging.getLogger(__name__)
 
 _EXIF_ORIENTATION = 0x0112
 
@@ -232,15 +230,3 @@ def get(name: str) -> Decoder:
         return DECODERS[name]()
     except KeyError:
         raise KeyError(f"unknown decoder {name!r}; choices: {sorted(DECODERS)}") from None
-
-
-def available(names: list[str]) -> list[str]:
-    """The decoders of ``names`` that can run here; one log line for each one dropped."""
-    kept = []
-    for name in names:
-        reason = DECODERS[name].unavailable_reason()
-        if reason:
-            log.info("decoder %s left out of the search space: %s", name, reason)
-        else:
-            kept.append(name)
-    return kept
