@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-
 _EXIF_ORIENTATION = 0x0112
 
 
