@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import operator
 import re
@@ -231,14 +230,12 @@ class SearchSpace:
             points = grown
         return points
 
-    def neighbours(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The points one knob away from ``params``: one step along every knob before a
-        second step along any (one more worker, a deeper prefetch, not persistent, another
-        decoder, one thread fewer, then the next value of each), nearest changes first.
+    def neighbours(self, params: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+        """The points one knob away from ``params``, one list per knob (in declaration
+        order), nearest changes first within each: one more worker, then one fewer...
 
         Used to polish the search's best: TPE samples broadly, but on a small discrete space it
-        can miss the one-step improvement next to its best. Round-robin over the knobs, so a
-        short polish does not spend itself on the values of the first knob.
+        can miss the one-step improvement next to its best (one more worker, one thread fewer).
         """
         per_knob: list[list[dict[str, Any]]] = []
         for knob in self.knobs:
@@ -257,8 +254,7 @@ class SearchSpace:
                 # drop knobs whose condition no longer holds: Optuna leaves them out too
                 points.append({k: v for k, v in point.items() if self._active(k, point)})
             per_knob.append(points)
-        rounds = itertools.zip_longest(*per_knob)
-        return [point for round_ in rounds for point in round_ if point is not None]
+        return per_knob
 
     def _active(self, name: str, values: Mapping[str, Any]) -> bool:
         knob = next((k for k in self.knobs if k.name == name), None)

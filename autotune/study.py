@@ -289,6 +289,9 @@ def search(
 
 
 def _next_neighbour(study: optuna.Study, space: SearchSpace) -> dict[str, object] | None:
+    """The best so far's next unmeasured one-knob neighbour, the knobs taken in turn: polish
+    step i starts at knob i (mod the knobs), so a short polish moves every knob once rather
+    than spending itself on the first knob's values whenever the best changes."""
     complete = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -297,10 +300,16 @@ def _next_neighbour(study: optuna.Study, space: SearchSpace) -> dict[str, object
     if not complete:
         return None
     best = max(complete, key=lambda t: t.value or 0.0)
-    tried = [t.params for t in study.get_trials(deepcopy=False)]
-    for point in space.neighbours(best.params):
-        if not any(point.items() <= params.items() for params in tried):
-            return point
+    trials = study.get_trials(deepcopy=False)
+    tried = [t.params for t in trials]
+    per_knob = space.neighbours(best.params)
+    if not per_knob:
+        return None
+    turn = sum(t.user_attrs.get("role") == "polish" for t in trials)  # from storage: resumable
+    for shift in range(len(per_knob)):
+        for point in per_knob[(turn + shift) % len(per_knob)]:
+            if not any(point.items() <= params.items() for params in tried):
+                return point
     return None  # every neighbour measured: the best is a local optimum; TPE goes on
 
 
