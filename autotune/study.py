@@ -3,6 +3,7 @@ result after confirmation."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import signal
@@ -57,6 +58,7 @@ class StudyResult:
     # samples/s the decode + augment work allows on all usable CPUs: one figure, or one per
     # decoder; None until measured
     cpu_work_bound_samples_per_s: float | dict[str, float] | None = None
+    search_wall_s: float = 0.0  # this run's search (TPE and polish), without the confirmation
 
     def _find(self, label: str) -> Confirmed | None:
         return next((c for c in self.confirmed if c.label == label), None)
@@ -239,8 +241,11 @@ def tune(
             bounds = measure_cpu_work_bound(cfg, source, space, facts.usable_cpus)
             if bounds:
                 study.set_user_attr("cpu_work_bound_samples_per_s", bounds)
+        started = time.monotonic()
         search(cfg, study, space, Objective(cfg, space, source, device, facts, run=run), stop)
+        search_wall_s = time.monotonic() - started
         result = _result(cfg, study, space, source, device, baseline_params, stop, run)
+        result = dataclasses.replace(result, search_wall_s=search_wall_s)
     if result.interrupted:
         log.warning("interrupted: the study is saved; run the same command again to resume")
     return result

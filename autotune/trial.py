@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -215,6 +216,8 @@ def _child(job: TrialJob, conn: Any) -> None:
     if job.memory_limit_bytes:
         _limit_memory(job.memory_limit_bytes)
     multiprocessing.set_start_method(job.worker_start_method, force=True)
+    # more workers than CPUs is a point the search means to measure, not a mistake to warn of
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
     def report(index: int, value: float) -> None:
         conn.send(("sub_window", index, value))
