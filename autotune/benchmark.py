@@ -230,16 +230,19 @@ def run(
         h2h_cfg = dataclasses.replace(
             cfg, study=dataclasses.replace(cfg.study, confirm_rounds=rounds)
         )
-        epoch_samples = len(source) // cfg.batch_size * cfg.batch_size
+        # the metric the oracle was ranked by: over an epoch, or steady (study.epoch_aware)
+        epoch_samples = (
+            len(source) // cfg.batch_size * cfg.batch_size if cfg.study.epoch_aware else None
+        )
         confirmed = confirm(
             h2h_cfg, source, device, picked, epoch_samples=epoch_samples, run=run_one
         )
         if stop.is_set():
             raise KeyboardInterrupt
+        log.info("diagnosing the tuner's pick for its CPU-work bound")
+        diagnosis = diagnose(cfg, result.best)
     by_label = {c.label: c for c in confirmed}
     tuner = by_label.get("tuner")
-    log.info("diagnosing the tuner's pick for its CPU-work bound")
-    diagnosis = diagnose(cfg, result.best)
     bound, shared = diagnosis.cpu_work_bound, diagnosis.shared_cpu_bound
     ratios = {
         "tuner_vs_oracle": _ratio(tuner, by_label.get("oracle")),

@@ -73,8 +73,9 @@ class Confirmed:
 
 
 def reduces(config: PipelineConfig) -> bool:
-    """Whether the config decodes below full resolution where the recipe allows."""
-    return decoders.DECODERS[config.decoder].can_reduce
+    """Whether the config decodes below full resolution where the recipe allows (in the
+    workers: crops drawn on the device need the whole image, so this is conservative)."""
+    return decoders.DECODERS[config.decoder].can_reduce and config.augment_on == "cpu"
 
 
 def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Finalist]:

@@ -157,7 +157,10 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> float:
         config = self.space.suggest(trial)
         head = self._head(trial, config)
-        reason = precheck(config, self.facts, sample_bytes=self.sample_bytes)
+        # float32 crosses 4x the bytes of uint8 (whole images with augment_on=gpu: not
+        # known before reading them, so that case is checked at the crop's size)
+        sample_bytes = self.sample_bytes * (4 if config.transfer == "float" else 1)
+        reason = precheck(config, self.facts, sample_bytes=sample_bytes)
         if reason:
             trial.set_user_attr("config", config.short())
             trial.set_user_attr("skipped", reason)

@@ -279,3 +279,36 @@ def test_build_loader_from_a_best_yaml_with_device_augmentation(
     best.write_text(yaml.safe_dump(doc))
     images, labels = next(iter(autotune.build_loader(small_set, best)))
     assert images.shape == (4, 3, 40, 40) and labels.shape == (4,)
+
+
+def test_workers_start_inside_the_first_next_not_at_iter(small_set: Source) -> None:
+    """The trial's start-up clock runs from just after iter() to the first batch: worker
+    spawn must fall inside it."""
+    import psutil
+
+    recipe = recipes.CenterCropEval(crop_size=32)
+    me = psutil.Process()
+    for config in (
+        PipelineConfig(batch_size=4, num_workers=2),
+        PipelineConfig(batch_size=4, num_workers=2, device_prefetch=True),
+    ):
+        tuned = loader.build(small_set, config, recipe=recipe)
+        before = {p.pid for p in me.children()}
+        batches = iter(tuned)
+        assert {p.pid for p in me.children()} == before  # nothing started yet
+        next(batches)
+        assert len({p.pid for p in me.children()} - before) == 2
+        del batches
+
+
+def test_a_users_uint8_dataset_is_normalized_whatever_the_transfer() -> None:
+    from torch.utils.data import TensorDataset
+
+    images = torch.full((8, 3, 4, 4), 255, dtype=torch.uint8)
+    dataset = TensorDataset(images, torch.zeros(8, dtype=torch.int64))
+    recipe = recipes.CenterCropEval(crop_size=4)
+    for transfer in ("uint8", "float"):
+        config = PipelineConfig(batch_size=4, transfer=transfer)
+        batch, _ = next(iter(loader.build(dataset, config, recipe=recipe)))
+        assert batch.dtype == torch.float32
+        assert torch.allclose(_pixels(batch, recipe), torch.full_like(batch, 255.0), atol=1e-3)

@@ -34,11 +34,12 @@ TRANSFERS = ("uint8", "float")
 
 
 _DALI_DEFAULTS = {"dali_num_threads": 2, "dali_prefetch_queue_depth": 2}  # DALI's own
-_NO_LOADER = {
+_NO_LOADER = {  # DALI's own queue and copies replace these
     "num_workers": 0,
     "prefetch_factor": None,
     "persistent_workers": False,
     "pin_memory": False,
+    "device_prefetch": False,
 }
 
 
@@ -79,8 +80,8 @@ class PipelineConfig:
             for key, value in _DALI_DEFAULTS.items():
                 if getattr(self, key) is None:
                     object.__setattr__(self, key, value)
-            for key in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
-                object.__setattr__(self, key, _NO_LOADER[key])
+            for key, value in _NO_LOADER.items():
+                object.__setattr__(self, key, value)
         else:
             object.__setattr__(self, "dali_num_threads", None)
             object.__setattr__(self, "dali_prefetch_queue_depth", None)

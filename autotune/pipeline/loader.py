@@ -137,14 +137,25 @@ class DeviceStage:
     def __call__(self, images: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         labels = self._to_device(labels)
         if self.augment is not None:
-            batch = self.augment(self._decode([self._to_device(i) for i in images]))
+            # encoded bytes (1-D) stay on the host: the device decoder reads them from there
+            moved = [i if i.dim() == 1 else self._to_device(i) for i in images]
+            batch = self.augment(self._decode(moved))
         else:
             batch = self._to_device(images)
-        if self.config.transfer != "float":  # float: normalized in the workers already
-            batch = self.normalize(batch)
+        if batch.dtype == torch.uint8 or self.augment is not None:
+            batch = self.normalize(batch)  # float from the workers: normalized there already
         if self.config.channels_last:
             batch = batch.contiguous(memory_format=torch.channels_last)
         return batch, labels
+
+    def _decode_one(self, encoded: torch.Tensor) -> torch.Tensor:
+        assert self.device_decoder is not None
+        try:
+            return self.device_decoder.decode_batch([encoded], self.device)[0]
+        except RuntimeError as exc:
+            log.warning("the device decoder rejected an image (%s): decoded on the CPU", exc)
+            cpu = decoders.get("pil").decode(encoded.numpy().tobytes())
+            return self._to_device(cpu)
 
     def _decode(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         """Decodes the encoded (1-D) images of a batch in one device call."""
@@ -153,9 +164,13 @@ class DeviceStage:
         encoded = [i for i, image in enumerate(images) if image.dim() == 1]
         if not encoded:
             return images
-        # the bytes are read from host memory by the decoder: copy them back if they moved
-        data = [images[i].cpu() for i in encoded]
-        decoded = self.device_decoder.decode_batch(data, self.device)
+        data = [images[i] for i in encoded]
+        try:
+            decoded = self.device_decoder.decode_batch(data, self.device)
+        except RuntimeError:
+            # one image the device decoder rejects (damaged past its header, CMYK, 12-bit)
+            # must not end the run: decode one by one, the rejected ones on the CPU
+            decoded = [self._decode_one(image) for image in data]
         out = list(images)
         for i, image in zip(encoded, decoded, strict=True):
             out[i] = image
@@ -166,7 +181,8 @@ def one_ahead(
     items: Iterable[Any], start: Callable[[Any], Any], finish: Callable[[Any], Any]
 ) -> Iterator[Any]:
     """Yields ``finish(start(item))`` for each item, but starts item N+1 before yielding N:
-    whatever ``start`` queues runs while the caller works on N."""
+    whatever ``start`` queues runs while the caller works on N. (The first item handed over
+    waits for two loads: a prefetching config's time to first batch includes both.)"""
     iterator = iter(items)
     try:
         pending = start(next(iterator))
@@ -216,9 +232,13 @@ class TunedLoader:
         self.prefetches = config.device_prefetch and stage.device.type == "cuda"
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # a generator function, not a generator expression: the DataLoader's workers must
+        # start inside the first next(), where the trial's clock for start-up runs
         if self.prefetches:
-            return prefetch_on_side_stream(self.dataloader, self.stage)
-        return (self.stage(images, labels) for images, labels in self.dataloader)
+            yield from prefetch_on_side_stream(self.dataloader, self.stage)
+            return
+        for images, labels in self.dataloader:
+            yield self.stage(images, labels)
 
     def __len__(self) -> int:
         return len(self.dataloader)
