@@ -80,16 +80,36 @@ def test_pinned_batches_are_pinned(small_set: Source) -> None:
 
 
 def test_prefetcher_yields_every_batch_in_order(small_set: Source) -> None:
+    """Pinned, non-blocking copies on the side stream while the current stream is kept busy:
+    a missing wait_stream or record_stream shows as a batch that differs from the plain path."""
     recipe = recipes.CenterCropEval(crop_size=32)
-    plain = PipelineConfig(batch_size=4)
-    ahead = PipelineConfig(batch_size=4, device_prefetch=True)
-    a = list(loader.build(small_set, plain, recipe=recipe, device=CUDA, sampler=range(32)))
-    b = list(loader.build(small_set, ahead, recipe=recipe, device=CUDA, sampler=range(32)))
-    assert loader.build(small_set, ahead, recipe=recipe, device=CUDA).prefetches
-    assert len(a) == len(b) == 8
-    for (x, y), (x2, y2) in zip(a, b, strict=True):
-        torch.cuda.current_stream().synchronize()
+    plain = PipelineConfig(batch_size=4, num_workers=1, pin_memory=True)
+    ahead = PipelineConfig(batch_size=4, num_workers=1, pin_memory=True, device_prefetch=True)
+    expected = list(loader.build(small_set, plain, recipe=recipe, device=CUDA, sampler=range(32)))
+    tuned = loader.build(small_set, ahead, recipe=recipe, device=CUDA, sampler=range(32))
+    assert tuned.prefetches
+    busy = torch.randn(2048, 2048, device=CUDA)
+    seen = 0
+    for (x, y), (x2, y2) in zip(expected, tuned, strict=True):
+        for _ in range(20):  # a long queue of work on the current stream, as a step would be
+            busy = busy @ busy / 2048
+        # read the batch on the current stream before advancing: it must be complete
         assert torch.equal(x, x2) and torch.equal(y, y2)
+        seen += 1
+    assert seen == 8
+
+
+def test_nvjpeg_with_the_prefetcher(small_set: Source) -> None:
+    recipe = recipes.CenterCropEval(crop_size=64)
+    config = PipelineConfig(batch_size=8, num_workers=2, decoder="nvjpeg", device_prefetch=True)
+    tuned = loader.build(small_set, config, recipe=recipe, device=CUDA, sampler=range(32))
+    reference = loader.build(
+        small_set, PipelineConfig(batch_size=8), recipe=recipe, sampler=range(32)
+    )
+    std = torch.tensor(recipe.std).view(1, 3, 1, 1) * 255
+    for (images, labels), (expected, expected_labels) in zip(tuned, reference, strict=True):
+        assert torch.equal(labels.cpu(), expected_labels)
+        assert ((images.cpu() - expected) * std).abs().mean() < 3.0
 
 
 def test_a_trial_on_the_device(small_set: Source) -> None:
