@@ -375,36 +375,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("studies/benchmark"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. window=quick")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
-    )
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    cli.start_logging()
     if args.rounds < 1:
         print("autotune.benchmark: error: --rounds must be >= 1", file=sys.stderr)
         return 2
     if SCENARIOS[args.scenario].needs_cuda and not torch.cuda.is_available():
         print(f"scenario {args.scenario} needs a CUDA device: skipped (none usable here)")
         return 0
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        try:
-            results = run(args.scenario, args.overrides, rounds=args.rounds, out=args.out)
-        except (HydraException, OmegaConfBaseException) as exc:
-            raise UsageError(cli._one_line(exc)) from None
-    except UsageError as exc:
-        print(f"autotune.benchmark: error: {cli._one_line(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("autotune.benchmark: interrupted: no results written", file=sys.stderr)
-        return 130
-    folder = args.out / args.scenario
-    (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (folder / "results.md").write_text(markdown(results))
-    print(markdown(results))
-    print(f"results: {folder / 'results.json'}")
-    return 0
+    def body() -> int:
+        results = run(args.scenario, args.overrides, rounds=args.rounds, out=args.out)
+        folder = args.out / args.scenario
+        (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        (folder / "results.md").write_text(markdown(results))
+        print(markdown(results))
+        print(f"results: {folder / 'results.json'}")
+        return 0
+
+    return cli.exit_code("autotune.benchmark", body, interrupted="interrupted: no results written")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -244,14 +244,8 @@ def _say(text: str) -> None:
     print(text, flush=True)  # results are output, flushed beside the progress log
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE.format(groups=_groups()))
-        return 0
-    print_cfg = "--cfg" in args
-    overrides = [a for a in args if a != "--cfg"]
-    # progress is output (stdout); stderr carries only what went wrong
+def start_logging() -> None:
+    """Progress is output (stdout); stderr carries only what went wrong."""
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(message)s",
@@ -261,21 +255,41 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our progress lines say more
-    try:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
 
+
+def exit_code(prog: str, body: Callable[[], int], *, interrupted: str = "interrupted") -> int:
+    """Runs ``body``: bad input (a UsageError, or Hydra's and OmegaConf's own errors) becomes
+    one line on stderr and exit code 2; Ctrl-C exit code 130."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
         try:
-            cfg = compose(overrides)
-            if print_cfg:
-                print(OmegaConf.to_yaml(cfg, resolve=True))
-                return 0
-            return run(to_config(cfg))
+            return body()
         except (HydraException, OmegaConfBaseException) as exc:
             raise UsageError(_one_line(exc)) from None
     except UsageError as exc:
-        print(f"autotune: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("autotune: interrupted", file=sys.stderr)
+        print(f"{prog}: {interrupted}", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE.format(groups=_groups()))
+        return 0
+    print_cfg = "--cfg" in args
+    overrides = [a for a in args if a != "--cfg"]
+    start_logging()
+
+    def body() -> int:
+        cfg = compose(overrides)
+        if print_cfg:
+            print(OmegaConf.to_yaml(cfg, resolve=True))
+            return 0
+        return run(to_config(cfg))
+
+    return exit_code("autotune", body)

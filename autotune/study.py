@@ -357,13 +357,14 @@ def _result(
         confirmed = from_search(study, picked, epoch_samples=epoch_samples)
         if confirmed:
             notes.append("finalists were not re-measured: figures are from the search")
-    if not confirmed:
+
+    def result(best: Confirmed | None) -> StudyResult:
         return StudyResult(
             study.study_name,
             cfg.study.storage,
-            None,
-            "none",
-            (),
+            best.config if best else None,
+            best.label if best else "none",
+            tuple(confirmed),
             dict(counts),
             dict(failures),
             ceiling,
@@ -371,6 +372,9 @@ def _result(
             interrupted,
             cpu_work_bound,
         )
+
+    if not confirmed:
+        return result(None)
     winner, pick_notes = pick_winner(confirmed)
     notes += pick_notes
     base = next((c for c in confirmed if c.label == "baseline"), None)
@@ -389,19 +393,7 @@ def _result(
     study.set_user_attr("confirmation", [c.to_dict() for c in confirmed])
     study.set_user_attr("winner", winner.label)
     study.set_user_attr("notes", notes)
-    return StudyResult(
-        study.study_name,
-        cfg.study.storage,
-        winner.config,
-        winner.label,
-        tuple(confirmed),
-        dict(counts),
-        dict(failures),
-        ceiling,
-        tuple(notes),
-        interrupted,
-        cpu_work_bound,
-    )
+    return result(winner)
 
 
 def failure_table(failures: dict[str, int]) -> list[tuple[str, int, str]]:

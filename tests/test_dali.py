@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from pixels import to_pixels
 from torchvision.transforms.v2 import functional as F
 
 from autotune.pipeline import decoders, loader, recipes, sources
@@ -26,12 +27,6 @@ def small_set(tmp_path_factory: pytest.TempPathFactory) -> Source:
     return sources.synthetic(count=24, num_classes=3, cache_dir=tmp_path_factory.mktemp("c"))
 
 
-def _pixels(batch: torch.Tensor, recipe: recipes.Recipe) -> torch.Tensor:
-    mean = torch.tensor(recipe.mean).view(1, 3, 1, 1) * 255
-    std = torch.tensor(recipe.std).view(1, 3, 1, 1) * 255
-    return batch * std + mean
-
-
 def test_eval_matches_torchvision(small_set: Source) -> None:
     recipe = recipes.CenterCropEval(crop_size=64)
     config = PipelineConfig(batch_size=8, decoder="dali")
@@ -41,7 +36,7 @@ def test_eval_matches_torchvision(small_set: Source) -> None:
     assert images.shape == (8, 3, 64, 64) and images.dtype == torch.float32
     assert labels.tolist() == list(small_set.labels[:8])
     worst = 0.0
-    for i, image in enumerate(_pixels(images, recipe)):
+    for i, image in enumerate(to_pixels(images, recipe)):
         full = decoders.get("pil").decode(small_set.read(i))
         h, w = full.shape[-2:]
         size = [73, round(73 * w / h)] if h <= w else [round(73 * h / w), 73]  # DALI rounds
@@ -62,7 +57,7 @@ def test_train_batches_reproducible_and_reshuffled(small_set: Source) -> None:
     assert len(first) == len(second) == len(tuned) == 3
     for (images, labels), (images2, labels2) in zip(first, again, strict=True):
         assert images.shape == (8, 3, 32, 32)
-        pixels = _pixels(images, recipe)
+        pixels = to_pixels(images, recipe)
         assert pixels.min() > -0.5 and pixels.max() < 255.5 and pixels.std() > 1
         assert torch.equal(images, images2) and torch.equal(labels, labels2)  # seeded
     assert sorted(torch.cat([b[1] for b in first]).tolist()) == sorted(small_set.labels)

@@ -20,6 +20,7 @@ import pytest
 import torch
 import yaml
 from PIL import Image
+from pixels import to_pixels
 from scipy import stats
 
 import autotune
@@ -34,13 +35,6 @@ P_FLOOR = 0.001  # seeds are fixed: a miss is a real difference, not bad luck on
 @pytest.fixture(scope="module")
 def small_set(tmp_path_factory: pytest.TempPathFactory) -> Source:
     return sources.synthetic(count=16, num_classes=2, cache_dir=tmp_path_factory.mktemp("c"))
-
-
-def _pixels(batch: torch.Tensor, recipe: recipes.Recipe) -> torch.Tensor:
-    """Undoes the normalization: 0-255 values again."""
-    mean = torch.tensor(recipe.mean).view(1, 3, 1, 1) * 255
-    std = torch.tensor(recipe.std).view(1, 3, 1, 1) * 255
-    return batch * std + mean
 
 
 def _batches(source: Source, config: PipelineConfig, recipe: recipes.Recipe, n: int = 2):
@@ -67,7 +61,7 @@ def test_eval_on_the_device_matches_the_workers(small_set: Source, decoder: str)
         assert a.shape == b.shape == (4, 3, 64, 64)
         assert a.dtype == b.dtype == torch.float32
         assert torch.equal(la, lb)
-        diff = (_pixels(a, recipe) - _pixels(b, recipe)).abs()
+        diff = (to_pixels(a, recipe) - to_pixels(b, recipe)).abs()
         # workers round to uint8 after resizing; the device keeps the float (measured: <= 0.5)
         assert diff.max() <= 1.0, diff.max()
 
@@ -151,7 +145,7 @@ def test_train_on_the_device_batches(small_set: Source) -> None:
     for (images, labels), (images2, labels2) in zip(first, again, strict=True):
         assert images.shape == (4, 3, 48, 48) and images.dtype == torch.float32
         assert labels.dtype == torch.int64
-        pixels = _pixels(images, recipe)
+        pixels = to_pixels(images, recipe)
         assert pixels.min() > -0.5 and pixels.max() < 255.5 and pixels.std() > 1
         assert torch.equal(images, images2) and torch.equal(labels, labels2)  # seeded
 
@@ -215,7 +209,7 @@ def test_device_decoder_path_on_a_cpu_device(mixed_folder: Path) -> None:
     )
     ((expected, expected_labels),) = list(reference)
     assert torch.equal(labels, expected_labels)
-    diff = (_pixels(images, recipe) - _pixels(expected, recipe)).abs()
+    diff = (to_pixels(images, recipe) - to_pixels(expected, recipe)).abs()
     assert diff.max() <= 1.0, diff.max()  # TorchCodec's CPU decoder and Pillow: same libjpeg
 
 
@@ -311,4 +305,4 @@ def test_a_users_uint8_dataset_is_normalized_whatever_the_transfer() -> None:
         config = PipelineConfig(batch_size=4, transfer=transfer)
         batch, _ = next(iter(loader.build(dataset, config, recipe=recipe)))
         assert batch.dtype == torch.float32
-        assert torch.allclose(_pixels(batch, recipe), torch.full_like(batch, 255.0), atol=1e-3)
+        assert torch.allclose(to_pixels(batch, recipe), torch.full_like(batch, 255.0), atol=1e-3)
