@@ -2,7 +2,7 @@
 
 import sys
 
-from autotune.cli import main
+from autotune.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

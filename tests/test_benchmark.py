@@ -17,7 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import benchmark
+from autotune.app import benchmark
 
 TINY = [
     "search_space=quick",

@@ -13,7 +13,7 @@ import yaml
 from conftest import QUICK, run_cli
 from PIL import Image
 
-from autotune import cli
+from autotune.app import cli
 
 
 def test_quick_study_writes_a_usable_best_yaml(quick_study):
@@ -183,7 +183,7 @@ def test_own_image_folder_with_a_torchvision_model(tmp_path):
 def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
     import autotune
     from autotune.pipeline.sources import synthetic
-    from autotune.workload import TinyCNN
+    from autotune.runtime.workload import TinyCNN
 
     cwd, _ = quick_study
     best = cwd / "studies" / "synthetic-tiny" / "best.yaml"

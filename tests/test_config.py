@@ -8,9 +8,9 @@ import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.cli import compose, to_config
-from autotune.config import AutotuneConfig, WindowConfig
+from autotune.app.cli import compose, to_config
 from autotune.errors import UsageError
+from autotune.schema import AutotuneConfig, WindowConfig
 
 # A bad override may surface as Hydra's or OmegaConf's own error, or as our UsageError.
 BAD_INPUT = (UsageError, HydraException, OmegaConfBaseException)

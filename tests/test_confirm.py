@@ -6,11 +6,11 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from autotune import cli
-from autotune.confirm import Confirmed, confirm, finalists, pick_winner, reduced_decode_note
-from autotune.measure import Measurement
+from autotune.app import cli
 from autotune.pipeline.config import PipelineConfig
-from autotune.trial import TrialOutcome
+from autotune.runtime.trial import TrialOutcome
+from autotune.runtime.window import Measurement
+from autotune.tuner.confirm import Confirmed, confirm, finalists, pick_winner, reduced_decode_note
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2)
 

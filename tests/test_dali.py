@@ -79,9 +79,9 @@ def test_channels_last(small_set: Source) -> None:
 
 
 def test_a_trial_through_dali(small_set: Source) -> None:
-    from autotune.cli import compose, to_config
-    from autotune.objective import make_job
-    from autotune.trial import run_trial
+    from autotune.app.cli import compose, to_config
+    from autotune.runtime.trial import run_trial
+    from autotune.tuner.objective import make_job
 
     cfg = to_config(compose(["window=quick", "recipe.crop_size=32", "batch_size=8"]))
     config = PipelineConfig(batch_size=8, decoder="dali", dali_num_threads=2)

@@ -17,15 +17,15 @@ import torch
 import yaml
 from PIL import Image
 
-from autotune import cli, diagnose, page_cache
-from autotune.config import AutotuneConfig, ModelConfig, RecipeConfig, WindowConfig
-from autotune.diagnosis import Diagnosis, Storage, tail_lines, verdict
+from autotune.app import cli
+from autotune.diagnose import measure as diagnose
+from autotune.diagnose import page_cache
+from autotune.diagnose.verdict import Diagnosis, Storage, tail_lines, verdict
 from autotune.errors import UsageError
-from autotune.measure import Measurement
 from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, scan_imagefolder, synthetic
-from autotune.profile import (
+from autotune.runtime.stages import (
     LOADER_STAGES,
     SampleTime,
     StageClock,
@@ -36,7 +36,9 @@ from autotune.profile import (
     profile_stages,
     threads,
 )
-from autotune.trial import TrialJob, run_trial
+from autotune.runtime.trial import TrialJob, run_trial
+from autotune.runtime.window import Measurement
+from autotune.schema import AutotuneConfig, ModelConfig, RecipeConfig, WindowConfig
 
 SMALL = [
     "mode=diagnose",

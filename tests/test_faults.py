@@ -15,7 +15,7 @@ import yaml
 from conftest import QUICK, TESTS
 from PIL import Image
 
-from autotune.lock import host_lock
+from autotune.runtime.lock import host_lock
 
 
 def _folder_with_bad_files(root: Path) -> Path:
@@ -116,7 +116,7 @@ def test_a_second_run_waits_for_the_host_lock(tmp_path, caplog):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from autotune.lock import host_lock\n"
+            "import sys, time; from pathlib import Path; from autotune.runtime.lock import host_lock\n"
             f"with host_lock(Path({str(tmp_path)!r})):\n"
             "    print('held', flush=True); time.sleep(30)",
         ],

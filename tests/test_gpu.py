@@ -113,9 +113,9 @@ def test_nvjpeg_with_the_prefetcher(small_set: Source) -> None:
 
 
 def test_a_trial_on_the_device(small_set: Source) -> None:
-    from autotune.cli import compose, to_config
-    from autotune.objective import make_job
-    from autotune.trial import run_trial
+    from autotune.app.cli import compose, to_config
+    from autotune.runtime.trial import run_trial
+    from autotune.tuner.objective import make_job
 
     cfg = to_config(compose(["window=quick", "recipe.crop_size=64", "batch_size=8"]))
     config = PipelineConfig(

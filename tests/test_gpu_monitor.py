@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from autotune import machine
-from autotune.config import ModelConfig, RecipeConfig, WindowConfig
-from autotune.gpu_monitor import UtilizationSampler, nvml_reader, open_sampler
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
-from autotune.trial import TrialJob, run_trial
+from autotune.runtime.gpu_monitor import UtilizationSampler, nvml_reader, open_sampler
+from autotune.runtime.trial import TrialJob, run_trial
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 
 class CountingReader:

@@ -1,4 +1,4 @@
-"""Tests for autotune.measure: the timed window, driven by a fake clock and a fake loader.
+"""Tests for autotune.runtime.window: the timed window, driven by a fake clock and a fake loader.
 
 Times are binary fractions (0.25, 0.5, ...) so every clock reading is exact and the rates the
 window reports can be compared with ``==`` to the rates the fake pipeline is built to deliver.
@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from autotune.gpu_monitor import UtilizationSampler
-from autotune.measure import (
+from autotune.runtime.gpu_monitor import UtilizationSampler
+from autotune.runtime.window import (
     Measurement,
     WindowStopped,
     run_ceiling,

@@ -8,13 +8,14 @@ import io
 import optuna
 import pytest
 
-from autotune import cli, machine
-from autotune.measure import Measurement
-from autotune.objective import Objective, epoch_rate, precheck
+from autotune import machine
+from autotune.app import cli
 from autotune.pipeline.config import PipelineConfig
-from autotune.progress import StudyProgress
-from autotune.space import SearchSpace
-from autotune.trial import Failure, TrialOutcome
+from autotune.runtime.trial import Failure, TrialOutcome
+from autotune.runtime.window import Measurement
+from autotune.session.space import SearchSpace
+from autotune.tuner.objective import Objective, epoch_rate, precheck
+from autotune.tuner.progress import StudyProgress
 
 MiB = 2**20
 
@@ -101,7 +102,7 @@ def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source
 
 
 def test_a_failed_measurement_raises_and_records_its_reason(cfg, facts, source):
-    from autotune.objective import TrialFailed
+    from autotune.tuner.objective import TrialFailed
 
     trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
     run = fake_run(failure=Failure("worker_died", "DataLoader worker exited unexpectedly"))

@@ -14,7 +14,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 from PIL import Image, ImageStat
 
-from autotune import cli, report
+from autotune.app import cli
+from autotune.report import markdown as report
 
 PLOTS = {
     "optimization_history.png",

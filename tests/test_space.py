@@ -1,4 +1,4 @@
-"""Tests for autotune.space: the composed spaces, their conditions, bounds and validation."""
+"""Tests for autotune.session.space: the composed spaces, their conditions, bounds and validation."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FixedTrial
 
 from autotune import machine
-from autotune.cli import compose, to_config
-from autotune.config import KnobConfig, SearchSpaceConfig
+from autotune.app.cli import compose, to_config
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
-from autotune.space import SearchSpace
+from autotune.schema import KnobConfig, SearchSpaceConfig
+from autotune.session.space import SearchSpace
 
 
 @pytest.fixture(scope="module")
@@ -493,7 +493,7 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
 def test_the_polish_takes_the_knobs_in_turn() -> None:
     from optuna.distributions import BaseDistribution
 
-    from autotune.study import _next_neighbour
+    from autotune.tuner.study import _next_neighbour
 
     facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
     space = SearchSpace.from_config(

@@ -10,10 +10,10 @@ import psutil
 import pytest
 from faulty import HangInWorker, SegfaultInWorker, as_
 
-from autotune.config import ModelConfig, RecipeConfig, WindowConfig
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
-from autotune.trial import TrialJob, classify, run_trial
+from autotune.runtime.trial import TrialJob, classify, run_trial
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 WINDOW = WindowConfig(
     warmup_extra_batches=1, sub_windows=2, batches_per_window=2, min_sub_window_s=0.0

@@ -15,9 +15,9 @@ import torch
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
 
-from autotune.config import RecipeConfig
 from autotune.errors import UsageError
 from autotune.pipeline import decoders
+from autotune.schema import RecipeConfig
 
 _REDUCTIONS = (8, 4, 2)
 

@@ -1,7 +1,7 @@
 """What ``mode=diagnose`` measured, and what follows from it: the binding limit, the
 verdict, the knobs to try, and ``diagnosis.md``.
 
-Pure: plain values in, text out (the measuring is ``autotune.diagnose``).
+Pure: plain values in, text out (the measuring is ``autotune.diagnose.measure``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.measure import Measurement
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
-from autotune.profile import LOADER_STAGES, StageProfile, StageTime
+from autotune.runtime.stages import LOADER_STAGES, StageProfile, StageTime
+from autotune.runtime.window import Measurement
 
 DATA_BOUND_WAIT = 0.2  # a step that waits longer than this share for data is data-bound
 IO_MARGIN = 0.15  # cold must be this much slower than warm, in every round: I/O-bound

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from autotune.config import AutotuneConfig
-from autotune.objective import epoch_rate, make_job, startup_beyond_one_batch
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
-from autotune.trial import TrialOutcome, run_trial
+from autotune.runtime.trial import TrialOutcome, run_trial
+from autotune.schema import AutotuneConfig
+from autotune.tuner.objective import epoch_rate, make_job, startup_beyond_one_batch
 
 log = logging.getLogger(__name__)
 

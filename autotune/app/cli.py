@@ -22,8 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from autotune.config import AutotuneConfig, DatasetConfig, register_configs
 from autotune.errors import UsageError
+from autotune.schema import AutotuneConfig, DatasetConfig, register_configs
 
 log = logging.getLogger("autotune")
 
@@ -149,11 +149,11 @@ def fingerprint(
 def run(config: AutotuneConfig) -> int:
     """Runs ``config.mode``; returns the exit code."""
     if config.mode == "diagnose":
-        from autotune import diagnose
+        from autotune.diagnose import measure as diagnose
 
         return diagnose.run(config)
     if config.mode == "report":
-        from autotune import report
+        from autotune.report import markdown as report
 
         return report.rebuild(config)
     return run_tune(config)
@@ -178,11 +178,12 @@ def _progress_silenced(quiet: bool) -> Iterator[None]:
 
 
 def _tune(config: AutotuneConfig) -> int:
-    from autotune import machine, report
-    from autotune.lock import host_lock
-    from autotune.space import SearchSpace
-    from autotune.study import tune
-    from autotune.workload import build_model
+    from autotune import machine
+    from autotune.report import markdown as report
+    from autotune.runtime.lock import host_lock
+    from autotune.runtime.workload import build_model
+    from autotune.session.space import SearchSpace
+    from autotune.tuner.study import tune
 
     facts = machine.detect(want_cuda=config.device != "cpu")
     device = resolve_device(config.device, facts.cuda_available)

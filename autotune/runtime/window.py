@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from autotune.gpu_monitor import UtilizationSampler
+from autotune.runtime.gpu_monitor import UtilizationSampler
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

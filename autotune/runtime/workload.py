@@ -8,8 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from autotune.config import ModelConfig
 from autotune.errors import UsageError
+from autotune.schema import ModelConfig
 
 TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small")
 BUILTIN_MODELS = ("tiny", "none", *TORCHVISION_MODELS)

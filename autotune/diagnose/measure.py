@@ -2,8 +2,8 @@
 
 Measured, never guessed: the ceiling, the full training rate and the loader alone come from
 the tuner's own child-process trials; the per-stage times from an instrumented run of the same
-pieces in this process (``autotune.profile``); storage against CPU from the same loader-only
-run with the files evicted from the page cache and cached. ``autotune.diagnosis`` judges the
+pieces in this process (``autotune.runtime.stages``); storage against CPU from the same loader-only
+run with the files evicted from the page cache and cached. ``autotune.diagnose.verdict`` judges the
 figures and writes the verdict.
 """
 
@@ -18,15 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune import page_cache
-from autotune.config import AutotuneConfig, ModelConfig, WindowConfig
-from autotune.diagnosis import Diagnosis, Storage, to_markdown
+from autotune.diagnose import page_cache
+from autotune.diagnose.verdict import Diagnosis, Storage, to_markdown
 from autotune.errors import UsageError
-from autotune.measure import Measurement, warmup_batches
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
-from autotune.profile import (
+from autotune.runtime.stages import (
     StageProfile,
     StageTime,
     pick,
@@ -36,6 +34,8 @@ from autotune.profile import (
     time_reads,
     total_bytes,
 )
+from autotune.runtime.window import Measurement, warmup_batches
+from autotune.schema import AutotuneConfig, ModelConfig, WindowConfig
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def storage_window(
 def run(config: AutotuneConfig) -> int:
     """``mode=diagnose``: measures, prints the diagnosis and writes it to
     ``studies/<study.name>/diagnosis.md``. Returns the exit code."""
-    from autotune.lock import host_lock
+    from autotune.runtime.lock import host_lock
 
     pipeline = pipeline_to_diagnose(config)
     with host_lock(Path(config.studies_dir)):
@@ -105,8 +105,8 @@ def run(config: AutotuneConfig) -> int:
 
 def pipeline_to_diagnose(config: AutotuneConfig) -> PipelineConfig:
     """The pipeline to diagnose: ``pipeline=best.yaml``, or PyTorch's defaults."""
-    from autotune.apply import load_pipeline_config
     from autotune.pipeline import decoders
+    from autotune.pipeline.user_api import load_pipeline_config
 
     if config.pipeline is None:
         return PipelineConfig(batch_size=config.batch_size)
@@ -127,12 +127,12 @@ def diagnose(config: AutotuneConfig, pipeline: PipelineConfig) -> Diagnosis:
     """Runs every measurement of the diagnosis (trials in child processes, the stage profile
     here) and returns them."""
     from autotune import machine
-    from autotune.cli import load_source, resolve_device
-    from autotune.objective import make_job
+    from autotune.app.cli import load_source, resolve_device
     from autotune.pipeline import recipes
-    from autotune.space import SearchSpace
-    from autotune.trial import run_trial
-    from autotune.workload import build_model
+    from autotune.runtime.trial import run_trial
+    from autotune.runtime.workload import build_model
+    from autotune.session.space import SearchSpace
+    from autotune.tuner.objective import make_job
 
     facts = machine.detect(want_cuda=config.device != "cpu")
     device = resolve_device(config.device, facts.cuda_available)

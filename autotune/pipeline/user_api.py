@@ -11,10 +11,10 @@ import torch
 import yaml
 from torch.utils.data import Dataset
 
-from autotune.config import RecipeConfig
 from autotune.errors import UsageError
 from autotune.pipeline import loader, recipes, sources
 from autotune.pipeline.config import DEVICE_DECODERS, PipelineConfig
+from autotune.schema import RecipeConfig
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,14 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from autotune.config import AutotuneConfig
-from autotune.confirm import (
+from autotune.errors import UsageError
+from autotune.machine import MachineFacts
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import Source
+from autotune.runtime.trial import HINTS, TrialOutcome, run_trial
+from autotune.schema import AutotuneConfig
+from autotune.session.space import SearchSpace
+from autotune.tuner.confirm import (
     Confirmed,
     confirm,
     finalists,
@@ -29,14 +35,8 @@ from autotune.confirm import (
     pick_winner,
     reduced_decode_note,
 )
-from autotune.errors import UsageError
-from autotune.machine import MachineFacts
-from autotune.objective import Objective, TrialFailed, make_job
-from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.sources import Source
-from autotune.progress import FINISHED, StudyProgress
-from autotune.space import SearchSpace
-from autotune.trial import HINTS, TrialOutcome, run_trial
+from autotune.tuner.objective import Objective, TrialFailed, make_job
+from autotune.tuner.progress import FINISHED, StudyProgress
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def measure_cpu_work_bound(
     """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
     augment and collate (profile.profile_stages): what no worker count can exceed."""
     from autotune.pipeline import decoders, recipes
-    from autotune.profile import profile_stages
+    from autotune.runtime.stages import profile_stages
 
     recipe = recipes.from_config(cfg.recipe)
     knob = next((k for k in space.knobs if k.name == "decoder"), None)

@@ -26,12 +26,18 @@ from typing import Any, Literal
 
 import psutil
 
-from autotune.config import ModelConfig, RecipeConfig, WindowConfig
 from autotune.errors import UsageError
-from autotune.gpu_monitor import UtilizationSampler, open_sampler
-from autotune.measure import Measurement, WindowStopped, run_ceiling, run_window, warmup_batches
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
+from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
+from autotune.runtime.window import (
+    Measurement,
+    WindowStopped,
+    run_ceiling,
+    run_window,
+    warmup_batches,
+)
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +148,7 @@ def _measure_window(
     from torch.utils.data import RandomSampler
 
     from autotune.pipeline import loader, recipes
-    from autotune.workload import TrainStep, build_model
+    from autotune.runtime.workload import TrainStep, build_model
 
     if job.pipeline.main_threads:
         torch.set_num_threads(job.pipeline.main_threads)
@@ -342,7 +348,12 @@ def _context() -> multiprocessing.context.BaseContext:
     ctx = multiprocessing.get_context("forkserver")
     # imported once, in the server, instead of in every trial
     ctx.set_forkserver_preload(
-        ["autotune.trial", "autotune.workload", "autotune.pipeline.loader", "torchvision.models"]
+        [
+            "autotune.runtime.trial",
+            "autotune.runtime.workload",
+            "autotune.pipeline.loader",
+            "torchvision.models",
+        ]
     )
     return ctx
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import optuna
 
-from autotune.config import KnobConfig, SearchSpaceConfig
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
+from autotune.schema import KnobConfig, SearchSpaceConfig
 
 # Every knob and the value it takes when its condition does not hold.
 INACTIVE = {

@@ -18,12 +18,12 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from autotune import plots
-from autotune.config import AutotuneConfig
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.study import StudyResult, failure_table
-from autotune.trial import HINTS
+from autotune.report import plots
+from autotune.runtime.trial import HINTS
+from autotune.schema import AutotuneConfig
+from autotune.tuner.study import StudyResult, failure_table
 
 UNIT = "samples/s"
 Row = dict[str, Any]  # a Confirmed.to_dict(): label, config, samples_per_s, steady, iqr

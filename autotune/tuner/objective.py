@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import optuna
 
-from autotune.config import AutotuneConfig
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
-from autotune.progress import FINISHED, best_so_far
-from autotune.space import SearchSpace
-from autotune.trial import TrialJob, TrialOutcome, run_trial
+from autotune.runtime.trial import TrialJob, TrialOutcome, run_trial
+from autotune.schema import AutotuneConfig
+from autotune.session.space import SearchSpace
+from autotune.tuner.progress import FINISHED, best_so_far
 
 log = logging.getLogger(__name__)
 
