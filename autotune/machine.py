@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import os
@@ -48,10 +47,6 @@ class MachineFacts:
     torch_version: str
     torchvision_version: str
     platform: str
-
-    def to_dict(self) -> dict:
-        """Returns a plain dict (gpu nested or None) that JSON and YAML can serialise."""
-        return dataclasses.asdict(self)
 
 
 def _read(d: Path, *names: str) -> str | None:

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from autotune import machine
+from autotune.pipeline.sources import Source
+from autotune.session import SearchSpace, Session
+
 TESTS = Path(__file__).parent
 # Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials.
 QUICK = [
@@ -38,6 +42,25 @@ def run_cli(
         timeout=timeout,
         env=full_env,
     )
+
+
+def make_session(
+    overrides: list[str] = (),  # type: ignore[assignment]
+    *,
+    source: Source | None = None,
+    facts: machine.MachineFacts | None = None,
+    device: str = "cpu",
+) -> Session:
+    """A session from ``python -m autotune OVERRIDES``'s config, without loading its dataset:
+    ``source`` (None where the test's fake runner never reads it) stands in for it."""
+    from autotune.app.cli import compose, to_config  # the app only for the tests that ask
+
+    config = to_config(compose(list(overrides)))
+    facts = facts or machine.detect(want_cuda=False)
+    space = SearchSpace.from_config(
+        config.search_space, facts, device=device, batch_size=config.batch_size
+    )
+    return Session(config, facts, device, source, space, "test")  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import types
 from pathlib import Path
@@ -293,12 +292,4 @@ def test_detect_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     assert facts.gpu is None or facts.gpu.memory_total_bytes > 0  # None on CPU-only hosts
     with pytest.raises(dataclasses.FrozenInstanceError):
         facts.usable_cpus = 99  # type: ignore[misc]
-    data = json.loads(json.dumps(facts.to_dict()))
-    assert data["usable_cpus"] == facts.usable_cpus
-    assert data["gpu"] is None or set(data["gpu"]) == {
-        "index",
-        "name",
-        "memory_total_bytes",
-        "driver_version",
-    }
     assert machine.detect(want_cuda=False).cuda_available is False

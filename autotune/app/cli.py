@@ -10,20 +10,31 @@ a bad override is one line and exit code 2, and only ``studies/`` is written.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from importlib import resources
 from pathlib import Path
-from typing import Any
 
+import optuna
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from autotune.diagnose import measure as diagnose
 from autotune.errors import UsageError
-from autotune.schema import AutotuneConfig, DatasetConfig, register_configs
+from autotune.report import dashboard, markdown, summary
+from autotune.report.export import export
+from autotune.runtime.lock import host_lock
+from autotune.schema import AutotuneConfig, register_configs
+from autotune.session import Session
+from autotune.tuner.tune import tune
 
 log = logging.getLogger("autotune")
 
@@ -41,9 +52,6 @@ Common overrides: study.n_trials=N study.timeout=SECONDS study.name=NAME
 
 def compose(overrides: list[str]) -> DictConfig:
     """The composed config (``conf/`` of the package, then ``./conf`` of the working dir)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -68,7 +76,6 @@ def compose(overrides: list[str]) -> DictConfig:
 
 def to_config(cfg: DictConfig) -> AutotuneConfig:
     """Converts once, at the edge: the core only sees dataclasses."""
-    from omegaconf.errors import MissingMandatoryValue
 
     try:
         obj = OmegaConf.to_object(cfg)
@@ -92,8 +99,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _groups() -> str:
-    from importlib import resources
-
     conf = resources.files("autotune.conf")
     lines = []
     for group in sorted(
@@ -106,62 +111,16 @@ def _groups() -> str:
     return "\n".join(lines)
 
 
-def load_source(cfg: DatasetConfig):  # noqa: ANN201 - Source, imported lazily
-    from autotune.pipeline import sources
-
-    if cfg.kind == "synthetic":
-        size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
-        return sources.synthetic(
-            count=cfg.count,
-            num_classes=cfg.num_classes,
-            size=size,
-            seed=cfg.seed,
-            quality=cfg.quality,
-        )
-    if not cfg.root:
-        raise UsageError("dataset.root is not set: add dataset.root=PATH (class sub-folders)")
-    return sources.scan_imagefolder(Path(cfg.root).expanduser())
-
-
-def resolve_device(requested: str, cuda_available: bool) -> str:
-    if requested == "cuda" and not cuda_available:
-        raise UsageError("device=cuda but no CUDA device is usable here: use device=cpu or auto")
-    return "cuda" if requested == "cuda" or (requested == "auto" and cuda_available) else "cpu"
-
-
-def fingerprint(
-    config: AutotuneConfig, source_fingerprint: str, space_fingerprint: str, device: str
-) -> str:
-    """What a study's numbers depend on; a resumed study must match it."""
-    parts: dict[str, Any] = {
-        "source": source_fingerprint,
-        "space": space_fingerprint,
-        "device": device,
-        "model": asdict(config.model),
-        "recipe": asdict(config.recipe),
-        "window": asdict(config.window),
-        "batch_size": config.batch_size,
-        "seed": config.seed,
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def run(config: AutotuneConfig) -> int:
     """Runs ``config.mode``; returns the exit code."""
+    if config.mode == "report":  # from the storage alone: no session to build
+        return markdown.rebuild(config)
     if config.mode == "diagnose":
-        from autotune.diagnose import measure as diagnose
-
-        return diagnose.run(config)
-    if config.mode == "report":
-        from autotune.report import markdown as report
-
-        return report.rebuild(config)
-    return run_tune(config)
-
-
-def run_tune(config: AutotuneConfig) -> int:
+        pipeline = diagnose.pipeline_to_diagnose(config)
+        config = dataclasses.replace(config, batch_size=pipeline.batch_size)
+        return diagnose.run(Session.build(config), pipeline)
     with _progress_silenced(config.quiet):
-        return _tune(config)
+        return run_tune(Session.build(config))
 
 
 @contextmanager
@@ -177,24 +136,11 @@ def _progress_silenced(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _tune(config: AutotuneConfig) -> int:
-    from autotune import machine
-    from autotune.report import markdown as report
-    from autotune.runtime.lock import host_lock
-    from autotune.runtime.workload import build_model
-    from autotune.session.space import SearchSpace
-    from autotune.tuner.study import tune
-
-    facts = machine.detect(want_cuda=config.device != "cpu")
-    device = resolve_device(config.device, facts.cuda_available)
-    source = load_source(config.dataset)
-    build_model(config.model, num_classes=len(source.classes))  # bad model: fail before trials
-    space = SearchSpace.from_config(
-        config.search_space, facts, device=device, batch_size=config.batch_size
-    )
-    for note in space.notes:
+def _describe(session: Session) -> None:
+    config, source = session.config, session.source
+    for note in session.space.notes:
         log.info("search space: %s", note)
-    if device == "cpu":
+    if session.device == "cpu":
         log.info("device cpu: pin_memory and other CUDA-only knobs are not searched")
     log.info(
         "study %s: %d images in %d classes, model %s, %d usable CPUs, device %s",
@@ -202,42 +148,41 @@ def _tune(config: AutotuneConfig) -> int:
         len(source),
         len(source.classes),
         config.model.name,
-        facts.usable_cpus,
-        device,
+        session.facts.usable_cpus,
+        session.device,
     )
+
+
+def run_tune(session: Session) -> int:
+    """``mode=tune``: the study, then best.yaml, report.md and the summary printed."""
+    config, source = session.config, session.source
+    _describe(session)
     with host_lock(Path(config.studies_dir)):
-        result = tune(
-            config,
-            facts,
-            source,
-            space,
-            device,
-            fingerprint(config, source.fingerprint(), space.fingerprint(), device),
-        )
+        result = tune(session)
     folder = Path(config.studies_dir) / result.study_name
     if result.best is None:
         _say(f"no trial of study {result.study_name} finished: nothing to export")
-        _say(report.failures_text(result))
-        _say(f"report:      {report.write_report(result.storage, result.study_name, folder)}")
+        _say(summary.failures_text(result))
+        _say(f"report:      {markdown.write_report(result.storage, result.study_name, folder)}")
         return 130 if result.interrupted else 1
-    context = {
+    workload = {
         "dataset": config.dataset.name,
         "model": config.model.name,
         "recipe": asdict(config.recipe),
-        "device": device,
+        "device": session.device,
         "images": len(source),
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
     }
-    best = report.write(result, facts, context, folder)
-    _say(report.table(result))
+    best = export(result, session.facts, workload, folder)
+    _say(summary.table(result))
     if result.failures:
-        _say(report.failures_text(result))
+        _say(summary.failures_text(result))
     if source.skipped:
         _say(f"skipped {len(source.skipped)} unreadable files (listed in {best})")
     _say(f"best config: {best}")
     _say(f"report:      {folder / 'report.md'}")
-    _say(f"dashboard:   {report.dashboard_command(result.storage)}")
+    _say(f"dashboard:   {dashboard.command(result.storage)}")
     return 130 if result.interrupted else 0
 
 
@@ -253,17 +198,12 @@ def start_logging() -> None:
         datefmt="%H:%M:%S",
         stream=sys.stdout,
     )
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our progress lines say more
 
 
 def exit_code(prog: str, body: Callable[[], int], *, interrupted: str = "interrupted") -> int:
     """Runs ``body``: bad input (a UsageError, or Hydra's and OmegaConf's own errors) becomes
     one line on stderr and exit code 2; Ctrl-C exit code 130."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         try:
             return body()

@@ -17,8 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import optuna
+from matplotlib.ticker import MaxNLocator
 from optuna.trial import FrozenTrial, TrialState
+from optuna.visualization.matplotlib import plot_optimization_history, plot_param_importances
+
+from autotune.report import importances
+from autotune.tuner import store
+from autotune.tuner.store import TrialKey
 
 UNIT = "samples/s"
 DPI = 110
@@ -57,7 +65,7 @@ class _Point:
 
 def draw(study: optuna.Study, folder: Path, references: References) -> list[Figure]:
     """Writes every figure it can into ``folder``; returns all four, drawn or not."""
-    plt = _pyplot()
+    plt.switch_backend("Agg")  # files only: no display, no GUI event loop
     trials = study.get_trials(deepcopy=False)
     points = _points(trials)
     figures = []
@@ -70,7 +78,7 @@ def draw(study: optuna.Study, folder: Path, references: References) -> list[Figu
         path = folder / file
         path.unlink(missing_ok=True)  # a figure not drawn this time must not linger
         with _style():
-            caption, fig = draw_one(plt, study, points, references)
+            caption, fig = draw_one(study, points, references)
             if fig is not None:
                 fig.savefig(path, dpi=DPI, bbox_inches="tight")
                 plt.close(fig)
@@ -78,23 +86,10 @@ def draw(study: optuna.Study, folder: Path, references: References) -> list[Figu
     return figures
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - a dependency; kept for stripped installs
-        raise ImportError("plots need matplotlib: pip install -U matplotlib") from exc
-    matplotlib.use("Agg")  # files only: no display, no GUI event loop
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 @contextmanager
 def _style() -> Iterator[None]:
     """Optuna's plot functions switch the global style; keep that inside each figure. Their
     warnings ("experimental", "few trials") are not the user's to act on: the captions say."""
-    import matplotlib
-
     with matplotlib.rc_context(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         matplotlib.style.use("ggplot")
@@ -104,10 +99,10 @@ def _style() -> Iterator[None]:
 def _points(trials: list[FrozenTrial]) -> list[_Point]:
     points = []
     for t in trials:
-        pipeline = t.user_attrs.get("pipeline", {})
+        pipeline = t.user_attrs.get(TrialKey.PIPELINE, {})
         decoder = pipeline.get("decoder", t.params.get("decoder"))
         workers = pipeline.get("num_workers", t.params.get("num_workers"))
-        if decoder is None or workers is None or "skipped" in t.user_attrs:
+        if decoder is None or workers is None or store.is_skipped(t):
             continue
         if t.state == TrialState.COMPLETE and t.value is not None:
             rate, state = t.value, "complete"
@@ -117,14 +112,12 @@ def _points(trials: list[FrozenTrial]) -> list[_Point]:
             rate, state = 0.0, "failed"
         else:
             continue
-        wait = t.user_attrs.get("data_wait_fraction")
+        wait = t.user_attrs.get(TrialKey.DATA_WAIT)
         points.append(_Point(t.number, decoder, int(workers), rate, state, wait))
     return points
 
 
 def _colours(points: list[_Point]) -> dict[str, Any]:
-    import matplotlib
-
     decoders = sorted({p.decoder for p in points})
     palette = matplotlib.colormaps["tab10"]
     return {d: palette(i % 10) for i, d in enumerate(decoders)}
@@ -153,12 +146,7 @@ def _reference_lines(ax: Any, references: References, colours: dict[str, Any], t
             ax.plot([], [], label=f"{name} ({value:.0f} {UNIT}, off the scale)", **style)
 
 
-def _history(
-    plt: Any, study: optuna.Study, points: list[_Point], references: References
-) -> tuple[str, Any]:
-    from matplotlib.ticker import MaxNLocator
-    from optuna.visualization.matplotlib import plot_optimization_history
-
+def _history(study: optuna.Study, points: list[_Point], references: References) -> tuple[str, Any]:
     if not any(p.state == "complete" for p in points):
         return "Not drawn: no trial completed", None
     ax = plot_optimization_history(study, target_name=UNIT)
@@ -179,24 +167,13 @@ def _history(
     )
 
 
-def importance_evaluator() -> optuna.importance.BaseImportanceEvaluator:
-    """fANOVA: a random forest over every complete trial, and the share of the variance of
-    samples/s each setting explains. Not Optuna's default PED-ANOVA, which compares the top
-    trials with the rest: once TPE has settled on one decoder, every good trial uses it, and
-    PED-ANOVA calls the decoder unimportant for exactly that reason. Seeded: a rebuilt report
-    is identical."""
-    return optuna.importance.FanovaImportanceEvaluator(seed=0)
-
-
 def _importances(
-    plt: Any, study: optuna.Study, points: list[_Point], references: References
+    study: optuna.Study, points: list[_Point], references: References
 ) -> tuple[str, Any]:
-    from optuna.visualization.matplotlib import plot_param_importances
-
     complete = [p for p in points if p.state == "complete"]
     if len(complete) < 2:
         return "Not drawn: importances need at least two complete trials", None
-    ax = plot_param_importances(study, evaluator=importance_evaluator(), target_name=UNIT)
+    ax = plot_param_importances(study, evaluator=importances.evaluator(), target_name=UNIT)
     ax.figure.set_size_inches(*SIZE)
     ax.set_title("", loc="left")  # Optuna's own title, replaced by one that says more
     ax.set_title(f"Which settings moved {UNIT} (Optuna's fANOVA importance)")
@@ -212,7 +189,7 @@ def _importances(
 
 
 def _throughput_vs_workers(
-    plt: Any, study: optuna.Study, points: list[_Point], references: References
+    study: optuna.Study, points: list[_Point], references: References
 ) -> tuple[str, Any]:
     if not any(p.state != "failed" for p in points):
         return "Not drawn: no trial was measured", None
@@ -269,7 +246,7 @@ def _throughput_vs_workers(
 
 
 def _data_wait(
-    plt: Any, study: optuna.Study, points: list[_Point], references: References
+    study: optuna.Study, points: list[_Point], references: References
 ) -> tuple[str, Any]:
     measured = [p for p in points if p.state == "complete" and p.data_wait is not None]
     if not measured:

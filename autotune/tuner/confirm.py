@@ -5,71 +5,22 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import optuna
 from optuna.trial import TrialState
 
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.sources import Source
 from autotune.runtime.trial import TrialOutcome, run_trial
-from autotune.schema import AutotuneConfig
-from autotune.tuner.objective import epoch_rate, make_job, startup_beyond_one_batch
+from autotune.session import Session
+from autotune.session.session import Run
+from autotune.tuner import store
+from autotune.tuner.metrics import Confirmed, feasible_complete, startup_beyond_one_batch
+from autotune.tuner.store import TrialKey
 
 log = logging.getLogger(__name__)
 
-# Finalists whose confirmed medians lie within this of the top are "the same speed": the
-# cheaper one (fewer buffered batches, fewer workers, less memory) wins among them.
-SAME_SPEED = 0.02
-
 Finalist = tuple[str, int | None, PipelineConfig]  # label, trial number, config
-
-
-@dataclass(frozen=True)
-class Confirmed:
-    """A finalist's re-measured figures. Rates are samples/s over an epoch when
-    ``epoch_samples`` is set (start-up charged per epoch), else steady rates."""
-
-    label: str  # "trial 7" or "baseline"
-    trial_number: int | None
-    config: PipelineConfig
-    sub_windows: tuple[float, ...]  # steady rates of every sub-window of every round
-    startup_s: float = 0.0  # median start-up beyond one batch
-    epoch_samples: int | None = None
-    peak_memory_bytes: int | None = None
-    rounds: int = 0
-
-    def _project(self, steady: float) -> float:
-        return epoch_rate(
-            steady, self.startup_s, config=self.config, epoch_samples=self.epoch_samples
-        )
-
-    @property
-    def steady(self) -> float:
-        return statistics.median(self.sub_windows)
-
-    @property
-    def median(self) -> float:
-        return self._project(self.steady)
-
-    @property
-    def iqr(self) -> tuple[float, float]:
-        if len(self.sub_windows) < 2:
-            return (self.median, self.median)
-        q = statistics.quantiles(self.sub_windows, n=4)
-        return (self._project(q[0]), self._project(q[2]))
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "label": self.label,
-            "config": self.config.short(),
-            "samples_per_s": round(self.median, 1),
-            "steady": round(self.steady, 1),
-            "iqr": [round(v, 1) for v in self.iqr],
-            "rounds": self.rounds,
-        }
 
 
 def reduces(config: PipelineConfig) -> bool:
@@ -84,20 +35,13 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
     When the finalists all decode at reduced size, the best full-resolution decode joins them:
     the report can then say, from the same interleaved rounds, what reducing was worth.
     """
-    complete = sorted(
-        (
-            t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("constraint", 0.0) <= 0
-        ),  # over the memory budget: never exported
-        key=lambda t: t.value or 0.0,
-        reverse=True,
-    )
+    # over the memory budget: never exported
+    complete = sorted(feasible_complete(study), key=lambda t: t.value or 0.0, reverse=True)
     picked: list[Finalist] = [("baseline", None, baseline)]
     seen = {baseline}
     full_decode: Finalist | None = None
     for t in complete:
-        config = PipelineConfig.from_dict(t.user_attrs["pipeline"])
+        config = store.pipeline_of(t)
         if config in seen:
             continue
         seen.add(config)
@@ -112,19 +56,14 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
 
 
 def confirm(
-    cfg: AutotuneConfig,
-    source: Source,
-    device: str,
-    picked: list[Finalist],
-    *,
-    epoch_samples: int | None,
-    run: Callable[..., TrialOutcome] = run_trial,
+    session: Session, picked: list[Finalist], *, rounds: int, run: Run = run_trial
 ) -> list[Confirmed]:
-    """Re-measures ``picked`` for ``cfg.study.confirm_rounds`` interleaved rounds."""
+    """Re-measures ``picked`` for ``rounds`` interleaved rounds (A B C A B C ...)."""
+    timeout = session.config.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
-    for round_index in range(cfg.study.confirm_rounds):
+    for round_index in range(rounds):
         for label, _, config in picked:
-            outcome = run(make_job(cfg, source, device, config), timeout_s=cfg.study.trial_timeout)
+            outcome = run(session.job(config), timeout_s=timeout)
             if outcome.failure is not None and outcome.failure.kind == "interrupted":
                 return []
             runs[label].append(outcome)
@@ -132,7 +71,7 @@ def confirm(
             log.info(
                 "confirm round %d/%d  %-10s %-38s steady %s",
                 round_index + 1,
-                cfg.study.confirm_rounds,
+                rounds,
                 label,
                 config.short(),
                 rate,
@@ -155,7 +94,7 @@ def confirm(
                     )
                     for m in measured
                 ),
-                epoch_samples=epoch_samples,
+                epoch_samples=session.epoch_samples,
                 peak_memory_bytes=max(peaks) if peaks else None,
                 rounds=len(measured),
             )
@@ -172,20 +111,20 @@ def from_search(
         trials = [
             t
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if PipelineConfig.from_dict(t.user_attrs["pipeline"]) == config
+            if store.pipeline_of(t) == config
         ]
-        values = [v for t in trials for v in t.user_attrs.get("samples_per_s_sub_windows", [])]
+        values = [v for t in trials for v in t.user_attrs.get(TrialKey.SUB_WINDOWS, [])]
         if not values:
             continue
         startup = statistics.median(
             startup_beyond_one_batch(
-                t.user_attrs["time_to_first_batch_s"],
+                t.user_attrs[TrialKey.TIME_TO_FIRST_BATCH],
                 config.batch_size,
-                t.user_attrs["samples_per_s_steady"],
+                t.user_attrs[TrialKey.STEADY],
             )
             for t in trials
         )
-        peaks = [t.user_attrs.get("peak_memory_mb", 0) * 2**20 for t in trials]
+        peaks = [t.user_attrs.get(TrialKey.PEAK_MEMORY_MB, 0) * 2**20 for t in trials]
         out.append(
             Confirmed(
                 label,
@@ -213,29 +152,3 @@ def reduced_decode_note(winner: Confirmed, confirmed: list[Confirmed]) -> str | 
         f"the best full-resolution decode ({best_full.label}, {best_full.config.short()}: "
         f"{best_full.median:.1f} samples/s)"
     )
-
-
-def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
-    """The fastest; among those within SAME_SPEED of it, the cheapest. Notes say why."""
-    notes = []
-    top = max(confirmed, key=lambda c: c.median)
-    tied = [c for c in confirmed if c.median >= top.median * (1 - SAME_SPEED)]
-    winner = min(
-        tied,
-        key=lambda c: (c.config.buffered_batches, c.config.num_workers, c.peak_memory_bytes or 0),
-    )
-    if winner is not top:
-        notes.append(
-            f"{winner.label} is within {SAME_SPEED:.0%} of {top.label} and buffers "
-            "fewer batches or uses fewer workers or less memory: it is the pick"
-        )
-        return winner, notes
-    others = [c for c in confirmed if c is not winner]
-    if others:
-        runner_up = max(others, key=lambda c: c.median)
-        if runner_up.median >= winner.iqr[0]:
-            notes.append(
-                f"the lead over {runner_up.label} ({runner_up.median:.1f} samples/s) "
-                "is inside the winner's spread: they are equally fast on this machine"
-            )
-    return winner, notes

@@ -7,19 +7,8 @@ from contextlib import ExitStack
 from typing import TextIO
 
 import optuna
-from optuna.trial import TrialState
 
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-def best_value(study: optuna.Study) -> float | None:
-    """The best objective of the complete trials so far (None before the first)."""
-    values = [
-        t.value
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.value is not None
-    ]
-    return max(values) if values else None
+from autotune.tuner.store import best_value, finished_count
 
 
 def best_so_far(trial: optuna.Trial, value: float | None = None) -> str:
@@ -73,7 +62,7 @@ class StudyProgress:
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if not self.enabled:
             return
-        finished = len(study.get_trials(deepcopy=False, states=FINISHED))
+        finished = finished_count(study)
         self.bar.update(max(0, finished - self.bar.n))
         best = best_value(study)
         if best is not None:

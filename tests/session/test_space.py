@@ -1,4 +1,4 @@
-"""Tests for autotune.session.space: the composed spaces, their conditions, bounds and validation."""
+"""autotune.session.space: the composed spaces, their conditions, bounds and validation."""
 
 from __future__ import annotations
 
@@ -488,49 +488,3 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
     no_workers = next(p for p in points if p["num_workers"] == 0)
     assert "prefetch_factor" not in no_workers and "persistent_workers" not in no_workers
     assert {"decoder": "pil"}.items() <= next(p for p in points if p["decoder"] == "pil").items()
-
-
-def test_the_polish_takes_the_knobs_in_turn() -> None:
-    from optuna.distributions import BaseDistribution
-
-    from autotune.tuner.study import _next_neighbour
-
-    facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
-    space = SearchSpace.from_config(
-        to_config(compose([])).search_space, facts, device="cpu", batch_size=32
-    )
-    best = {
-        "num_workers": 2,
-        "prefetch_factor": 2,
-        "persistent_workers": True,
-        "decoder": "pil_reduced",
-        "main_threads": 2,
-    }
-    study = optuna.create_study(direction="maximize")
-    dists: dict[str, BaseDistribution] = dict(ask(space, best).distributions)
-
-    def add(params: dict, value: float, role: str | None = None) -> None:
-        attrs = {"role": role} if role else {}
-        trial = optuna.trial.create_trial(
-            params=params,
-            distributions={k: dists[k] for k in params},
-            value=value,
-            user_attrs=attrs,
-        )
-        study.add_trial(trial)
-
-    add(best, 100.0)
-    changed = []
-    for _ in range(5):
-        step = _next_neighbour(study, space)
-        assert step is not None
-        changed.append(next(k for k in best if step.get(k) != best[k]))
-        add(step, 50.0, role="polish")  # slower: the best stays
-    # every knob moved once in five steps, in turn
-    assert changed == [
-        "num_workers",
-        "prefetch_factor",
-        "persistent_workers",
-        "decoder",
-        "main_threads",
-    ]

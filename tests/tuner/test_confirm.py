@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from conftest import make_session
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from autotune.app import cli
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import TrialOutcome
 from autotune.runtime.window import Measurement
-from autotune.tuner.confirm import Confirmed, confirm, finalists, pick_winner, reduced_decode_note
+from autotune.tuner.confirm import confirm, finalists, reduced_decode_note
+from autotune.tuner.metrics import Confirmed
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2)
 
@@ -74,30 +75,8 @@ def test_the_best_full_decode_joins_reduced_finalists():
     assert reduced_decode_note(full, [base, reduced, full]) is None
 
 
-def _confirmed(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:
-    config = PipelineConfig(num_workers=workers, prefetch_factor=2 if workers else None)
-    return Confirmed(label, None, config, rates)
-
-
-def test_within_two_percent_the_cheaper_config_wins():
-    big = _confirmed("trial 1", 4, (500.0, 502.0, 498.0))
-    small = _confirmed("trial 2", 2, (495.0, 494.0, 496.0))
-    winner, notes = pick_winner([big, small])
-    assert winner is small and "within 2%" in notes[0]
-
-
-def test_a_lead_inside_the_spread_is_said():
-    a = _confirmed("trial 1", 2, (400.0, 520.0, 470.0, 480.0))
-    b = _confirmed("trial 2", 1, (450.0, 455.0, 452.0, 451.0))
-    winner, notes = pick_winner([a, b])
-    assert winner is a and "inside the winner's spread" in notes[0]
-    clear = _confirmed("trial 3", 1, (300.0, 301.0, 299.0))
-    winner, notes = pick_winner([a, clear])
-    assert winner is a and not notes
-
-
 def test_confirmation_interleaves_the_finalists():
-    cfg = cli.to_config(cli.compose(["study.confirm_rounds=3"]))
+    session = make_session(["study.epoch_aware=false"])  # steady rates: 300 is 300
     order = []
 
     def run(job, *, timeout_s):
@@ -110,7 +89,7 @@ def test_confirmation_interleaves_the_finalists():
         ("baseline", None, BASELINE),
         ("trial 3", 3, PipelineConfig(num_workers=2, prefetch_factor=2)),
     ]
-    confirmed = confirm(cfg, source=None, device="cpu", picked=picked, epoch_samples=None, run=run)
+    confirmed = confirm(session, picked, rounds=3, run=run)
     assert order == [0, 2, 0, 2, 0, 2]  # A B A B A B: drift hits both alike
     assert [c.rounds for c in confirmed] == [3, 3]
     assert confirmed[1].median == pytest.approx(300.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 
 import optuna
 import pytest
@@ -11,11 +10,11 @@ import pytest
 from autotune import machine
 from autotune.app import cli
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import synthetic
 from autotune.runtime.trial import Failure, TrialOutcome
 from autotune.runtime.window import Measurement
-from autotune.session.space import SearchSpace
-from autotune.tuner.objective import Objective, epoch_rate, precheck
-from autotune.tuner.progress import StudyProgress
+from autotune.session import SearchSpace, Session
+from autotune.tuner.objective import Objective, TrialFailed, precheck
 
 MiB = 2**20
 
@@ -32,14 +31,12 @@ def facts():
 
 @pytest.fixture(scope="module")
 def source():
-    from autotune.pipeline.sources import synthetic
-
     return synthetic(count=40, num_classes=2)
 
 
 def objective(cfg, facts, source, run):
     space = SearchSpace.from_config(cfg.search_space, facts, device="cpu", batch_size=8)
-    return Objective(cfg, space, source, "cpu", facts, run=run)
+    return Objective(Session(cfg, facts, "cpu", source, space, "test"), run=run)
 
 
 def fake_run(measurement=None, failure=None, peak=300 * MiB):
@@ -77,14 +74,6 @@ def test_a_config_that_cannot_fit_is_skipped_not_run(cfg, facts, source):
     assert "/dev/shm" in trial.user_attrs["skipped"]
 
 
-def test_epoch_rate_charges_startup_unless_workers_persist():
-    plain = PipelineConfig(num_workers=2)
-    assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=100) == pytest.approx(50.0)
-    persistent = PipelineConfig(num_workers=2, persistent_workers=True)
-    assert epoch_rate(100.0, 1.0, config=persistent, epoch_samples=100) == 100.0
-    assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=None) == 100.0
-
-
 def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source):
     m = Measurement(200.0, (190.0, 200.0, 210.0), 0.3, 0.04 + 32 / 200.0, 8, 9)  # batch 32
     trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
@@ -102,30 +91,9 @@ def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source
 
 
 def test_a_failed_measurement_raises_and_records_its_reason(cfg, facts, source):
-    from autotune.tuner.objective import TrialFailed
-
     trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
     run = fake_run(failure=Failure("worker_died", "DataLoader worker exited unexpectedly"))
     with pytest.raises(TrialFailed, match="worker_died"):
         objective(cfg, facts, source, run)(trial)
     assert trial.user_attrs["failure"]["kind"] == "worker_died"
     assert "num_workers=0" in trial.user_attrs["failure"]["hint"]
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-@pytest.mark.parametrize(
-    ("stream", "quiet", "drawn"),
-    [(Terminal, False, True), (Terminal, True, False), (io.StringIO, False, False)],
-)
-def test_the_study_bar_is_drawn_on_a_terminal_only_and_never_when_quiet(stream, quiet, drawn):
-    study = optuna.create_study(direction="maximize")
-    out = stream()
-    with StudyProgress(3, 0, quiet=quiet, stream=out) as progress:
-        study.optimize(lambda t: 100.0 * (t.number + 1), n_trials=3, callbacks=[progress])
-    text = out.getvalue()
-    assert ("3/3 trials" in text and "best 300.0 samples/s" in text) == drawn
-    assert text == "" or drawn  # piped or quiet: not a character

@@ -1,0 +1,72 @@
+"""What a finished study hands back: ``best.yaml``, then ``report.md`` and the dashboard note."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.machine import MachineFacts
+from autotune.pipeline import best_file
+from autotune.report import markdown
+from autotune.tuner import store
+from autotune.tuner.tune import StudyResult
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def measured_section(result: StudyResult) -> dict[str, Any]:
+    """best.yaml's ``measured:``: the winner's confirmed figures beside the references."""
+    winner, baseline = result.winner, result.baseline
+    assert winner is not None
+    ceiling = result.ceiling_samples_per_s
+    return {
+        "samples_per_s": round(winner.median, 1),
+        "samples_per_s_iqr": [round(v, 1) for v in winner.iqr],
+        "steady_samples_per_s": round(winner.steady, 1),
+        "baseline_samples_per_s": _round(baseline.median if baseline else None),
+        "ceiling_samples_per_s": _round(ceiling),
+        "speedup_vs_baseline": _round(result.speedup, 2),
+        "of_ceiling": _round(winner.steady / ceiling if ceiling else None, 2),
+        "picked": result.best_label,
+        "peak_memory_mb": _round(
+            winner.peak_memory_bytes / 2**20 if winner.peak_memory_bytes else None
+        ),
+        "notes": list(result.notes),
+    }
+
+
+def export(
+    result: StudyResult, facts: MachineFacts, workload: dict[str, Any], folder: Path
+) -> Path:
+    """Writes ``best.yaml``, ``report.md`` and its plots into ``folder``, and the summary as the
+    study's dashboard note; returns the best.yaml path."""
+    assert result.best is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    machine = best_file.machine_section(facts)
+    path = folder / "best.yaml"
+    best_file.write(
+        path,
+        best_file.BestFile(
+            config=result.best,
+            measured=measured_section(result),
+            workload=workload,
+            machine=machine,
+            study={
+                "name": result.study_name,
+                "storage": result.storage,
+                "trials": result.counts,
+                "interrupted": result.interrupted,
+                "written": datetime.datetime.now().isoformat(timespec="seconds"),
+            },
+        ),
+    )
+    study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    # the file list of skipped files stays in best.yaml; the study keeps their count
+    store.save_context(study, {k: v for k, v in workload.items() if k != "skipped"}, machine)
+    markdown.write_report(result.storage, result.study_name, folder)
+    return path

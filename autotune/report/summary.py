@@ -1,0 +1,154 @@
+"""The summary of a study: its finalists beside the baseline and the limits, the ratios
+between them, and the notes; from a run's result or from the storage alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.runtime.trial import HINTS
+from autotune.tuner import store
+from autotune.tuner.metrics import speedup
+from autotune.tuner.tune import StudyResult
+
+UNIT = "samples/s"
+Row = dict[str, Any]  # a Confirmed.to_dict(): label, config, samples_per_s, steady, iqr
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The figures of the summary table, from a run's result or from storage alone."""
+
+    confirmed: tuple[Row, ...]
+    best_label: str | None
+    best_decoder: str | None
+    ceiling: float | None
+    cpu_work_bound: float | dict[str, float] | None
+    notes: tuple[str, ...]
+    complete_trials: int
+
+    @classmethod
+    def of_result(cls, result: StudyResult) -> Summary:
+        return cls(
+            tuple(c.to_dict() for c in result.confirmed),
+            result.best_label if result.best is not None else None,
+            result.best.decoder if result.best is not None else None,
+            result.ceiling_samples_per_s,
+            result.cpu_work_bound_samples_per_s,
+            result.notes,
+            result.counts.get("complete", 0),
+        )
+
+    @classmethod
+    def of_study(cls, study: optuna.Study) -> Summary:
+        stored = store.load_result(study)
+        trial = store.trial_of_label(study, stored.winner) if stored.winner else None
+        return cls(
+            stored.confirmed,
+            stored.winner,
+            store.pipeline_of(trial).decoder if trial else None,
+            stored.ceiling,
+            stored.cpu_work_bound,
+            stored.notes,
+            len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+        )
+
+    def row(self, label: str | None) -> Row | None:
+        return next((r for r in self.confirmed if r["label"] == label), None)
+
+    @property
+    def winner(self) -> Row | None:
+        return self.row(self.best_label)
+
+    @property
+    def baseline(self) -> Row | None:
+        return self.row(store.BASELINE)
+
+    @property
+    def speedup(self) -> float | None:
+        winner, base = self.winner, self.baseline
+        return speedup(
+            winner["samples_per_s"] if winner else None, base["samples_per_s"] if base else None
+        )
+
+    def bounds(self) -> list[tuple[str, float]]:
+        """The CPU-work bound(s), labelled: one, or one per decoder."""
+        bound = self.cpu_work_bound
+        if isinstance(bound, dict):
+            return [(f"CPU-work bound ({d})", v) for d, v in sorted(bound.items())]
+        return [("CPU-work bound", bound)] if bound else []
+
+    def ratios(self) -> list[str]:
+        """Speedup, how far from each limit, and the winner's spread."""
+        winner, lines = self.winner, []
+        if self.speedup is not None:
+            lines.append(f"speedup vs PyTorch defaults: {self.speedup:.2f}x")
+        if winner is None:
+            return lines
+        if self.ceiling:
+            share = winner["steady"] / self.ceiling
+            if share > 1.05:  # faster than the step alone: the ceiling run was disturbed
+                verdict = "above 1: the ceiling measurement is suspect, re-run to check it"
+            elif share >= 0.9:
+                verdict = "the train step (compute) limits"
+            else:
+                verdict = "the input pipeline limits"
+            lines.append(f"best (steady) / ceiling: {share:.2f}: {verdict}")
+        bound = self.cpu_work_bound
+        if isinstance(bound, dict):
+            bound = bound.get(self.best_decoder or "")
+        if bound:
+            lines.append(f"best (steady) / CPU-work bound: {winner['steady'] / bound:.2f}")
+        low, high = winner["iqr"]
+        if winner["samples_per_s"]:
+            spread = (high - low) / winner["samples_per_s"]
+            lines.append(
+                f"spread of the best: IQR {low:.0f}-{high:.0f} {UNIT} ({spread:.0%} of the median)"
+            )
+        return lines
+
+    def rows(self) -> list[tuple[str, str, str, str, bool]]:
+        """(label, samples/s, IQR, config, is best): finalists fastest first, then limits."""
+        out = []
+        for r in sorted(self.confirmed, key=lambda r: -r["samples_per_s"]):
+            iqr = f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}"
+            best = r["label"] == self.best_label
+            out.append((r["label"], f"{r['samples_per_s']:.1f}", iqr, r["config"], best))
+        if self.ceiling:
+            on_device = "train step on a batch already on the device"
+            out.append(("ceiling", f"{self.ceiling:.1f}", "", on_device, False))
+        for label, value in self.bounds():
+            out.append((label, f"{value:.1f}", "", "decode + augment on all usable CPUs", False))
+        return out
+
+
+def _text_table(summary: Summary) -> list[str]:
+    rows = [("", UNIT, "IQR", "config")]
+    rows += [(a, b, c, d + ("  <- best" if best else "")) for a, b, c, d, best in summary.rows()]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def table(result: StudyResult) -> str:
+    """The summary printed at the end: finalists, baseline and limits, ratios, notes."""
+    summary = Summary.of_result(result)
+    lines = _text_table(summary) + summary.ratios()
+    lines += [f"note: {n}" for n in summary.notes]
+    return "\n".join(lines)
+
+
+def failure_table(failures: dict[str, int]) -> list[tuple[str, int, str]]:
+    """(kind, trials, hint) per failure kind."""
+    return [(kind, n, HINTS.get(kind, HINTS["error"])) for kind, n in sorted(failures.items())]
+
+
+def failures_text(result: StudyResult) -> str:
+    rows = failure_table(result.failures)
+    if not rows:
+        return ""
+    lines = ["failed trials:"]
+    lines += [f"  {kind:<15} {n:>3}  hint: {hint}" for kind, n, hint in rows]
+    return "\n".join(lines)

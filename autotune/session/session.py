@@ -1,0 +1,167 @@
+"""The session: what a run is about, built once from the config and handed to every mode.
+
+Machine facts, the device, the source, the search space and the fingerprint that a stored
+study must match: the tuner, ``mode=diagnose`` and the benchmark all take one ``Session``, and
+none of them rebuilds it. The ceiling (the train step on a batch already on the device) is
+measured here too, once, because both the tuner and the diagnosis stand on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import machine
+from autotune.errors import UsageError
+from autotune.machine import MachineFacts
+from autotune.pipeline import sources
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import Source
+from autotune.runtime.trial import TrialJob, TrialOutcome, run_trial
+from autotune.runtime.window import Measurement
+from autotune.runtime.workload import build_model
+from autotune.schema import AutotuneConfig, DatasetConfig
+from autotune.session.space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+Run = Callable[..., TrialOutcome]  # run_trial, or a wrapper of it (a stop event, a fake)
+
+
+def load_source(cfg: DatasetConfig) -> Source:
+    """The dataset's samples: generated (and cached) synthetic JPEGs, or an image folder."""
+    if cfg.kind == "synthetic":
+        size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
+        return sources.synthetic(
+            count=cfg.count,
+            num_classes=cfg.num_classes,
+            size=size,
+            seed=cfg.seed,
+            quality=cfg.quality,
+        )
+    if not cfg.root:
+        raise UsageError("dataset.root is not set: add dataset.root=PATH (class sub-folders)")
+    return sources.scan_imagefolder(Path(cfg.root).expanduser())
+
+
+def resolve_device(requested: str, cuda_available: bool) -> str:
+    if requested == "cuda" and not cuda_available:
+        raise UsageError("device=cuda but no CUDA device is usable here: use device=cpu or auto")
+    return "cuda" if requested == "cuda" or (requested == "auto" and cuda_available) else "cpu"
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything a mode needs besides its own settings.
+
+    Example:
+        >>> session = Session.build(config)
+        >>> outcome = run_trial(session.job(PipelineConfig(num_workers=2)), timeout_s=60)
+    """
+
+    config: AutotuneConfig
+    facts: MachineFacts
+    device: str
+    source: Source
+    space: SearchSpace
+    source_fingerprint: str
+    _ceiling: dict[str, Measurement | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @classmethod
+    def build(cls, config: AutotuneConfig) -> Session:
+        """Detects the machine, loads the source, checks the model, builds the space: every
+        bad input fails here, before anything is measured."""
+        facts = machine.detect(want_cuda=config.device != "cpu")
+        device = resolve_device(config.device, facts.cuda_available)
+        source = load_source(config.dataset)
+        build_model(config.model, num_classes=len(source.classes))  # a bad model fails now
+        space = SearchSpace.from_config(
+            config.search_space, facts, device=device, batch_size=config.batch_size
+        )
+        return cls(config, facts, device, source, space, source.fingerprint())
+
+    def with_config(self, config: AutotuneConfig) -> Session:
+        """The same machine, data and space under other study or window settings (the
+        benchmark's studies, the diagnosis's loader-only runs)."""
+        return dataclasses.replace(self, config=config, _ceiling=self._ceiling)
+
+    @property
+    def fingerprint(self) -> str:
+        """What a study's numbers depend on; a resumed study must match it."""
+        cfg = self.config
+        parts: dict[str, Any] = {
+            "source": self.source_fingerprint,
+            "space": self.space.fingerprint(),
+            "device": self.device,
+            "model": asdict(cfg.model),
+            "recipe": asdict(cfg.recipe),
+            "window": asdict(cfg.window),
+            "batch_size": cfg.batch_size,
+            "seed": cfg.seed,
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def epoch_samples(self) -> int | None:
+        """Samples in one epoch of whole batches, when the objective projects an epoch."""
+        cfg = self.config
+        if not cfg.study.epoch_aware:
+            return None
+        return len(self.source) // cfg.batch_size * cfg.batch_size
+
+    def job(self, pipeline: PipelineConfig, kind: str = "window") -> TrialJob:
+        """One measurement of ``pipeline`` on this session's workload."""
+        cfg = self.config
+        limit = cfg.study.trial_memory_limit_gb
+        return TrialJob(
+            pipeline=pipeline,
+            source=self.source,
+            model=cfg.model,
+            recipe=cfg.recipe,
+            window=cfg.window,
+            device=self.device,
+            seed=cfg.seed,
+            kind=kind,  # type: ignore[arg-type]
+            memory_limit_bytes=int(limit * 2**30) if limit else None,
+        )
+
+    def measure_ceiling(
+        self, run: Run = run_trial, failures: list[str] | None = None
+    ) -> Measurement | None:
+        """The train step fed one batch already on the device, with the better of one torch
+        thread and all usable CPUs: on a busy host an all-thread step can be many times
+        slower than one thread (OpenMP threads wait on each other), and the ceiling is the
+        step's best. Measured once per session; None when no run finished (the reasons are
+        appended to ``failures``)."""
+        if "ceiling" in self._ceiling:
+            return self._ceiling["ceiling"]
+        measured = []
+        for threads in dict.fromkeys((1, self.facts.usable_cpus)):
+            log.info(
+                "measuring the ceiling (the train step on a batch already on the device), "
+                "%d thread(s)",
+                threads,
+            )
+            config = PipelineConfig(batch_size=self.config.batch_size, main_threads=threads)
+            outcome = run(self.job(config, "ceiling"), timeout_s=self.config.study.trial_timeout)
+            if outcome.measurement is None:
+                assert outcome.failure is not None
+                log.warning("the ceiling could not be measured: %s", outcome.failure)
+                if failures is not None:
+                    failures.append(
+                        f"the ceiling, {threads} thread(s): {outcome.failure.kind}: "
+                        f"{outcome.failure.message}"
+                    )
+                continue
+            measured.append(outcome.measurement)
+        best = max(measured, key=lambda m: m.samples_per_s, default=None)
+        self._ceiling["ceiling"] = best
+        return best

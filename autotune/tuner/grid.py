@@ -1,0 +1,51 @@
+"""The grid oracle: every point of a space measured once, in full, to judge the tuner by."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import optuna
+
+from autotune.errors import UsageError
+from autotune.pipeline.config import PipelineConfig
+from autotune.tuner import store
+from autotune.tuner.metrics import feasible_complete
+from autotune.tuner.objective import Objective, TrialFailed
+
+log = logging.getLogger(__name__)
+
+
+def run_grid(objective: Objective, stop: threading.Event) -> tuple[optuna.Study, float]:
+    """Every grid point of the session's space, one trial each, never pruned, in the study
+    ``objective.session.config.study`` names. Returns the study and its wall time."""
+    cfg = objective.session.config.study
+    study = optuna.create_study(
+        study_name=cfg.name,
+        storage=cfg.storage,
+        direction="maximize",
+        pruner=optuna.pruners.NopPruner(),  # the oracle measures every point in full
+    )
+    grid = objective.session.space.grid()
+    for params in grid:
+        study.enqueue_trial(params, user_attrs={store.TrialKey.ROLE: "grid"})
+    log.info("grid: %d configs, one trial each", len(grid))
+    started = time.monotonic()
+    study.optimize(
+        objective,
+        n_trials=len(grid),
+        catch=(TrialFailed,),
+        gc_after_trial=False,
+        callbacks=[lambda study, trial: study.stop() if stop.is_set() else None],
+    )
+    return study, time.monotonic() - started
+
+
+def grid_best(study: optuna.Study) -> tuple[int, PipelineConfig]:
+    """The grid's fastest feasible point: its trial number and config."""
+    complete = feasible_complete(study)
+    if not complete:
+        raise UsageError("no grid trial finished: see the failures in the dashboard")
+    best = max(complete, key=lambda t: t.value or 0.0)
+    return best.number, store.pipeline_of(best)

@@ -1,0 +1,128 @@
+"""The figures a config is judged by, defined once: the epoch rate, feasibility, the winner
+among confirmed finalists, and the speedup over the baseline."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.pipeline.config import PipelineConfig
+from autotune.tuner.store import TrialKey
+
+# Finalists whose confirmed medians lie within this of the top are "the same speed": the
+# cheaper one (fewer buffered batches, fewer workers, less memory) wins among them.
+SAME_SPEED = 0.02
+
+
+def epoch_rate(
+    steady: float, startup_s: float, *, config: PipelineConfig, epoch_samples: int | None
+) -> float:
+    """Samples/s over one epoch: the steady rate, plus worker start-up once per epoch.
+
+    ``startup_s`` is the time to first batch beyond one batch at the steady rate. Persistent
+    workers pay it once per run, not per epoch, so it is not charged to them.
+    """
+    if not epoch_samples or steady <= 0 or (config.persistent_workers and config.num_workers):
+        return steady
+    return epoch_samples / (epoch_samples / steady + startup_s)
+
+
+def startup_beyond_one_batch(
+    time_to_first_batch_s: float, batch_size: int, steady: float
+) -> float:
+    """Start-up cost: the time to first batch less one batch at the steady rate."""
+    return max(0.0, time_to_first_batch_s - batch_size / steady)
+
+
+def feasible(trial: FrozenTrial) -> bool:
+    """Within ``study.memory_budget_gb``: a trial over it is never a finalist or a best."""
+    return trial.user_attrs.get(TrialKey.CONSTRAINT, 0.0) <= 0
+
+
+def feasible_complete(study: optuna.Study) -> list[FrozenTrial]:
+    """The complete trials that may be named best."""
+    return [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if feasible(t)
+    ]
+
+
+def speedup(rate: float | None, baseline: float | None) -> float | None:
+    """``rate`` over the baseline's, where both were measured."""
+    if rate is None or not baseline:
+        return None
+    return rate / baseline
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A finalist's re-measured figures. Rates are samples/s over an epoch when
+    ``epoch_samples`` is set (start-up charged per epoch), else steady rates."""
+
+    label: str  # "trial 7" or "baseline"
+    trial_number: int | None
+    config: PipelineConfig
+    sub_windows: tuple[float, ...]  # steady rates of every sub-window of every round
+    startup_s: float = 0.0  # median start-up beyond one batch
+    epoch_samples: int | None = None
+    peak_memory_bytes: int | None = None
+    rounds: int = 0
+
+    def _project(self, steady: float) -> float:
+        return epoch_rate(
+            steady, self.startup_s, config=self.config, epoch_samples=self.epoch_samples
+        )
+
+    @property
+    def steady(self) -> float:
+        return statistics.median(self.sub_windows)
+
+    @property
+    def median(self) -> float:
+        return self._project(self.steady)
+
+    @property
+    def iqr(self) -> tuple[float, float]:
+        if len(self.sub_windows) < 2:
+            return (self.median, self.median)
+        q = statistics.quantiles(self.sub_windows, n=4)
+        return (self._project(q[0]), self._project(q[2]))
+
+    def to_dict(self) -> dict[str, object]:
+        """The row stored on the study (``StudyKey.CONFIRMATION``) and shown in reports."""
+        return {
+            "label": self.label,
+            "config": self.config.short(),
+            "samples_per_s": round(self.median, 1),
+            "steady": round(self.steady, 1),
+            "iqr": [round(v, 1) for v in self.iqr],
+            "rounds": self.rounds,
+        }
+
+
+def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
+    """The fastest; among those within SAME_SPEED of it, the cheapest. Notes say why."""
+    notes = []
+    top = max(confirmed, key=lambda c: c.median)
+    tied = [c for c in confirmed if c.median >= top.median * (1 - SAME_SPEED)]
+    winner = min(
+        tied,
+        key=lambda c: (c.config.buffered_batches, c.config.num_workers, c.peak_memory_bytes or 0),
+    )
+    if winner is not top:
+        notes.append(
+            f"{winner.label} is within {SAME_SPEED:.0%} of {top.label} and buffers "
+            "fewer batches or uses fewer workers or less memory: it is the pick"
+        )
+        return winner, notes
+    others = [c for c in confirmed if c is not winner]
+    if others:
+        runner_up = max(others, key=lambda c: c.median)
+        if runner_up.median >= winner.iqr[0]:
+            notes.append(
+                f"the lead over {runner_up.label} ({runner_up.median:.1f} samples/s) "
+                "is inside the winner's spread: they are equally fast on this machine"
+            )
+    return winner, notes

@@ -1,0 +1,268 @@
+"""The study store: the Optuna study in its storage, and the record kept on it.
+
+Every trial and study attribute the tool writes is named here, with the functions that write
+and read it: the dashboard, ``mode=report`` and the report read what the search wrote through
+this one module, so a renamed key cannot break one of them silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import UsageError
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.trial import TrialOutcome
+from autotune.schema import StudyConfig
+
+log = logging.getLogger(__name__)
+
+METRIC = "samples_per_s"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+class TrialKey:
+    """A trial's user attributes, with readable names (optuna-dashboard lists them)."""
+
+    CONFIG = "config"  # the short label, e.g. "w2 pf4 persist torchvision t1 bs32"
+    PIPELINE = "pipeline"  # PipelineConfig as best.yaml's loader and pipeline sections
+    ROLE = "role"  # "baseline" (enqueued first) or "polish"; absent for TPE's trials
+    WALL_S = "wall_s"
+    PEAK_MEMORY_MB = "peak_memory_mb"
+    EPOCH = "samples_per_s_epoch"  # the objective when study.epoch_aware
+    STEADY = "samples_per_s_steady"
+    SUB_WINDOWS = "samples_per_s_sub_windows"
+    SPREAD = "spread"
+    DATA_WAIT = "data_wait_fraction"
+    TIME_TO_FIRST_BATCH = "time_to_first_batch_s"
+    WARMUP_BATCHES = "warmup_batches"
+    GPU_PEAK_MEMORY_MB = "gpu_peak_memory_mb"
+    GPU_UTILIZATION = "gpu_utilization_pct"
+    PRUNED_AFTER = "pruned_after_sub_window"
+    FAILURE = "failure"  # {kind, message, hint}
+    SKIPPED = "skipped"  # why it was not run (it would not fit in memory)
+    CONSTRAINT = "constraint"  # > 0: over study.memory_budget_gb by this many GB
+
+
+class StudyKey:
+    """The study's user attributes: what ``mode=report`` rebuilds the report from."""
+
+    FINGERPRINT = "fingerprint"
+    CEILING = "ceiling_samples_per_s"
+    CPU_WORK_BOUND = "cpu_work_bound_samples_per_s"  # one figure, or one per decoder
+    CONFIRMATION = "confirmation"  # the confirmed rows (Confirmed.to_dict())
+    WINNER = "winner"  # the winning row's label
+    NOTES = "notes"
+    WORKLOAD = "workload"
+    MACHINE = "machine"
+
+
+BASELINE = "baseline"
+POLISH = "polish"
+
+
+# --- opening ------------------------------------------------------------------------------
+
+
+def make_pruner() -> optuna.pruners.BasePruner:
+    """Prunes only the clear losers: a running median (of the sub-windows so far, which
+    shrugs off one slow sub-window) in the bottom quarter of what earlier trials had reached by
+    the same sub-window, from the third sub-window on."""
+    return optuna.pruners.PercentilePruner(75.0, n_startup_trials=4, n_warmup_steps=2)
+
+
+def _constraints(trial: FrozenTrial) -> tuple[float]:
+    return (trial.user_attrs.get(TrialKey.CONSTRAINT, 0.0),)
+
+
+def open_study(cfg: StudyConfig, fingerprint: str) -> optuna.Study:
+    """Creates or resumes the study; refuses to resume one whose workload or space changed."""
+    if cfg.storage.startswith("sqlite:///"):
+        Path(cfg.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():  # multivariate, group and constraints are "experimental"
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=cfg.seed,
+            n_startup_trials=cfg.n_startup_trials,
+            multivariate=True,
+            group=True,  # conditional knobs (prefetch only with workers) form groups
+            constraints_func=_constraints if cfg.memory_budget_gb else None,
+        )
+    study = optuna.create_study(
+        study_name=cfg.name,
+        storage=cfg.storage,
+        direction="maximize",
+        sampler=sampler,
+        pruner=make_pruner(),
+        load_if_exists=True,
+    )
+    stored = study.user_attrs.get(StudyKey.FINGERPRINT)
+    if stored is None:
+        study.set_user_attr(StudyKey.FINGERPRINT, fingerprint)
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC])
+    elif stored != fingerprint:
+        raise UsageError(
+            f"study {cfg.name!r} in {cfg.storage} was made with another dataset, "
+            "model, recipe, window or search space: pick a new study.name=... to start afresh"
+        )
+    _fail_stale(study)
+    return study
+
+
+def _fail_stale(study: optuna.Study) -> None:
+    """Trials left RUNNING by a run that was killed outright (we hold the host lock, so no one
+    else is running them) are marked failed, with the reason."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(
+            t._trial_id,
+            TrialKey.FAILURE,
+            {
+                "kind": "error",
+                "message": "the run measuring it was killed",
+                "hint": "resumed: the trial was not finished",
+            },
+        )
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        log.warning("trial %d was left running by a killed run: marked failed", t.number)
+
+
+# --- trials: written ----------------------------------------------------------------------
+
+
+def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOutcome) -> None:
+    """Stores what one trial measured (or why it failed)."""
+    attrs: dict[str, object] = {
+        TrialKey.CONFIG: config.short(),
+        TrialKey.PIPELINE: config.to_dict(),
+        TrialKey.WALL_S: round(outcome.wall_s, 2),
+    }
+    if outcome.peak_memory_bytes:
+        attrs[TrialKey.PEAK_MEMORY_MB] = round(outcome.peak_memory_bytes / 2**20, 1)
+    m = outcome.measurement
+    if m is not None:
+        attrs.update(
+            {
+                TrialKey.STEADY: round(m.samples_per_s, 1),
+                TrialKey.SUB_WINDOWS: [round(v, 1) for v in m.sub_window_samples_per_s],
+                TrialKey.SPREAD: round(m.spread, 3),
+                TrialKey.DATA_WAIT: round(m.data_wait_fraction, 3),
+                TrialKey.TIME_TO_FIRST_BATCH: round(m.time_to_first_batch_s, 3),
+                TrialKey.WARMUP_BATCHES: m.warmup_batches,
+            }
+        )
+        if m.gpu_peak_memory_bytes is not None:
+            attrs[TrialKey.GPU_PEAK_MEMORY_MB] = round(m.gpu_peak_memory_bytes / 2**20, 1)
+        if m.gpu_utilization_pct is not None:  # None without a GPU
+            attrs[TrialKey.GPU_UTILIZATION] = round(m.gpu_utilization_pct, 1)
+    if outcome.status == "pruned":
+        attrs[TrialKey.PRUNED_AFTER] = (outcome.pruned_at or 0) + 1
+    if outcome.failure is not None:
+        attrs[TrialKey.FAILURE] = outcome.failure.to_dict()
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def record_skipped(trial: optuna.Trial, config: PipelineConfig, reason: str) -> None:
+    trial.set_user_attr(TrialKey.CONFIG, config.short())
+    trial.set_user_attr(TrialKey.SKIPPED, reason)
+
+
+# --- trials: read -------------------------------------------------------------------------
+
+
+def pipeline_of(trial: FrozenTrial) -> PipelineConfig:
+    return PipelineConfig.from_dict(trial.user_attrs[TrialKey.PIPELINE])
+
+
+def role_of(trial: FrozenTrial) -> str | None:
+    return trial.user_attrs.get(TrialKey.ROLE)
+
+
+def failure_kind(trial: FrozenTrial) -> str:
+    return trial.user_attrs.get(TrialKey.FAILURE, {}).get("kind", "error")
+
+
+def has_failure(trial: FrozenTrial) -> bool:
+    return TrialKey.FAILURE in trial.user_attrs
+
+
+def is_skipped(trial: FrozenTrial) -> bool:
+    return TrialKey.SKIPPED in trial.user_attrs
+
+
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def best_value(study: optuna.Study) -> float | None:
+    """The best objective of the complete trials so far (None before the first)."""
+    values = [
+        t.value
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None
+    ]
+    return max(values) if values else None
+
+
+def trial_of_label(study: optuna.Study, label: str) -> FrozenTrial | None:
+    """The trial a confirmed row's label names: ``baseline`` or ``trial N``."""
+    trials = study.get_trials(deepcopy=False)
+    if label == BASELINE:
+        return next((t for t in trials if role_of(t) == BASELINE), None)
+    number = label.removeprefix("trial ")
+    return next((t for t in trials if str(t.number) == number), None)
+
+
+# --- the study's result -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """What a finished run stored on the study: enough to rebuild its report."""
+
+    confirmed: tuple[dict[str, Any], ...]  # Confirmed.to_dict() rows
+    winner: str | None
+    ceiling: float | None
+    cpu_work_bound: float | dict[str, float] | None
+    notes: tuple[str, ...]
+    workload: dict[str, Any] | None
+    machine: dict[str, Any] | None
+
+
+def save_result(
+    study: optuna.Study, confirmed: list[dict[str, Any]], winner: str, notes: list[str]
+) -> None:
+    study.set_user_attr(StudyKey.CONFIRMATION, confirmed)
+    study.set_user_attr(StudyKey.WINNER, winner)
+    study.set_user_attr(StudyKey.NOTES, notes)
+
+
+def save_context(study: optuna.Study, workload: dict[str, Any], machine: dict[str, Any]) -> None:
+    """The workload and machine, so the report can be rebuilt from the storage alone."""
+    study.set_user_attr(StudyKey.WORKLOAD, workload)
+    study.set_user_attr(StudyKey.MACHINE, machine)
+
+
+def load_result(study: optuna.Study) -> StoredResult:
+    attrs = study.user_attrs
+    confirmed = tuple(attrs.get(StudyKey.CONFIRMATION, ()))
+    winner = attrs.get(StudyKey.WINNER)
+    if winner is None and confirmed:  # stored before the winner was: the fastest
+        winner = max(confirmed, key=lambda r: r["samples_per_s"])["label"]
+    return StoredResult(
+        confirmed=confirmed,
+        winner=winner,
+        ceiling=attrs.get(StudyKey.CEILING),
+        cpu_work_bound=attrs.get(StudyKey.CPU_WORK_BOUND),
+        notes=tuple(attrs.get(StudyKey.NOTES, ())),
+        workload=attrs.get(StudyKey.WORKLOAD),
+        machine=attrs.get(StudyKey.MACHINE),
+    )

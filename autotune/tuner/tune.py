@@ -1,0 +1,204 @@
+"""``tune``: the whole study for one session: resume, the reference points, the search, the
+confirmation, and the result."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from autotune.pipeline import decoders, recipes
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.stages import profile_stages
+from autotune.runtime.stop import ctrl_c_stops
+from autotune.runtime.trial import run_trial
+from autotune.session import Session
+from autotune.session.session import Run
+from autotune.tuner import store
+from autotune.tuner.confirm import confirm, finalists, from_search, reduced_decode_note
+from autotune.tuner.metrics import Confirmed, pick_winner, speedup
+from autotune.tuner.objective import Objective
+from autotune.tuner.search import search
+from autotune.tuner.store import StudyKey
+
+log = logging.getLogger(__name__)
+
+BOUND_PROFILE_SAMPLES = 48  # samples profiled per decoder for the CPU-work bound
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    study_name: str
+    storage: str
+    best: PipelineConfig | None  # None: no trial finished
+    best_label: str
+    confirmed: tuple[Confirmed, ...]
+    counts: dict[str, int]  # complete / pruned / fail
+    failures: dict[str, int]  # failure kind -> trials
+    ceiling_samples_per_s: float | None
+    notes: tuple[str, ...] = ()
+    interrupted: bool = False
+    # samples/s the decode + augment work allows on all usable CPUs: one figure, or one per
+    # decoder; None until measured
+    cpu_work_bound_samples_per_s: float | dict[str, float] | None = None
+    search_wall_s: float = 0.0  # this run's search (TPE and polish), without the confirmation
+
+    def _find(self, label: str) -> Confirmed | None:
+        return next((c for c in self.confirmed if c.label == label), None)
+
+    @property
+    def winner(self) -> Confirmed | None:
+        return self._find(self.best_label)
+
+    @property
+    def baseline(self) -> Confirmed | None:
+        return self._find(store.BASELINE)
+
+    @property
+    def speedup(self) -> float | None:
+        winner, base = self.winner, self.baseline
+        return speedup(winner.median if winner else None, base.median if base else None)
+
+
+def measure_cpu_work_bound(session: Session) -> dict[str, float]:
+    """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
+    augment and collate (``runtime.stages``): what no worker count can exceed."""
+    cfg = session.config
+    recipe = recipes.from_config(cfg.recipe)
+    knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
+    names = knob.values() if knob is not None else ["pil"]
+    bounds = {}
+    for name in names:
+        if decoders.DECODERS[name].on_device:
+            continue  # decoded on the device: not a CPU-work bound of the same kind
+        profile = profile_stages(
+            session.source, recipe, name, BOUND_PROFILE_SAMPLES, cfg.batch_size, cfg.seed
+        )
+        bounds[name] = round(profile.cpu_work_bound(session.facts.usable_cpus), 1)
+    return bounds
+
+
+def _reference_points(session: Session, study: optuna.Study, run: Run) -> None:
+    """The ceiling and the CPU-work bounds, once per study (a resumed study has them)."""
+    if StudyKey.CEILING not in study.user_attrs:
+        ceiling = session.measure_ceiling(run)
+        if ceiling is not None:
+            study.set_user_attr(StudyKey.CEILING, round(ceiling.samples_per_s, 1))
+    if StudyKey.CPU_WORK_BOUND not in study.user_attrs:
+        log.info("profiling the loader's stages per decoder: the CPU-work bound")
+        bounds = measure_cpu_work_bound(session)
+        if bounds:
+            study.set_user_attr(StudyKey.CPU_WORK_BOUND, bounds)
+
+
+def tune(session: Session) -> StudyResult:
+    """Runs the search (resuming a stored study), then confirms the finalists.
+
+    Ctrl-C stops after cleaning up the current trial; the result is then the best so far.
+    """
+    study = store.open_study(session.config.study, session.fingerprint)
+    baseline_params = session.space.baseline_params(default_threads=torch.get_num_threads())
+    if not study.get_trials(deepcopy=False):
+        study.enqueue_trial(baseline_params, user_attrs={store.TrialKey.ROLE: store.BASELINE})
+    stop = threading.Event()
+    run = functools.partial(run_trial, stop=stop)
+    with ctrl_c_stops(stop):
+        _reference_points(session, study, run)
+        started = time.monotonic()
+        search(study, Objective(session, run=run), stop, quiet=session.config.quiet)
+        search_wall_s = time.monotonic() - started
+        baseline = session.space.suggest(optuna.trial.FixedTrial(baseline_params))
+        result = _result(session, study, baseline, stop, run)
+        result = dataclasses.replace(result, search_wall_s=search_wall_s)
+    if result.interrupted:
+        log.warning("interrupted: the study is saved; run the same command again to resume")
+    return result
+
+
+def _confirmed(
+    session: Session,
+    study: optuna.Study,
+    baseline: PipelineConfig,
+    stop: threading.Event,
+    run: Run,
+) -> tuple[list[Confirmed], list[str]]:
+    """The finalists re-measured interleaved (unless stopped), else the search's figures."""
+    cfg = session.config.study
+    picked = finalists(study, cfg.confirm_top_k, baseline)
+    confirmed: list[Confirmed] = []
+    if not stop.is_set() and cfg.confirm_top_k > 0 and len(picked) > 1:
+        log.info(
+            "confirming %d finalists against the baseline, %d interleaved rounds",
+            len(picked) - 1,
+            cfg.confirm_rounds,
+        )
+        confirmed = confirm(session, picked, rounds=cfg.confirm_rounds, run=run)
+    if stop.is_set() or not any(c.label != store.BASELINE for c in confirmed):
+        confirmed = from_search(study, picked, epoch_samples=session.epoch_samples)
+        if confirmed:
+            return confirmed, ["finalists were not re-measured: figures are from the search"]
+    return confirmed, []
+
+
+def _winner(session: Session, confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
+    """The pick, and the notes that explain it."""
+    winner, notes = pick_winner(confirmed)
+    base = next((c for c in confirmed if c.label == store.BASELINE), None)
+    if base is not None and winner is not base and winner.median <= base.median:
+        notes.append("no config beat PyTorch's defaults here: the defaults are exported")
+        winner = base
+    reduced = reduced_decode_note(winner, confirmed)
+    if reduced:
+        notes.append(reduced)
+    if session.epoch_samples:
+        notes.append(
+            f"samples/s over an epoch of {session.epoch_samples} samples: worker start-up "
+            "charged per epoch unless workers persist"
+        )
+    return winner, notes
+
+
+def _result(
+    session: Session,
+    study: optuna.Study,
+    baseline: PipelineConfig,
+    stop: threading.Event,
+    run: Run,
+) -> StudyResult:
+    """Confirms the finalists (unless stopped), names the winner and stores it."""
+    trials = study.get_trials(deepcopy=False)
+    confirmed, notes = _confirmed(session, study, baseline, stop, run)
+    notes = [*session.space.notes, *notes]
+    winner = None
+    if confirmed:
+        winner, winner_notes = _winner(session, confirmed)
+        notes += winner_notes
+        # what report.md is rebuilt from (mode=report): the storage alone
+        store.save_result(study, [c.to_dict() for c in confirmed], winner.label, notes)
+    return StudyResult(
+        study_name=study.study_name,
+        storage=session.config.study.storage,
+        best=winner.config if winner else None,
+        best_label=winner.label if winner else "none",
+        confirmed=tuple(confirmed),
+        counts=dict(Counter(t.state.name.lower() for t in trials if t.state.is_finished())),
+        failures=dict(
+            Counter(
+                store.failure_kind(t)
+                for t in trials
+                if t.state == TrialState.FAIL and store.has_failure(t)
+            )
+        ),
+        ceiling_samples_per_s=study.user_attrs.get(StudyKey.CEILING),
+        notes=tuple(notes),
+        interrupted=stop.is_set(),
+        cpu_work_bound_samples_per_s=study.user_attrs.get(StudyKey.CPU_WORK_BOUND),
+    )
