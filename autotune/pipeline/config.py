@@ -1,4 +1,5 @@
-"""PipelineConfig: one point of the search space, and the ``best.yaml`` a user takes home."""
+"""PipelineConfig: one point of the search space; the `loader:` and `pipeline:` sections of
+the best.yaml a user takes home (`best_file` writes and reads the whole file)."""
 
 from __future__ import annotations
 

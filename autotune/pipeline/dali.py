@@ -3,12 +3,9 @@
 DALI decodes with nvJPEG (its ``mixed`` backend: Huffman on the CPU, the rest on the GPU) and
 augments on the GPU, with its own thread pool (``dali_num_threads``) and queue of ready
 batches (``dali_prefetch_queue_depth``). The bytes are read on the Python thread that feeds
-DALI's external source, in the order of the same sampler the DataLoader would use. The
-recipes map onto DALI's operators:
-
-- ``imagenet_train``: ``decoders.image_random_crop`` (decodes only the crop's region),
-  ``resize`` to the crop size (antialiased), random mirror, normalize.
-- ``center_crop_eval``: ``decoders.image``, ``resize_shorter``, centre crop, normalize.
+DALI's external source, in the order of the same sampler the DataLoader would use. Each
+recipe adds its own operators (``Recipe.dali_ops``); the centre crop, mirror and
+normalization that follow are common to all.
 
 Without a GPU (``device=cpu``) the same graph runs on DALI's CPU backend: that is how it is
 tested here; on a CUDA machine only the backends change.
@@ -26,16 +23,8 @@ import torch
 from torch.utils.data import RandomSampler, Sampler
 
 from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.recipes import CenterCropEval, ImagenetTrain, Recipe
+from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
-
-
-def unavailable_reason() -> str | None:
-    try:
-        import nvidia.dali  # noqa: F401
-    except ImportError:
-        return 'NVIDIA DALI is not installed: pip install "autotune[dali]"'
-    return None
 
 
 class _Batches:
@@ -126,31 +115,13 @@ def _pipeline(
     def graph():  # noqa: ANN202
         # cycle="raise": StopIteration ends an epoch, the next epoch calls iter(feed) again
         jpegs, labels = fn.external_source(source=feed, num_outputs=2, batch=True, cycle="raise")
-        crop = (recipe.crop_size, recipe.crop_size)
-        mirror = 0
-        if isinstance(recipe, ImagenetTrain):
-            images = fn.decoders.image_random_crop(
-                jpegs,
-                device=decode_on,
-                output_type=types.RGB,
-                random_area=list(recipe.scale),
-                random_aspect_ratio=list(recipe.ratio),
-            )
-            images = fn.resize(images, device=ops_on, size=list(crop), antialias=True)
-            mirror = fn.random.coin_flip(probability=recipe.flip_p)
-        elif isinstance(recipe, CenterCropEval):
-            images = fn.decoders.image(jpegs, device=decode_on, output_type=types.RGB)
-            images = fn.resize(
-                images, device=ops_on, resize_shorter=recipe.resize_size, antialias=True
-            )
-        else:
-            raise TypeError(f"no DALI graph for recipe {recipe.name!r}")
+        images, mirror = recipe.dali_ops(fn, types, jpegs, decode_on=decode_on, ops_on=ops_on)
         images = fn.crop_mirror_normalize(
             images,
             device=ops_on,
             dtype=types.FLOAT,
             output_layout="CHW",
-            crop=list(crop),  # centred; a no-op after the train recipe's resize
+            crop=[recipe.crop_size, recipe.crop_size],  # centred (no-op if resized to the crop)
             mean=[m * 255 for m in recipe.mean],
             std=[s * 255 for s in recipe.std],
             mirror=mirror,

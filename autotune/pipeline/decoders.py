@@ -13,9 +13,20 @@ import warnings
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+import cv2
 import numpy as np
 import torch
 from PIL import Image
+
+try:
+    from torchcodec.decoders import decode_jpeg as torchcodec_decode_jpeg
+except ImportError:  # TorchCodec absent: torchvision.io's decoder, nvJPEG unavailable
+    torchcodec_decode_jpeg = None
+    from torchvision.io import ImageReadMode
+    from torchvision.io import decode_jpeg as torchvision_decode_jpeg
+
+    # deprecated in torchvision 0.29: silenced once here, not per image
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
 
 _EXIF_ORIENTATION = 0x0112
 
@@ -108,21 +119,7 @@ class OpenCvDecoder(Decoder):
 
     name = "opencv"
 
-    def __init__(self) -> None:
-        import cv2
-
-        self._cv2 = cv2
-
-    @classmethod
-    def unavailable_reason(cls) -> str | None:
-        try:
-            import cv2  # noqa: F401
-        except ImportError:
-            return "OpenCV is not installed: pip install opencv-python-headless"
-        return None
-
     def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
-        cv2 = self._cv2
         flags = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION  # orientation applied by orient
         bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
         if bgr is None:
@@ -133,28 +130,20 @@ class OpenCvDecoder(Decoder):
 class TorchvisionDecoder(Decoder):
     """libjpeg-turbo through TorchCodec's ``decode_jpeg`` (torchvision.io's successor).
 
-    Falls back to ``torchvision.io.decode_jpeg`` where TorchCodec is not installed; that API is
-    deprecated in torchvision 0.29, so its warning is silenced once here, not per image.
+    Falls back to ``torchvision.io.decode_jpeg`` where TorchCodec is not installed.
     """
 
     name = "torchvision"
-
-    def __init__(self) -> None:
-        try:
-            from torchcodec.decoders import decode_jpeg
-
-            self._decode = lambda t: decode_jpeg(t, mode="RGB")
-            self.applies_orientation = True  # TorchCodec always applies EXIF orientation
-        except ImportError:
-            from torchvision.io import ImageReadMode, decode_jpeg
-
-            self._decode = lambda t: decode_jpeg(t, mode=ImageReadMode.RGB)
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
+    # TorchCodec always applies EXIF orientation; torchvision.io leaves it alone
+    applies_orientation = torchcodec_decode_jpeg is not None
 
     def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
         if data[:2] != b"\xff\xd8":  # not a JPEG: libjpeg-only decoder, Pillow does the rest
             return PilDecoder().decode(data)
-        return self._decode(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if torchcodec_decode_jpeg is not None:
+            return torchcodec_decode_jpeg(encoded, mode="RGB")
+        return torchvision_decode_jpeg(encoded, mode=ImageReadMode.RGB)
 
 
 class NvjpegDecoder(Decoder):
@@ -174,9 +163,7 @@ class NvjpegDecoder(Decoder):
     def unavailable_reason(cls) -> str | None:
         if not torch.cuda.is_available():
             return "it needs a CUDA device"
-        try:
-            import torchcodec.decoders  # noqa: F401
-        except ImportError:
+        if torchcodec_decode_jpeg is None:
             return "TorchCodec is not installed: pip install torchcodec"
         return None
 
@@ -186,9 +173,9 @@ class NvjpegDecoder(Decoder):
     @staticmethod
     def decode_batch(encoded: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         """Decodes 1-D uint8 tensors of JPEG bytes into ``(3, H, W)`` uint8 on ``device``."""
-        from torchcodec.decoders import decode_jpeg
-
-        return list(decode_jpeg(encoded, mode="RGB", device=device))
+        if torchcodec_decode_jpeg is None:
+            raise ImportError("TorchCodec is not installed: pip install torchcodec")
+        return list(torchcodec_decode_jpeg(encoded, mode="RGB", device=device))
 
 
 class DaliDecoder(Decoder):
@@ -200,11 +187,13 @@ class DaliDecoder(Decoder):
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
-        from autotune.pipeline import dali
-
         if not torch.cuda.is_available():
             return "it needs a CUDA device"
-        return dali.unavailable_reason()
+        try:
+            import nvidia.dali  # noqa: F401 - optional, and heavy: only asked about here
+        except ImportError:
+            return 'NVIDIA DALI is not installed: pip install "autotune[dali]"'
+        return None
 
     def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
         return PilDecoder().decode(data)  # unused: DALI decodes inside its own graph

@@ -21,11 +21,13 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import cv2
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
-from autotune.pipeline import decoders, device_augment
+from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.dali import DaliLoader
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 
@@ -102,12 +104,7 @@ def collate_list(samples: list[tuple[torch.Tensor, int]]) -> Batch:
 def worker_init(worker_id: int) -> None:
     """One thread per worker: N workers each running N threads oversubscribe a small host."""
     torch.set_num_threads(1)
-    try:
-        import cv2
-
-        cv2.setNumThreads(0)
-    except ImportError:
-        pass
+    cv2.setNumThreads(0)
 
 
 class DeviceStage:
@@ -124,9 +121,7 @@ class DeviceStage:
         self.device, self.config = device, config
         self.non_blocking = config.pin_memory and device.type == "cuda"
         self.normalize = Normalize(recipe, device)
-        self.augment = (
-            device_augment.for_recipe(recipe, seed=seed) if config.augment_on == "gpu" else None
-        )
+        self.augment = recipe.device_form(seed=seed) if config.augment_on == "gpu" else None
         self.device_decoder = decoders.DECODERS[config.decoder]
         if not self.device_decoder.on_device:
             self.device_decoder = None
@@ -269,8 +264,6 @@ def build(
     if decoders.DECODERS[config.decoder].replaces_loader:
         if not isinstance(dataset, Source):
             raise TypeError("decoder=dali reads the files itself: pass a Source or a folder")
-        from autotune.pipeline.dali import DaliLoader
-
         return DaliLoader(  # type: ignore[return-value]
             dataset, config, recipe=recipe, device=device, seed=seed, sampler=sampler
         )

@@ -1,4 +1,5 @@
-"""Encoded image samples on disk: scanning an ImageFolder tree or generating synthetic JPEGs."""
+"""Encoded image samples on disk: an ImageFolder tree scanned into a ``Source``, or a set of
+synthetic JPEGs generated into one."""
 
 from __future__ import annotations
 
@@ -6,21 +7,17 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from PIL import Image, ImageDraw, ImageFilter, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from autotune.errors import UsageError
+from autotune.pipeline import synthetic_images
 
 log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
-# Bump whenever synthetic output changes, so stale caches are not reused.
-GENERATOR_VERSION = 1
 _FIX_ROOT = "set dataset.root=PATH to a folder of class sub-folders"
 
 
@@ -63,14 +60,6 @@ class Source:
                 size = -1
             h.update(f"{os.path.relpath(path, self.root)}\0{size}\n".encode())
         return h.hexdigest()[:16]
-
-
-def default_cache_dir() -> Path:
-    """Returns $AUTOTUNE_CACHE, else $XDG_CACHE_HOME/autotune, else ~/.cache/autotune."""
-    if os.environ.get("AUTOTUNE_CACHE"):
-        return Path(os.environ["AUTOTUNE_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg).expanduser() / "autotune"
 
 
 def _check_image(path: str) -> str | None:
@@ -133,25 +122,9 @@ def scan_imagefolder(
     """
     if not 0.0 <= max_bad_fraction <= 1.0:
         raise UsageError(f"max_bad_fraction must be within [0, 1], got {max_bad_fraction}")
-    root_path = Path(root).expanduser()
-    if not root_path.exists():
-        raise UsageError(f"dataset folder {root_path} does not exist: {_FIX_ROOT}")
-    if not root_path.is_dir():
-        raise UsageError(f"dataset root {root_path} is not a folder: {_FIX_ROOT}")
-    root_path = root_path.resolve()
+    root_path = _existing_folder(root)
     exts = tuple(e.lower() for e in extensions)
-
-    good: dict[str, list[str]] = {}
-    skipped: list[tuple[str, str]] = []
-    class_dirs = [p for p in root_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    for class_dir in sorted(class_dirs):
-        for path in _walk(class_dir, exts):
-            reason = _check_image(path)
-            if reason is None:
-                good.setdefault(class_dir.name, []).append(path)
-            else:
-                skipped.append((path, reason))
-
+    good, skipped = _sort_files(root_path, exts)
     total = sum(map(len, good.values())) + len(skipped)
     if skipped and len(skipped) > max_bad_fraction * total:
         first, reason = skipped[0]
@@ -166,72 +139,50 @@ def scan_imagefolder(
             f"expected {root_path}/<class>/<image>"
         )
     if skipped:
-        shown = ", ".join(f"{p} ({r})" for p, r in skipped[:3])
-        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
-        log.warning(
-            "skipped %d of %d files under %s that are not readable images: %s%s",
-            len(skipped),
-            total,
-            root_path,
-            shown,
-            more,
-        )
+        _warn_skipped(skipped, total, root_path)
     classes = tuple(sorted(good))
     paths = tuple(p for c in classes for p in good[c])
     labels = tuple(i for i, c in enumerate(classes) for _ in good[c])
     return Source(root_path, paths, labels, classes, tuple(skipped))
 
 
-def _imagenet_like_size(rng: np.random.Generator) -> tuple[int, int]:
-    """Draws (width, height): shorter side 300-500, aspect 4:3 to 16:9, mostly landscape."""
-    short = int(np.clip(rng.normal(340, 35), 300, 500))
-    aspect = 4 / 3 if rng.random() < 0.5 else rng.uniform(4 / 3, 16 / 9)  # 4:3 is the common case
-    long = round(short * aspect)
-    return (long, short) if rng.random() < 0.75 else (short, long)
+def _existing_folder(root: str | Path) -> Path:
+    root_path = Path(root).expanduser()
+    if not root_path.exists():
+        raise UsageError(f"dataset folder {root_path} does not exist: {_FIX_ROOT}")
+    if not root_path.is_dir():
+        raise UsageError(f"dataset root {root_path} is not a folder: {_FIX_ROOT}")
+    return root_path.resolve()
 
 
-def _upsample(a: np.ndarray, w: int, h: int) -> np.ndarray:
-    """Bilinearly resizes a float32 2-D array to (h, w)."""
-    if a.shape == (h, w):
-        return a
-    return np.asarray(Image.fromarray(a, "F").resize((w, h), Image.Resampling.BILINEAR))
+def _sort_files(
+    root: Path, exts: tuple[str, ...]
+) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """The usable images by class folder name, and ``(path, reason)`` for the others."""
+    good: dict[str, list[str]] = {}
+    skipped: list[tuple[str, str]] = []
+    class_dirs = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    for class_dir in sorted(class_dirs):
+        for path in _walk(class_dir, exts):
+            reason = _check_image(path)
+            if reason is None:
+                good.setdefault(class_dir.name, []).append(path)
+            else:
+                skipped.append((path, reason))
+    return good, skipped
 
 
-def _render(seed: int, index: int, num_classes: int, size: tuple[int, int] | None) -> Image.Image:
-    """Renders one photo-like image: smooth colour field, soft shapes, film-grain texture."""
-    rng = np.random.default_rng([seed, index])  # not seed+index: seeds 0 and 1 must not overlap
-    class_rng = np.random.default_rng([seed, num_classes, index % num_classes])
-    palette = class_rng.uniform(0, 255, (5, 3))  # shared by a class: labels mean something
-    w, h = size if size is not None else _imagenet_like_size(rng)
-    scale = min(w, h)
-
-    gh, gw = rng.integers(3, 7, size=2)
-    mix = rng.dirichlet(np.full(len(palette), 0.7), size=(gh, gw)) @ palette
-    img = Image.fromarray(np.clip(mix, 0, 255).astype(np.uint8), "RGB")
-    img = img.resize((w, h), Image.Resampling.BICUBIC)
-    draw = ImageDraw.Draw(img)
-    for _ in range(int(rng.integers(4, 12))):
-        colour = np.clip(palette[rng.integers(len(palette))] + rng.normal(0, 25, 3), 0, 255)
-        fill = tuple(int(c) for c in colour)
-        cx, cy, r = rng.uniform(0, w), rng.uniform(0, h), rng.uniform(0.05, 0.35) * scale
-        if rng.random() < 0.5:
-            ry = r * rng.uniform(0.4, 1.6)
-            draw.ellipse((cx - r, cy - ry, cx + r, cy + ry), fill=fill)
-        else:
-            k = int(rng.integers(3, 7))
-            angles, radii = np.sort(rng.uniform(0, 2 * np.pi, k)), r * rng.uniform(0.5, 1.2, k)
-            xs, ys = cx + radii * np.cos(angles), cy + radii * np.sin(angles)
-            draw.polygon(list(zip(xs.tolist(), ys.tolist(), strict=True)), fill=fill)
-    img = img.filter(ImageFilter.GaussianBlur(rng.uniform(1.0, 3.0) * scale / 400))
-
-    # Texture sets the JPEG size; coarser grain on big images keeps HD files photo-like.
-    grain = max(1.0, scale / 700)
-    mid = rng.standard_normal((max(2, int(h / grain / 4)), max(2, int(w / grain / 4))), np.float32)
-    fine = rng.standard_normal((max(2, int(h / grain)), max(2, int(w / grain))), np.float32)
-    lum = rng.uniform(6, 20) * _upsample(mid, w, h) + rng.uniform(14, 30) * _upsample(fine, w, h)
-    chroma = rng.uniform(0.85, 1.15, 3).astype(np.float32)
-    arr = np.asarray(img, dtype=np.float32) + lum[..., None] * chroma
-    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+def _warn_skipped(skipped: list[tuple[str, str]], total: int, root: Path) -> None:
+    shown = ", ".join(f"{p} ({r})" for p, r in skipped[:3])
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    log.warning(
+        "skipped %d of %d files under %s that are not readable images: %s%s",
+        len(skipped),
+        total,
+        root,
+        shown,
+        more,
+    )
 
 
 def synthetic(
@@ -251,57 +202,18 @@ def synthetic(
         size: Fixed (width, height), or None for varied ImageNet-like sizes.
         seed: Seed of the content; same parameters give byte-identical files.
         quality: JPEG quality (1-100).
-        cache_dir: Folder that holds generated sets; default ``default_cache_dir()``.
+        cache_dir: Folder that holds generated sets; default
+            ``synthetic_images.default_cache_dir()``.
 
     Raises:
         UsageError: a parameter is out of range or the cache folder is not writable.
     """
-    if count < 1 or num_classes < 1 or num_classes > count:
-        raise UsageError(
-            f"synthetic data needs count >= num_classes >= 1, got count={count} "
-            f"num_classes={num_classes}"
-        )
-    if size is not None and (len(size) != 2 or min(size) < 1):
-        raise UsageError(f"synthetic size must be (width, height) of positive ints, got {size}")
-    if not 1 <= quality <= 100:
-        raise UsageError(f"synthetic JPEG quality must be within 1-100, got {quality}")
-    size = None if size is None else (int(size[0]), int(size[1]))
-    params = [GENERATOR_VERSION, count, num_classes, size, seed, quality]
-    key = hashlib.sha256(json.dumps(params).encode()).hexdigest()[:12]
-    base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    folder = base / f"synthetic-{key}"
-    if not folder.is_dir():
-        try:
-            _generate(folder, count, num_classes, size, seed, quality)
-        except OSError as exc:
-            raise UsageError(
-                f"cannot write synthetic images under {base} ({exc.strerror or exc}): "
-                "set AUTOTUNE_CACHE=DIR to a writable folder"
-            ) from exc
+    folder = synthetic_images.folder(
+        count=count,
+        num_classes=num_classes,
+        size=size,
+        seed=seed,
+        quality=quality,
+        cache_dir=cache_dir,
+    )
     return scan_imagefolder(folder)
-
-
-def _generate(
-    folder: Path, count: int, classes: int, size: tuple[int, int] | None, seed: int, quality: int
-) -> None:
-    """Writes the images into a temp folder, then renames it into place atomically."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    log.info("generating %d synthetic JPEGs in %s (once)", count, folder)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; the final folder should be readable
-    try:
-        cwidth, iwidth = max(2, len(str(classes - 1))), max(5, len(str(count - 1)))
-        for label in range(classes):
-            (tmp / f"class_{label:0{cwidth}d}").mkdir()
-        for i in range(count):
-            path = tmp / f"class_{i % classes:0{cwidth}d}" / f"img_{i:0{iwidth}d}.jpg"
-            _render(seed, i, classes, size).save(path, "JPEG", quality=quality)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not folder.is_dir():
-                raise
-            # Another process finished the same set first; its files are identical.
-            log.debug("synthetic set %s was generated concurrently; using it", folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

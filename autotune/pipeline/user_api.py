@@ -2,40 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch.utils.data import Dataset
 
-from autotune.errors import UsageError
-from autotune.pipeline import loader, recipes, sources
+from autotune.pipeline import best_file, loader, recipes, sources
 from autotune.pipeline.config import DEVICE_DECODERS, PipelineConfig
 from autotune.schema import RecipeConfig
-
-log = logging.getLogger(__name__)
-
-
-def _read(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(
-            f"{path} does not exist: pass the best.yaml that python -m autotune wrote"
-        )
-    doc = yaml.safe_load(path.read_text())
-    if not isinstance(doc, dict) or "loader" not in doc:
-        raise UsageError(f"{path} has no `loader:` section: is it a best.yaml from autotune?")
-    return doc
 
 
 def load_pipeline_config(path: str | Path) -> PipelineConfig:
     """The ``PipelineConfig`` stored in a best.yaml (warns if it was measured elsewhere)."""
-    doc = _read(path)
-    _warn_if_other_machine(doc.get("machine") or {}, path)
-    return PipelineConfig.from_dict(doc)
+    best = best_file.read(path)
+    best_file.warn_if_other_machine(best.machine, path)
+    return best.config
 
 
 def loader_kwargs(path: str | Path) -> dict[str, Any]:
@@ -87,9 +70,9 @@ def build_loader(
     if isinstance(best, PipelineConfig):
         config, workload = best, {}
     else:
-        doc = _read(best)
-        _warn_if_other_machine(doc.get("machine") or {}, best)
-        config, workload = PipelineConfig.from_dict(doc), doc.get("workload") or {}
+        read = best_file.read(best)
+        best_file.warn_if_other_machine(read.machine, best)
+        config, workload = read.config, read.workload
     if isinstance(data, (str, Path)):
         data = sources.scan_imagefolder(data)
     if not isinstance(recipe, recipes.Recipe):
@@ -103,32 +86,3 @@ def build_loader(
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
     return loader.build(data, config, recipe=recipe, device=device, seed=seed)
-
-
-_warned: set[str] = set()
-
-
-def _warn_if_other_machine(measured_on: dict[str, Any], path: str | Path) -> None:
-    """Warns once per file when the tuned config was measured on a different machine."""
-    from autotune import machine
-
-    if not measured_on or str(path) in _warned:
-        return
-    here = machine.detect(want_cuda=True)
-    gpu_here = here.gpu.name if here.gpu else None
-    differences = []
-    if measured_on.get("usable_cpus") not in (None, here.usable_cpus):
-        differences.append(
-            f"{measured_on['usable_cpus']} usable CPUs there, {here.usable_cpus} here"
-        )
-    if "gpu" in measured_on and measured_on["gpu"] != gpu_here:
-        differences.append(f"GPU {measured_on['gpu']} there, {gpu_here} here")
-    if measured_on.get("torch") not in (None, here.torch_version):
-        differences.append(f"torch {measured_on['torch']} there, {here.torch_version} here")
-    if differences:
-        _warned.add(str(path))
-        warnings.warn(
-            f"{path} was measured on another machine ({'; '.join(differences)}): "
-            "re-run python -m autotune here for settings that fit this one",
-            stacklevel=3,
-        )

@@ -12,12 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import make_session
 from pixels import to_pixels
 from torchvision.transforms.v2 import functional as F
 
 from autotune.pipeline import decoders, loader, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
+from autotune.runtime.trial import run_trial
 
 pytest.importorskip("nvidia.dali")
 
@@ -79,13 +81,11 @@ def test_channels_last(small_set: Source) -> None:
 
 
 def test_a_trial_through_dali(small_set: Source) -> None:
-    from autotune.app.cli import compose, to_config
-    from autotune.runtime.trial import run_trial
-    from autotune.tuner.objective import make_job
-
-    cfg = to_config(compose(["window=quick", "recipe.crop_size=32", "batch_size=8"]))
+    session = make_session(
+        ["window=quick", "recipe.crop_size=32", "batch_size=8"], source=small_set, device="cpu"
+    )
     config = PipelineConfig(batch_size=8, decoder="dali", dali_num_threads=2)
-    outcome = run_trial(make_job(cfg, small_set, "cpu", config), timeout_s=120)
+    outcome = run_trial(session.job(config), timeout_s=120)
     assert outcome.failure is None, outcome.failure
     assert outcome.measurement is not None
     assert outcome.measurement.samples_per_s > 0

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import make_session
 
 from autotune.pipeline import decoders, loader, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
+from autotune.runtime.trial import run_trial
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -113,15 +115,13 @@ def test_nvjpeg_with_the_prefetcher(small_set: Source) -> None:
 
 
 def test_a_trial_on_the_device(small_set: Source) -> None:
-    from autotune.app.cli import compose, to_config
-    from autotune.runtime.trial import run_trial
-    from autotune.tuner.objective import make_job
-
-    cfg = to_config(compose(["window=quick", "recipe.crop_size=64", "batch_size=8"]))
+    session = make_session(
+        ["window=quick", "recipe.crop_size=64", "batch_size=8"], source=small_set, device="cuda"
+    )
     config = PipelineConfig(
         batch_size=8, num_workers=2, decoder="nvjpeg", device_prefetch=True, channels_last=True
     )
-    outcome = run_trial(make_job(cfg, small_set, "cuda", config), timeout_s=120)
+    outcome = run_trial(session.job(config), timeout_s=120)
     assert outcome.failure is None, outcome.failure
     assert outcome.measurement is not None and outcome.measurement.samples_per_s > 0
     assert outcome.measurement.gpu_peak_memory_bytes

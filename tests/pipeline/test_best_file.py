@@ -1,0 +1,169 @@
+"""Tests for autotune.pipeline.best_file: best.yaml written and read back, byte for byte the
+format studies have always written, its error lines and the other-machine comparison."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autotune import machine
+from autotune.errors import UsageError
+from autotune.machine import GpuInfo, MachineFacts
+from autotune.pipeline import best_file
+from autotune.pipeline.best_file import BestFile
+from autotune.pipeline.config import PipelineConfig
+
+FACTS = MachineFacts(
+    usable_cpus=8,
+    logical_cpus=16,
+    affinity_cpus=8,
+    cgroup_cpu_quota=None,
+    memory_total_bytes=64 * 2**30,
+    memory_available_bytes=48 * 2**30,
+    cgroup_memory_limit_bytes=None,
+    shm_free_bytes=2**30,
+    gpu=GpuInfo(0, "NVIDIA H200", 141 * 2**30, "580.1"),
+    cuda_available=True,
+    python_version="3.11.7",
+    torch_version="2.9.0",
+    torchvision_version="0.24.0",
+    platform="Linux-6.8-x86_64",
+)
+MACHINE = {
+    "usable_cpus": 8,
+    "gpu": "NVIDIA H200",
+    "torch": "2.9.0",
+    "torchvision": "0.24.0",
+    "python": "3.11.7",
+    "platform": "Linux-6.8-x86_64",
+}
+BEST = BestFile(
+    config=PipelineConfig(
+        batch_size=64, num_workers=4, prefetch_factor=2, decoder="pil_reduced", main_threads=2
+    ),
+    measured={"samples_per_s": 1234.5, "samples_per_s_iqr": [1200.0, 1250.0], "notes": []},
+    workload={"dataset": "synthetic", "images": 512, "recipe": {"name": "imagenet_train"}},
+    machine=MACHINE,
+    study={"name": "s", "trials": {"complete": 3}, "interrupted": False},
+)
+
+
+def _old_writer(config: PipelineConfig, sections: dict[str, Any]) -> str:
+    """What the report layer wrote before best_file existed, for the same inputs."""
+    doc = config.to_dict()
+    for key in ("measured", "workload", "machine", "study"):
+        doc[key] = sections[key]
+    header = (
+        "# autotune: the fastest input pipeline measured on this machine.\n"
+        "# loader: torch.utils.data.DataLoader(dataset, **loader)\n"
+        "# or: autotune.build_loader(source_or_dataset, this_file) for the whole pipeline\n"
+    )
+    return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def test_write_is_byte_identical_to_the_old_writer(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BEST)
+    sections = {
+        "measured": BEST.measured,
+        "workload": BEST.workload,
+        "machine": BEST.machine,
+        "study": BEST.study,
+    }
+    assert path.read_text() == _old_writer(BEST.config, sections)
+
+
+def test_the_header_and_the_order_of_sections(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BEST)
+    lines = path.read_text().splitlines()
+    assert lines[:3] == [
+        "# autotune: the fastest input pipeline measured on this machine.",
+        "# loader: torch.utils.data.DataLoader(dataset, **loader)",
+        "# or: autotune.build_loader(source_or_dataset, this_file) for the whole pipeline",
+    ]
+    assert lines[3] == "loader:"
+    top = [line.rstrip(":") for line in lines[3:] if line and not line[0].isspace()]
+    assert top == ["loader", "pipeline", "measured", "workload", "machine", "study"]
+
+
+def test_write_then_read(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BEST)
+    assert best_file.read(path) == BEST
+    assert best_file.read(str(path)) == BEST
+
+
+def test_read_a_file_with_the_loader_sections_only(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(PipelineConfig(num_workers=2).to_dict()))
+    assert best_file.read(path) == BestFile(PipelineConfig(num_workers=2))
+
+
+def test_read_a_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(UsageError) as info:
+        best_file.read(path)
+    assert str(info.value) == (
+        f"{path} does not exist: pass the best.yaml that python -m autotune wrote"
+    )
+
+
+@pytest.mark.parametrize("text", ["a: 1\n", "- loader\n", ""])
+def test_read_a_file_that_is_not_a_best_yaml(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "other.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as info:
+        best_file.read(path)
+    assert str(info.value) == (
+        f"{path} has no `loader:` section: is it a best.yaml from autotune?"
+    )
+
+
+def test_machine_section() -> None:
+    assert best_file.machine_section(FACTS) == MACHINE
+    assert list(best_file.machine_section(FACTS)) == list(MACHINE)  # the order in the file
+    assert best_file.machine_section(_without_gpu(FACTS))["gpu"] is None
+
+
+def _without_gpu(facts: MachineFacts) -> MachineFacts:
+    return MachineFacts(**{**facts.__dict__, "gpu": None})
+
+
+def test_machine_differences() -> None:
+    assert best_file.machine_differences(MACHINE, FACTS) == []
+    there = {**MACHINE, "usable_cpus": 4, "gpu": None, "torch": "2.8.0", "python": "3.10"}
+    assert best_file.machine_differences(there, FACTS) == [
+        "4 usable CPUs there, 8 here",
+        "GPU None there, NVIDIA H200 here",
+        "torch 2.8.0 there, 2.9.0 here",
+    ]
+    # what the section does not say is not compared
+    assert best_file.machine_differences({"python": "2.7"}, _without_gpu(FACTS)) == []
+
+
+def _load_and_warn(path: Path) -> None:
+    best_file.warn_if_other_machine(best_file.read(path).machine, path)
+
+
+def test_warns_once_per_file_measured_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(machine, "detect", lambda want_cuda: FACTS)
+    here, elsewhere = tmp_path / "here.yaml", tmp_path / "elsewhere.yaml"
+    best_file.write(here, BEST)
+    best_file.write(elsewhere, BestFile(BEST.config, machine={**MACHINE, "usable_cpus": 2}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _load_and_warn(here)
+    with pytest.warns(UserWarning, match="2 usable CPUs there, 8 here") as caught:
+        _load_and_warn(elsewhere)
+    assert str(caught[0].message).startswith(f"{elsewhere} was measured on another machine (")
+    assert caught[0].filename == __file__  # points at the caller of the caller
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _load_and_warn(elsewhere)  # once per file

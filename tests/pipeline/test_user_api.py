@@ -1,0 +1,104 @@
+"""Tests for autotune.pipeline.user_api: what a training script calls with a best.yaml
+(``autotune.build_loader``, ``loader_kwargs``, ``load_pipeline_config``)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import autotune
+from autotune import machine
+from autotune.errors import UsageError
+from autotune.pipeline import best_file, recipes, sources
+from autotune.pipeline.best_file import BestFile
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import Source
+
+
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory: pytest.TempPathFactory) -> Source:
+    return sources.synthetic(count=16, num_classes=2, cache_dir=tmp_path_factory.mktemp("c"))
+
+
+def test_loader_kwargs_warn_when_the_device_has_a_share(tmp_path: Path) -> None:
+    host_only = tmp_path / "host.yaml"
+    host_only.write_text(yaml.safe_dump(PipelineConfig(num_workers=2).to_dict()))
+    on_device = tmp_path / "device.yaml"
+    on_device.write_text(yaml.safe_dump(PipelineConfig(decoder="nvjpeg").to_dict()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert autotune.loader_kwargs(host_only)["num_workers"] == 2
+    with pytest.warns(UserWarning, match="use autotune.build_loader"):
+        autotune.loader_kwargs(on_device)
+
+
+def test_build_loader_from_a_best_yaml_with_device_augmentation(
+    tmp_path: Path, small_set: Source
+) -> None:
+    doc = PipelineConfig(batch_size=4, num_workers=1, augment_on="gpu").to_dict()
+    doc["workload"] = {"recipe": {"name": "imagenet_train", "crop_size": 40}, "device": "cpu"}
+    best = tmp_path / "best.yaml"
+    best.write_text(yaml.safe_dump(doc))
+    images, labels = next(iter(autotune.build_loader(small_set, best)))
+    assert images.shape == (4, 3, 40, 40) and labels.shape == (4,)
+
+
+def test_load_pipeline_config(tmp_path: Path) -> None:
+    config = PipelineConfig(batch_size=16, num_workers=2, decoder="opencv")
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BestFile(config, workload={"device": "cpu"}))
+    assert autotune.load_pipeline_config(path) == config
+    assert autotune.load_pipeline_config(str(path)) == config
+    assert autotune.loader_kwargs(path) == config.loader_kwargs()
+
+
+def test_a_file_that_is_not_a_best_yaml(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        autotune.load_pipeline_config(tmp_path / "nope.yaml")
+    other = tmp_path / "other.yaml"
+    other.write_text("a: 1\n")
+    with pytest.raises(UsageError, match="has no `loader:` section"):
+        autotune.build_loader(tmp_path, other)
+
+
+def test_warns_about_another_machine_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    here = machine.detect(want_cuda=False)
+    monkeypatch.setattr(machine, "detect", lambda want_cuda: here)
+    elsewhere = {**best_file.machine_section(here), "usable_cpus": here.usable_cpus + 1}
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BestFile(PipelineConfig(), machine=elsewhere))
+    with pytest.warns(UserWarning, match="was measured on another machine") as caught:
+        autotune.load_pipeline_config(path)
+    assert caught[0].filename == __file__  # points at the training script
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        autotune.load_pipeline_config(path)
+
+
+def test_build_loader_takes_the_study_recipe_or_another(tmp_path: Path, small_set: Source) -> None:
+    best = tmp_path / "best.yaml"
+    workload = {"recipe": {"name": "center_crop_eval", "crop_size": 24}, "device": "cpu"}
+    best_file.write(best, BestFile(PipelineConfig(batch_size=4), workload=workload))
+    measured = autotune.build_loader(small_set, best)
+    images, _ = next(iter(measured))
+    assert images.shape == (4, 3, 24, 24)
+    images, _ = next(iter(autotune.build_loader(small_set, best, crop_size=16)))
+    assert images.shape == (4, 3, 16, 16)  # the study's recipe with one setting changed
+    images, _ = next(iter(autotune.build_loader(small_set, best, recipe="imagenet_train")))
+    assert images.shape == (4, 3, 224, 224)  # another recipe: its own defaults
+    own = recipes.CenterCropEval(crop_size=8)
+    images, _ = next(iter(autotune.build_loader(small_set, best, recipe=own)))
+    assert images.shape == (4, 3, 8, 8)
+
+
+def test_build_loader_from_a_folder_and_a_config(small_set: Source) -> None:
+    tuned = autotune.build_loader(
+        small_set.root, PipelineConfig(batch_size=4), recipe="center_crop_eval", crop_size=32
+    )
+    images, labels = next(iter(tuned))
+    assert images.shape == (4, 3, 32, 32) and images.device == torch.device("cpu")
+    assert tuned.dataloader.dataset.source == small_set
