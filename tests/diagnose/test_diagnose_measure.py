@@ -1,44 +1,35 @@
-"""mode=diagnose: real JPEGs, real child-process trials, the stage profile in this process.
+"""mode=diagnose, measured: which runs it makes, and end to end on real JPEGs with real
+child-process trials.
 
-Speed is measured, not asserted: these tests check that the stages add up to what the loader
-takes, that the slowest files are named, and that the verdict names a binding limit.
+Speed is measured, not asserted: the end-to-end tests check that the report names a binding
+limit, every stage and the slowest files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 import yaml
-from PIL import Image
+from conftest import make_session
 
+from autotune import machine
 from autotune.app import cli
+from autotune.app.cli import compose, to_config
 from autotune.diagnose import measure as diagnose
 from autotune.diagnose import page_cache
-from autotune.diagnose.verdict import Diagnosis, Storage, tail_lines, verdict
 from autotune.errors import UsageError
-from autotune.pipeline import decoders, loader, recipes
+from autotune.pipeline import recipes
 from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.sources import Source, scan_imagefolder, synthetic
-from autotune.runtime.stages import (
-    LOADER_STAGES,
-    SampleTime,
-    StageClock,
-    StageProfile,
-    StageTime,
-    decode_and_augment,
-    profile_copy,
-    profile_stages,
-    threads,
-)
-from autotune.runtime.trial import TrialJob, run_trial
+from autotune.pipeline.sources import Source, synthetic
+from autotune.runtime.trial import Failure, TrialJob, TrialOutcome
 from autotune.runtime.window import Measurement
-from autotune.schema import AutotuneConfig, ModelConfig, RecipeConfig, WindowConfig
+from autotune.schema import AutotuneConfig, RecipeConfig
+from autotune.session import Session
 
 SMALL = [
     "mode=diagnose",
@@ -52,57 +43,24 @@ SMALL = [
     "diagnose.decoder_samples=16",
     "study.name=small",
 ]
-# Stages summed / loader measured, in CPU seconds per sample: the wall time of one run swings
-# 2x on a shared 2-core machine (measured while writing this), its CPU time by a few percent.
-# Decode alone is over half of a sample (checked below): a profile that missed it or counted
-# it twice falls outside.
-LOW, HIGH = 0.75, 1.33
-
-
-@pytest.fixture(scope="module")
-def small_source() -> Source:
-    return synthetic(count=48, num_classes=3)
 
 
 @pytest.fixture(scope="module")
 def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str]:
-    """``python -m autotune mode=diagnose`` on a small set: (exit code, stdout, diagnosis.md)."""
+    """``mode=diagnose`` on a small set, as the CLI runs it: (exit code, stdout,
+    diagnosis.md)."""
     studies = tmp_path_factory.mktemp("studies")
+    config = to_config(compose([*SMALL, f"studies_dir={studies}"]))
+    pipeline = diagnose.pipeline_to_diagnose(config)
+    session = Session.build(dataclasses.replace(config, batch_size=pipeline.batch_size))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = cli.main([*SMALL, f"studies_dir={studies}"])
+        code = diagnose.run(session, pipeline)
     report = studies / "small" / "diagnosis.md"
     return code, out.getvalue(), report.read_text() if report.is_file() else ""
 
 
-def _jpeg(path: Path, array: np.ndarray, quality: int = 90) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path, "JPEG", quality=quality)
-
-
-def _photo(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
-    """A smooth colour field with grain: compresses like a photo, not like noise or a flat."""
-    field = Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8))
-    base = np.asarray(field.resize((width, height), Image.Resampling.BICUBIC), np.float32)
-    grain = rng.normal(0, 12, (height // 4 + 1, width // 4 + 1)).astype(np.float32)
-    grain = np.asarray(Image.fromarray(grain, "F").resize((width, height)))
-    return np.clip(base + grain[..., None], 0, 255).astype(np.uint8)
-
-
-@pytest.fixture(scope="module")
-def mixed_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Source, set[str]]:
-    """30 JPEGs of 400x300 and 3 of 4000x3000 in two class folders: (source, the large)."""
-    root = tmp_path_factory.mktemp("mixed")
-    rng = np.random.default_rng(0)
-    for i in range(30):
-        _jpeg(root / ("a" if i % 2 else "b") / f"small_{i:02d}.jpg", _photo(rng, 400, 300))
-    large = _photo(rng, 4000, 3000)
-    for i, quality in enumerate((88, 90, 92)):  # three different files of one large picture
-        _jpeg(root / ("a", "b", "a")[i] / f"large_{i}.jpg", large, quality)
-    source = scan_imagefolder(root)
-    return source, {p for p in source.paths if "large_" in p}
-
-
+@pytest.mark.slow
 def test_diagnose_names_the_binding_limit(diagnosed: tuple[int, str, str]) -> None:
     code, stdout, report = diagnosed
     assert code == 0, stdout[-2000:]
@@ -117,6 +75,7 @@ def test_diagnose_names_the_binding_limit(diagnosed: tuple[int, str, str]) -> No
         assert knob in ("decoder=opencv", "num_workers=1", "num_workers=2"), knob
 
 
+@pytest.mark.slow
 def test_diagnosis_reports_every_stage_and_the_tail(diagnosed: tuple[int, str, str]) -> None:
     _, _, report = diagnosed
     for row in ("read bytes", "decode (pil)", "augment", "collate", "host→device copy", "train"):
@@ -126,142 +85,9 @@ def test_diagnosis_reports_every_stage_and_the_tail(diagnosed: tuple[int, str, s
     assert re.search(r"^p50 [\d.]+ ms · p90 [\d.]+ ms · p99 [\d.]+ ms$", report, re.M)
     listed = re.findall(r"^\| (/\S+\.jpg) \|", report, re.M)
     assert len(listed) == 10 and all(Path(p).is_file() for p in listed)
-    # the accounting line is there; whether it adds up is the next test's job
+    # the accounting line is there; whether it adds up is test_stages's job
     assert re.search(r"stages / measured = [\d.]+\); in CPU time", report)
     assert "eviction checked with mincore" in report
-
-
-def test_stages_add_up_to_the_serial_loader(small_source: Source) -> None:
-    recipe_cfg = RecipeConfig(crop_size=64)
-    recipe = recipes.from_config(recipe_cfg)
-    serial = PipelineConfig(batch_size=8, main_threads=1)
-    job = TrialJob(
-        pipeline=serial,
-        source=small_source,
-        model=ModelConfig(name="none"),
-        recipe=recipe_cfg,
-        window=WindowConfig(
-            warmup_extra_batches=2, sub_windows=3, batches_per_window=3, min_sub_window_s=0.15
-        ),
-        device="cpu",
-    )
-    outcome = run_trial(job, timeout_s=120)  # the loader alone, in a child process
-    assert outcome.measurement is not None, outcome.failure
-    measured = outcome.measurement.process_cpu_s_per_sample
-    assert measured is not None and measured > 0
-    profile = profile_stages(small_source, recipe, "pil", len(small_source), 8)
-    tuned = loader.build(small_source, serial, recipe=recipe)
-    with threads(1):  # as in the trial (main_threads=1)
-        copy = profile_copy(tuned.dataloader, tuned.stage)
-    summed = profile.cpu_s() + copy.cpu_s
-    print(
-        "RATIO",
-        summed / measured,
-        summed,
-        measured,
-        {k: v.cpu_s for k, v in profile.stages.items()},
-        copy,
-    )
-    assert LOW < summed / measured < HIGH, (summed, measured)
-    # the band has teeth: without its largest stage the sum falls out of it
-    largest = max(profile.stages[s].cpu_s for s in LOADER_STAGES)
-    assert (summed - largest) / measured < LOW
-
-
-@pytest.mark.parametrize("decoder", ["pil", "pil_reduced", "opencv"])
-def test_instrumented_stages_give_what_the_recipe_gives(
-    small_source: Source, decoder: str
-) -> None:
-    """The profile times the recipe's own pieces: same pixels as ``recipe(data, decoder)``."""
-    recipe = recipes.from_config(RecipeConfig(crop_size=64, scale=[0.05, 0.2]))
-    dec = decoders.get(decoder)
-    for index in range(4):
-        data = small_source.read(index)
-        torch.manual_seed(index)
-        expected = recipe(data, dec)
-        torch.manual_seed(index)
-        clock = StageClock()
-        got, width, height = decode_and_augment(recipe, dec, data, clock)
-        assert torch.equal(got, expected)
-        assert (width, height) == decoders.probe(data)[:2]
-        assert clock.wall["decode"] > 0 and clock.wall["augment"] > 0
-
-
-def test_profile_leaves_torch_as_it_was(small_source: Source) -> None:
-    recipe = recipes.from_config(RecipeConfig(crop_size=64))
-    threads, state = torch.get_num_threads(), torch.random.get_rng_state()
-    profile = profile_stages(small_source, recipe, "pil", 8, 4)
-    assert torch.get_num_threads() == threads
-    assert torch.equal(torch.random.get_rng_state(), state)
-    assert profile.cpu_work_bound(3) == pytest.approx(3 / profile.cpu_s())
-    assert set(profile.stages) == set(LOADER_STAGES)
-
-
-def test_slowest_files_are_the_large_ones(mixed_folder: tuple[Source, set[str]]) -> None:
-    source, large = mixed_folder
-    sizes = {p: Path(p).stat().st_size for p in source.paths}
-    small_median = float(np.median([s for p, s in sizes.items() if p not in large]))
-    assert min(sizes[p] for p in large) > 20 * small_median  # the folder is what it claims
-    profile = profile_stages(source, recipes.from_config(RecipeConfig()), "pil", len(source))
-    assert {s.path for s in profile.slowest(3)} == large
-    listed = re.findall(r"^\| (/\S+) \|", "\n".join(tail_lines(profile, 5)), re.M)
-    assert set(listed[:3]) == large and len(listed) == 5
-    assert all("4000x3000 |" in line for line in tail_lines(profile, 3)[-3:])
-    p50, p99 = profile.load_percentiles((50, 99)).values()
-    assert p99 > 5 * p50  # 3 of 33 files: the tail is theirs
-
-
-def test_eviction_makes_the_files_cold_and_reading_warms_them(tmp_path: Path) -> None:
-    rng = np.random.default_rng(1)
-    paths = []
-    for i in range(6):
-        _jpeg(tmp_path / f"{i}.jpg", _photo(rng, 400, 300))
-        paths.append(str(tmp_path / f"{i}.jpg"))
-    assert page_cache.resident_fraction(paths) == 1.0  # just written
-    assert page_cache.evict(paths, flush=True)  # written moments ago: dirty until flushed
-    after = page_cache.resident_fraction(paths)
-    if after is None or after > 0.05:
-        pytest.skip(f"this file system keeps evicted pages ({after=})")
-    assert after == 0.0
-    page_cache.warm(paths[:3])
-    assert page_cache.resident_fraction(paths) == pytest.approx(0.5, abs=0.1)
-    page_cache.evict(paths)  # clean now: no flush needed
-    assert page_cache.resident_fraction(paths) == 0.0
-
-
-def _run(rate: float, subs: tuple[float, ...] = ()) -> Measurement:
-    return Measurement(rate, subs or (rate,), 0.0, 0.0, 0, 1)
-
-
-def test_io_bound_only_when_every_round_is_slower_from_storage() -> None:
-    assert Storage().io_bound is None  # not compared
-    slow = Storage(cold=(_run(60), _run(70)), warm=(_run(100), _run(100)))
-    assert slow.io_bound is True
-    assert slow.cold_samples_per_s == 65 and slow.warm_samples_per_s == 100
-    noise = Storage(cold=(_run(60), _run(95)), warm=(_run(100), _run(100)))
-    assert noise.io_bound is False  # one slow round is not evidence
-    assert Storage(cold=(_run(90),), warm=(_run(100),)).io_bound is False  # within 15 %
-
-
-def test_storage_window_is_fixed_and_inside_the_first_pass() -> None:
-    window = WindowConfig(
-        warmup_extra_batches=4, sub_windows=5, batches_per_window=4, min_sub_window_s=0.4
-    )
-    common = {"align": 1, "batch_size": 32}
-    # a big dataset: sub-windows of 0.4 s at 800 samples/s, fixed (no rate-dependent length)
-    big = diagnose.storage_window(window, epoch_batches=10_000, buffered=0, rate=800, **common)
-    assert big == WindowConfig(4, 5, 10, 0.0)
-    # a small one: shorter sub-windows, all inside one pass
-    small = diagnose.storage_window(window, epoch_batches=16, buffered=0, rate=250, **common)
-    assert small is not None and small.min_sub_window_s == 0.0
-    assert 1 + 4 + small.sub_windows * small.batches_per_window <= 16
-    # workers fetch ahead and deliver whole rounds
-    ahead = diagnose.storage_window(
-        window, epoch_batches=40, buffered=4, align=2, rate=250, batch_size=32
-    )
-    assert ahead is not None and ahead.batches_per_window % 2 == 0
-    assert 1 + 4 + 4 + ahead.sub_windows * ahead.batches_per_window + 4 <= 40
-    assert diagnose.storage_window(window, epoch_batches=5, buffered=0, rate=250, **common) is None
 
 
 def test_pipeline_to_diagnose(tmp_path: Path) -> None:
@@ -288,113 +114,98 @@ def test_missing_pipeline_file_is_one_line_and_exit_2(
     assert not (tmp_path / "synthetic-tiny").exists()  # nothing run or written
 
 
-def _profile(decoder: str, decode_ms: float, other_ms: float = 1.0) -> StageProfile:
-    ms = 1e-3
-    stages = {
-        "read": StageTime(0.1 * ms, 0.1 * ms),
-        "decode": StageTime(decode_ms * ms, decode_ms * ms),
-        "augment": StageTime(other_ms * ms, other_ms * ms),
-        "collate": StageTime(0.1 * ms, 0.1 * ms),
-    }
-    sample = SampleTime("/data/a.jpg", 1000, 400, 300, 0.0001, decode_ms * ms, other_ms * ms)
-    return StageProfile(decoder, stages, (sample,))
+@pytest.fixture(scope="module")
+def source() -> Source:
+    return synthetic(count=48, num_classes=3, size=(96, 72))
 
 
-def _diagnosis(**changes: object) -> Diagnosis:
-    """A GPU machine whose loader needs 4.2 ms of CPU per sample with Pillow: 2 CPUs give
-    476 samples/s, a tenth of the step's ceiling."""
-    values: dict = {
-        "name": "x",
-        "pipeline": PipelineConfig(num_workers=2, prefetch_factor=2, decoder="pil"),
-        "device": "cuda",
-        "usable_cpus": 2,
-        "images": 100,
-        "model": "resnet50",
-        "ceiling": _run(5000.0),
-        "full": Measurement(450.0, (450.0,), 0.61, 1.0, 8, 40),
-        "loader_only": _run(470.0),
-        "serial": None,
-        "profile": _profile("pil", 3.0),
-        "copy": StageTime(1e-5, 1e-5),
-        "decoders": {"pil": _profile("pil", 3.0), "torchvision": _profile("torchvision", 1.5)},
-        "storage": Storage(),
-        "choices": {"num_workers": [0, 1, 2], "decoder": ["pil", "torchvision"]},
-    }
-    values.update(changes)
-    return Diagnosis(**values)
+def _session(source: Source, batch_size: int) -> Session:
+    overrides = [
+        "window=quick",
+        "search_space=quick",
+        "recipe.crop_size=64",
+        f"batch_size={batch_size}",
+        "diagnose.samples=16",
+        "diagnose.decoder_samples=8",
+        "study.name=fake",
+    ]
+    facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=2)
+    return make_session(overrides, source=source, facts=facts)
 
 
-def test_verdict_when_the_cpu_work_bound_binds() -> None:
-    d = _diagnosis()
-    assert d.binding == ("CPU-work bound", pytest.approx(2 / 4.2e-3))
-    text = verdict(d)
-    assert text.startswith("data-bound: the GPU waits 61% of each step for data")
-    assert "decode is 71% of per-sample CPU time" in text
-    assert (
-        "the CPU-work bound is 476 samples/s vs a ceiling of 5,000 (CPU-work bound binds)" in text
-    )
-    assert text.endswith("Try decoder=torchvision.")  # 2 workers already: no more to add
-    # only knobs of this machine's space are suggested
-    assert "Try" not in verdict(_diagnosis(choices={"num_workers": [0, 1, 2], "decoder": ["pil"]}))
+class _FakeRuns:
+    """Stands in for the child-process trials: the ceiling gives 300 samples/s on one thread
+    and 500 on two, the loader alone 400; the jobs named in ``fail`` fail."""
+
+    def __init__(self, *fail: str) -> None:
+        self.fail = fail
+        self.jobs: list[TrialJob] = []
+
+    @staticmethod
+    def name(job: TrialJob) -> str:
+        if job.kind == "ceiling":
+            return f"ceiling {job.pipeline.main_threads}"
+        if job.model.name != "none":
+            return "full"
+        return "serial" if job.pipeline.num_workers == 0 else "loader"
+
+    def __call__(self, job: TrialJob, timeout_s: float) -> TrialOutcome:
+        self.jobs.append(job)
+        name = self.name(job)
+        if name in self.fail:
+            return TrialOutcome("failed", failure=Failure("error", f"{name} broke"))
+        rate = {"ceiling 1": 300.0, "ceiling 2": 500.0}.get(name, 400.0)
+        return TrialOutcome("ok", Measurement(rate, (rate,), 0.1, 0.5, 2, 6, None, None, 2e-3))
 
 
-def test_verdict_when_the_step_binds() -> None:
-    fast = {"pil": _profile("pil", 0.1, 0.1)}
-    d = _diagnosis(
-        profile=fast["pil"],
-        decoders=fast,
-        ceiling=_run(400.0),
-        full=Measurement(380.0, (380.0,), 0.04, 1.0, 8, 40),
-    )
-    text = verdict(d)
-    assert text.startswith("compute-bound: the GPU waits only 4% of each step for data")
-    assert "(ceiling binds)" in text and "Try" not in text
-    assert text.endswith("This pipeline reaches 95% of that limit.")
+def test_each_run_once_and_what_failed_is_kept(source: Source) -> None:
+    session = _session(source, batch_size=8)
+    pipeline = PipelineConfig(batch_size=8, num_workers=1, prefetch_factor=2)
+    runs = _FakeRuns("full")
+    d = diagnose.diagnose(session, pipeline, run=runs)
+    # 48 files hold no storage window at 8 a batch: the loader alone runs on its own
+    ran = [runs.name(j) for j in runs.jobs]
+    assert ran == ["ceiling 1", "ceiling 2", "full", "loader", "serial"]
+    assert d.ceiling is not None and d.ceiling.samples_per_s == 500.0  # the better one
+    assert d.full is None
+    assert d.failures == (f"full training, {pipeline.short()}: error: full broke",)
+    assert d.loader_only is not None and d.serial is not None
+    serial = runs.jobs[-1].pipeline
+    assert (serial.num_workers, serial.main_threads, serial.prefetch_factor) == (0, 1, None)
+    assert [j.pipeline for j in runs.jobs[2:4]] == [pipeline, pipeline]
+    assert d.storage.note.startswith("48 files are too few")
+    assert set(d.decoders) == {"pil", "opencv"} and d.profile.decoder == "pil"
+    assert len(d.profile.samples) == 16 and d.copy.cpu_s > 0
+    assert (d.name, d.device, d.images, d.usable_cpus) == ("fake", "cpu", 48, 2)
+    # the ceiling is the session's: a second diagnosis does not measure it again
+    again = _FakeRuns()
+    diagnose.diagnose(session, pipeline, run=again)
+    assert [again.name(j) for j in again.jobs] == ["full", "loader", "serial"]
 
 
-def test_verdict_says_io_bound_only_with_every_round_slower() -> None:
-    rounds = {"cold": (_run(200), _run(210)), "warm": (_run(470), _run(460))}
-    big = Storage(**rounds, dataset_bytes=2**40, fits_in_cache=False)
-    assert verdict(_diagnosis(storage=big)).startswith(
-        "I/O-bound: from storage the loader alone gives 205 samples/s, from the page cache 465"
-    )
-    # data that fits in memory is read from storage in the first epoch only
-    small = Storage(**rounds, dataset_bytes=50 * 2**20, fits_in_cache=True)
-    text = verdict(_diagnosis(storage=small))
-    assert text.startswith("data-bound")
-    assert "the loader alone is 56% slower (205 vs 465 samples/s): I/O-bound in the first " in text
-    assert "50.0 MiB of files fit in the page cache" in text
-    noisy = Storage(cold=(_run(200), _run(470)), warm=(_run(470), _run(460)))
-    assert "I/O" not in verdict(_diagnosis(storage=noisy))
+def test_the_page_cache_runs_stand_for_the_loader_alone(source: Source) -> None:
+    page_cache.evict(source.paths, flush=True)
+    after = page_cache.resident_fraction(source.paths)
+    if after is None or after > 0.05:
+        pytest.skip("this file system keeps evicted pages")
+    serial = PipelineConfig(batch_size=2, num_workers=0, main_threads=1)
+    runs = _FakeRuns()
+    d = diagnose.diagnose(_session(source, batch_size=2), serial, run=runs)
+    # two rounds from storage and from the page cache; already serial: no run of its own
+    assert [runs.name(j) for j in runs.jobs] == ["ceiling 1", "ceiling 2", "full", *["serial"] * 4]
+    assert len(d.storage.warm) == 2 and d.serial is d.loader_only
+    assert d.loader_only is not None
+    assert d.loader_only.sub_window_samples_per_s == (400.0, 400.0)
+    assert d.loader_only.timed_batches == 12
 
 
-def test_a_cpu_device_counts_the_step_on_the_same_cpus() -> None:
-    d = _diagnosis(
-        device="cpu", ceiling=Measurement(300.0, (300.0,), 0.0, 0.1, 4, 20, None, None, 6e-3)
-    )
-    # 4.2 ms loader + 0.01 ms copy + 6 ms step per sample on 2 CPUs
-    assert d.shared_cpu_bound == pytest.approx(2 / 10.21e-3)
-    assert "together at most 196 samples/s" in verdict(d)
+def test_the_pipeline_must_have_the_sessions_batch_size(source: Source) -> None:
+    with pytest.raises(ValueError, match="batch_size=4 but the session's is 8"):
+        diagnose.diagnose(_session(source, 8), PipelineConfig(batch_size=4), run=_FakeRuns())
 
 
-def test_profile_skips_a_file_damaged_past_its_header(tmp_path: Path) -> None:
-    rng = np.random.default_rng(2)
-    for i in range(5):
-        _jpeg(tmp_path / "a" / f"{i}.jpg", _photo(rng, 400, 300))
-    damaged = tmp_path / "a" / "3.jpg"
-    data = damaged.read_bytes()
-    # header and end marker intact (the scan passes it), zeros between: decoding fails
-    damaged.write_bytes(data[:600] + bytes(len(data) - 602) + b"\xff\xd9")
-    source = scan_imagefolder(tmp_path)
-    profile = profile_stages(source, recipes.from_config(RecipeConfig(crop_size=64)), "pil", 5)
-    assert profile.skipped == (str(damaged),)
-    assert len(profile.samples) == 4
-
-
-def test_copy_is_timed_on_fresh_batches_even_with_few_images(
-    mixed_folder: tuple[Source, set[str]],
-) -> None:
-    source, _ = mixed_folder  # 33 images: one batch of 32 per pass
+def test_copy_is_timed_on_fresh_batches_even_with_few_images() -> None:
+    source = synthetic(count=33, num_classes=3)  # one batch of 32 per pass
     serial = PipelineConfig(batch_size=32, main_threads=1)
     copy = diagnose.time_copy(
         AutotuneConfig(), source, recipes.from_config(RecipeConfig()), serial, "cpu"

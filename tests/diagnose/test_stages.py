@@ -1,0 +1,157 @@
+"""The stage profile ``mode=diagnose`` stands on (``autotune.runtime.stages``): real JPEGs,
+timed in this process.
+
+Speed is measured, not asserted: these tests check that the stages add up to what the loader
+takes and that the slowest files are named.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from autotune.diagnose.markdown import tail_lines
+from autotune.pipeline import decoders, loader, recipes
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import Source, scan_imagefolder, synthetic
+from autotune.runtime.stages import (
+    LOADER_STAGES,
+    StageClock,
+    decode_and_augment,
+    profile_copy,
+    profile_stages,
+    threads,
+)
+from autotune.runtime.trial import TrialJob, run_trial
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
+
+# Stages summed / loader measured, in CPU seconds per sample: the wall time of one run swings
+# 2x on a shared 2-core machine (measured while writing this), its CPU time by a few percent.
+# Decode alone is over half of a sample (checked below): a profile that missed it or counted
+# it twice falls outside.
+LOW, HIGH = 0.75, 1.33
+
+
+@pytest.fixture(scope="module")
+def small_source() -> Source:
+    return synthetic(count=48, num_classes=3)
+
+
+def _jpeg(path: Path, array: np.ndarray, quality: int = 90) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path, "JPEG", quality=quality)
+
+
+def _photo(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """A smooth colour field with grain: compresses like a photo, not like noise or a flat."""
+    field = Image.fromarray(rng.integers(0, 255, (6, 8, 3), dtype=np.uint8))
+    base = np.asarray(field.resize((width, height), Image.Resampling.BICUBIC), np.float32)
+    grain = rng.normal(0, 12, (height // 4 + 1, width // 4 + 1)).astype(np.float32)
+    grain = np.asarray(Image.fromarray(grain, "F").resize((width, height)))
+    return np.clip(base + grain[..., None], 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def mixed_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Source, set[str]]:
+    """30 JPEGs of 400x300 and 3 of 4000x3000 in two class folders: (source, the large)."""
+    root = tmp_path_factory.mktemp("mixed")
+    rng = np.random.default_rng(0)
+    for i in range(30):
+        _jpeg(root / ("a" if i % 2 else "b") / f"small_{i:02d}.jpg", _photo(rng, 400, 300))
+    large = _photo(rng, 4000, 3000)
+    for i, quality in enumerate((88, 90, 92)):  # three different files of one large picture
+        _jpeg(root / ("a", "b", "a")[i] / f"large_{i}.jpg", large, quality)
+    source = scan_imagefolder(root)
+    return source, {p for p in source.paths if "large_" in p}
+
+
+@pytest.mark.slow
+def test_stages_add_up_to_the_serial_loader(small_source: Source) -> None:
+    recipe_cfg = RecipeConfig(crop_size=64)
+    recipe = recipes.from_config(recipe_cfg)
+    serial = PipelineConfig(batch_size=8, main_threads=1)
+    job = TrialJob(
+        pipeline=serial,
+        source=small_source,
+        model=ModelConfig(name="none"),
+        recipe=recipe_cfg,
+        window=WindowConfig(
+            warmup_extra_batches=2, sub_windows=3, batches_per_window=3, min_sub_window_s=0.15
+        ),
+        device="cpu",
+    )
+    outcome = run_trial(job, timeout_s=120)  # the loader alone, in a child process
+    assert outcome.measurement is not None, outcome.failure
+    measured = outcome.measurement.process_cpu_s_per_sample
+    assert measured is not None and measured > 0
+    profile = profile_stages(small_source, recipe, "pil", len(small_source), 8)
+    tuned = loader.build(small_source, serial, recipe=recipe)
+    with threads(1):  # as in the trial (main_threads=1)
+        copy = profile_copy(tuned.dataloader, tuned.stage)
+    summed = profile.cpu_s() + copy.cpu_s
+    assert LOW < summed / measured < HIGH, (summed, measured, profile.stages, copy)
+    # the band has teeth: without its largest stage the sum falls out of it
+    largest = max(profile.stages[s].cpu_s for s in LOADER_STAGES)
+    assert (summed - largest) / measured < LOW
+
+
+@pytest.mark.parametrize("decoder", ["pil", "pil_reduced", "opencv"])
+def test_instrumented_stages_give_what_the_recipe_gives(
+    small_source: Source, decoder: str
+) -> None:
+    """The profile times the recipe's own pieces: same pixels as ``recipe(data, decoder)``."""
+    recipe = recipes.from_config(RecipeConfig(crop_size=64, scale=[0.05, 0.2]))
+    dec = decoders.get(decoder)
+    for index in range(4):
+        data = small_source.read(index)
+        torch.manual_seed(index)
+        expected = recipe(data, dec)
+        torch.manual_seed(index)
+        clock = StageClock()
+        got, width, height = decode_and_augment(recipe, dec, data, clock)
+        assert torch.equal(got, expected)
+        assert (width, height) == decoders.probe(data)[:2]
+        assert clock.wall["decode"] > 0 and clock.wall["augment"] > 0
+
+
+def test_profile_leaves_torch_as_it_was(small_source: Source) -> None:
+    recipe = recipes.from_config(RecipeConfig(crop_size=64))
+    n_threads, state = torch.get_num_threads(), torch.random.get_rng_state()
+    profile = profile_stages(small_source, recipe, "pil", 8, 4)
+    assert torch.get_num_threads() == n_threads
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert profile.cpu_work_bound(3) == pytest.approx(3 / profile.cpu_s())
+    assert set(profile.stages) == set(LOADER_STAGES)
+
+
+def test_slowest_files_are_the_large_ones(mixed_folder: tuple[Source, set[str]]) -> None:
+    source, large = mixed_folder
+    sizes = {p: Path(p).stat().st_size for p in source.paths}
+    small_median = float(np.median([s for p, s in sizes.items() if p not in large]))
+    assert min(sizes[p] for p in large) > 20 * small_median  # the folder is what it claims
+    profile = profile_stages(source, recipes.from_config(RecipeConfig()), "pil", len(source))
+    assert {s.path for s in profile.slowest(3)} == large
+    listed = re.findall(r"^\| (/\S+) \|", "\n".join(tail_lines(profile, 5)), re.M)
+    assert set(listed[:3]) == large and len(listed) == 5
+    assert all("4000x3000 |" in line for line in tail_lines(profile, 3)[-3:])
+    p50, p99 = profile.load_percentiles((50, 99)).values()
+    assert p99 > 5 * p50  # 3 of 33 files: the tail is theirs
+
+
+def test_profile_skips_a_file_damaged_past_its_header(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    for i in range(5):
+        _jpeg(tmp_path / "a" / f"{i}.jpg", _photo(rng, 400, 300))
+    damaged = tmp_path / "a" / "3.jpg"
+    data = damaged.read_bytes()
+    # header and end marker intact (the scan passes it), zeros between: decoding fails
+    damaged.write_bytes(data[:600] + bytes(len(data) - 602) + b"\xff\xd9")
+    source = scan_imagefolder(tmp_path)
+    profile = profile_stages(source, recipes.from_config(RecipeConfig(crop_size=64)), "pil", 5)
+    assert profile.skipped == (str(damaged),)
+    assert len(profile.samples) == 4

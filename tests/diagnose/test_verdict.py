@@ -1,0 +1,109 @@
+"""The verdict: which limit binds, what to try, and when the figures contradict each other."""
+
+from __future__ import annotations
+
+import pytest
+from fake_diagnosis import diagnosis, measured, stage_profile
+
+from autotune.diagnose.storage import Storage
+from autotune.diagnose.verdict import suggestions, verdict
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.window import Measurement
+
+
+def test_verdict_when_the_cpu_work_bound_binds() -> None:
+    d = diagnosis()
+    assert d.binding == ("CPU-work bound", pytest.approx(2 / 4.2e-3))
+    text = verdict(d)
+    assert text.startswith("data-bound: the GPU waits 61% of each step for data")
+    assert "decode is 71% of per-sample CPU time" in text
+    assert (
+        "the CPU-work bound is 476 samples/s vs a ceiling of 5,000 (CPU-work bound binds)" in text
+    )
+    assert text.endswith("Try decoder=torchvision.")  # 2 workers already: no more to add
+    # only knobs of this machine's space are suggested
+    assert "Try" not in verdict(diagnosis(choices={"num_workers": [0, 1, 2], "decoder": ["pil"]}))
+
+
+def test_verdict_when_the_step_binds() -> None:
+    fast = {"pil": stage_profile("pil", 0.1, 0.1)}
+    d = diagnosis(
+        profile=fast["pil"],
+        decoders=fast,
+        ceiling=measured(400.0),
+        full=Measurement(380.0, (380.0,), 0.04, 1.0, 8, 40),
+    )
+    text = verdict(d)
+    assert text.startswith("compute-bound: the GPU waits only 4% of each step for data")
+    assert "(ceiling binds)" in text and "Try" not in text
+    assert text.endswith("This pipeline reaches 95% of that limit.")
+
+
+def test_verdict_says_io_bound_only_with_every_round_slower() -> None:
+    rounds = {"cold": (measured(200), measured(210)), "warm": (measured(470), measured(460))}
+    big = Storage(**rounds, dataset_bytes=2**40, fits_in_cache=False)
+    assert verdict(diagnosis(storage=big)).startswith(
+        "I/O-bound: from storage the loader alone gives 205 samples/s, from the page cache 465"
+    )
+    # data that fits in memory is read from storage in the first epoch only
+    small = Storage(**rounds, dataset_bytes=50 * 2**20, fits_in_cache=True)
+    text = verdict(diagnosis(storage=small))
+    assert text.startswith("data-bound")
+    assert "the loader alone is 56% slower (205 vs 465 samples/s): I/O-bound in the first " in text
+    assert "50.0 MiB of files fit in the page cache" in text
+    noisy = Storage(cold=(measured(200), measured(470)), warm=(measured(470), measured(460)))
+    assert "I/O" not in verdict(diagnosis(storage=noisy))
+
+
+def test_a_cpu_device_counts_the_step_on_the_same_cpus() -> None:
+    d = diagnosis(
+        device="cpu", ceiling=Measurement(300.0, (300.0,), 0.0, 0.1, 4, 20, None, None, 6e-3)
+    )
+    # 4.2 ms loader + 0.01 ms copy + 6 ms step per sample on 2 CPUs
+    assert d.shared_cpu_bound == pytest.approx(2 / 10.21e-3)
+    assert "together at most 196 samples/s" in verdict(d)
+
+
+def test_more_workers_are_suggested_while_the_loader_is_short_of_its_bound() -> None:
+    one_worker = PipelineConfig(num_workers=1, decoder="pil")
+    d = diagnosis(pipeline=one_worker, loader_only=measured(200.0))
+    assert suggestions(d) == ["num_workers=2", "decoder=torchvision"]
+    # never more workers than usable CPUs, whatever the space offers
+    d = diagnosis(
+        pipeline=one_worker,
+        loader_only=measured(200.0),
+        choices={"num_workers": [0, 8], "decoder": ["pil"]},
+    )
+    assert suggestions(d) == ["num_workers=2"]
+
+
+def test_a_step_that_does_not_wait_gets_no_suggestion() -> None:
+    waits_little = Measurement(450.0, (450.0,), 0.05, 1.0, 8, 40)
+    assert suggestions(diagnosis(full=waits_little)) == []
+
+
+def test_device_decoders_leave_decode_out_of_the_workers() -> None:
+    assert diagnosis(pipeline=PipelineConfig(decoder="nvjpeg")).worker_stages == (
+        "read",
+        "collate",
+    )
+    on_gpu = diagnosis(pipeline=PipelineConfig(augment_on="gpu"))
+    assert on_gpu.worker_stages == ("read", "decode", "collate")
+    # the bound counts only what the workers do: 0.1 + 3 + 0.1 ms on 2 CPUs
+    assert on_gpu.cpu_work_bound == pytest.approx(2 / 3.2e-3)
+
+
+def test_contradicting_rates_are_a_warning() -> None:
+    assert diagnosis().warnings == []
+    d = diagnosis(full=Measurement(6000.0, (6000.0,), 0.1, 1.0, 8, 40))
+    assert d.warnings[0].startswith("training ran at 6,000 samples/s, above its ceiling of 5,000")
+    assert "faster than the loader alone (470)" in d.warnings[1]
+    assert d.warnings[-1] == "re-run the diagnosis on a quiet machine"
+
+
+def test_the_accounting_compares_the_stages_with_the_serial_run() -> None:
+    assert diagnosis().accounting == {}  # no serial run
+    serial = Measurement(250.0, (200.0, 400.0), 0.0, 0.0, 0, 2, None, None, 4e-3)
+    wall, cpu = diagnosis(serial=serial).accounting.values()
+    assert wall == pytest.approx((4.2e-3 + 1e-5, (1 / 200 + 1 / 400) / 2))
+    assert cpu == pytest.approx((4.2e-3 + 1e-5, 4e-3))
