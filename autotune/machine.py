@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import torch
+import torchvision
 
 log = logging.getLogger(__name__)
 
@@ -216,16 +218,9 @@ def detect(
         root: Filesystem root holding ``proc/self/cgroup`` and ``sys/fs/cgroup``.
         affinity: Affinity CPU count to use instead of the real one (for tests).
     """
-    # NVML-based check answers without initialising CUDA, so trials can still be forked.
+    # NVML-based check (read when is_available is called) answers without initialising CUDA,
+    # so trials can still be forked.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    import torch
-
-    try:
-        import torchvision
-
-        torchvision_version = str(torchvision.__version__)
-    except ImportError:
-        torchvision_version = "not installed"
     affinity_cpus = _affinity() if affinity is None else affinity
     vm = psutil.virtual_memory()
     limit = cgroup_memory_limit(root)
@@ -246,6 +241,6 @@ def detect(
         cuda_available=bool(want_cuda and torch.cuda.is_available()),
         python_version=_platform.python_version(),
         torch_version=str(torch.__version__),
-        torchvision_version=torchvision_version,
+        torchvision_version=str(torchvision.__version__),
         platform=_platform.platform(),
     )

@@ -155,10 +155,7 @@ def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> Bench
         picked: list[Finalist] = [
             ("oracle", oracle_number, oracle),
             ("tuner", None, result.best),
-            *(
-                (name, None, c)
-                for name, c in contenders(session.space, session.facts, session.device).items()
-            ),
+            *((name, None, c) for name, c in contenders(session).items()),
         ]
         log.info("head-to-head: %d contenders, %d interleaved rounds", len(picked), rounds)
         # ranked by the oracle's metric: over an epoch, or steady (study.epoch_aware)

@@ -29,16 +29,10 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import load_pipeline_config
+from autotune.runtime.copy_profile import profile_copy
 from autotune.runtime.lock import host_lock
-from autotune.runtime.stages import (
-    StageProfile,
-    StageTime,
-    pick,
-    profile_copy,
-    profile_stages,
-    threads,
-    total_bytes,
-)
+from autotune.runtime.stages import StageProfile, StageTime, pick, profile_stages, total_bytes
+from autotune.runtime.threads import threads
 from autotune.runtime.trial import run_trial
 from autotune.runtime.window import Measurement
 from autotune.schema import AutotuneConfig, ModelConfig

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from autotune.errors import UsageError
 from autotune.report import dashboard, importances, plots
 from autotune.report.summary import UNIT, Summary
-from autotune.runtime.trial import HINTS
+from autotune.runtime.failures import HINTS
 from autotune.schema import AutotuneConfig
 from autotune.tuner import store
 from autotune.tuner.store import TrialKey

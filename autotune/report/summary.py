@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.runtime.trial import HINTS
+from autotune.runtime.failures import HINTS
 from autotune.tuner import store
 from autotune.tuner.metrics import speedup
 from autotune.tuner.tune import StudyResult

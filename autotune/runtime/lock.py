@@ -1,4 +1,4 @@
-"""One study measuring per host at a time: trials must not share the machine (DESIGN §3.5)."""
+"""One study measuring per host at a time: trials that share the machine slow each other."""
 
 from __future__ import annotations
 

@@ -16,9 +16,8 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +26,7 @@ from torch.utils.data import default_collate
 from autotune.pipeline import decoders
 from autotune.pipeline.recipes import Recipe, largest_reduction
 from autotune.pipeline.sources import Source
+from autotune.runtime.threads import threads
 
 LOADER_STAGES = ("read", "decode", "augment", "collate")
 UNREADABLE = (OSError, ValueError, RuntimeError)  # what the loader skips a file for
@@ -101,30 +101,6 @@ class StageProfile:
     def slowest(self, k: int) -> list[SampleTime]:
         """The ``k`` samples that took longest to load, slowest first."""
         return sorted(self.samples, key=lambda s: s.load_s, reverse=True)[:k]
-
-
-@contextlib.contextmanager
-def threads(n: int | None) -> Iterator[None]:
-    """torch (and OpenCV) run with ``n`` threads inside; None leaves them as they are. What
-    was set before is restored on the way out."""
-    if n is None:
-        yield
-        return
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
-    before = torch.get_num_threads()
-    cv2_before = cv2.getNumThreads() if cv2 is not None else None
-    torch.set_num_threads(n)
-    if cv2 is not None:
-        cv2.setNumThreads(0 if n == 1 else n)  # 0: OpenCV's own pool off, as in the workers
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-        if cv2 is not None:
-            cv2.setNumThreads(cv2_before)
 
 
 class StageClock:
@@ -218,46 +194,12 @@ def profile_stages(
     if not chosen:
         raise ValueError("no samples to profile")
     decoder = decoders.get(decoder_name)
-    total = StageClock()
-    samples: list[SampleTime] = []
-    skipped: list[str] = []
     with threads(1), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for index in chosen[:warmup]:
             with contextlib.suppress(*UNREADABLE):
                 decode_and_augment(recipe, decoder, source.read(index), StageClock())
-        batch: list[tuple[torch.Tensor, int]] = []
-        for index in chosen:
-            clock = StageClock()
-            try:  # a file damaged past its header: the loader skips it, and so does this
-                data = source.read(index)
-                clock.lap("read")
-                image, width, height = decode_and_augment(recipe, decoder, data, clock)
-            except UNREADABLE:
-                skipped.append(source.paths[index])
-                continue
-            total.add(clock)
-            samples.append(
-                SampleTime(
-                    path=source.paths[index],
-                    size_bytes=len(data),
-                    width=width,
-                    height=height,
-                    read_s=clock.wall["read"],
-                    decode_s=clock.wall["decode"],
-                    augment_s=clock.wall["augment"],
-                )
-            )
-            batch.append((image, source.labels[index]))
-            if len(batch) == batch_size:
-                total.reset()
-                default_collate(batch)
-                total.lap("collate")
-                batch = []
-        if batch:  # the last, smaller batch
-            total.reset()
-            default_collate(batch)
-            total.lap("collate")
+        total, samples, skipped = _time_samples(source, recipe, decoder, chosen, batch_size)
     if not samples:
         raise ValueError(f"none of the {len(chosen)} samples could be decoded")
     n = len(samples)
@@ -266,6 +208,57 @@ def profile_stages(
         for name in LOADER_STAGES
     }
     return StageProfile(decoder_name, stages, tuple(samples), tuple(skipped))
+
+
+def _time_samples(
+    source: Source,
+    recipe: Recipe,
+    decoder: decoders.Decoder,
+    indices: Sequence[int],
+    batch_size: int,
+) -> tuple[StageClock, list[SampleTime], list[str]]:
+    """Reads, decodes and augments each sample on its own clock, and collates them by
+    ``batch_size``. Returns the stage times of all, each sample's times, and the files that
+    could not be decoded."""
+    total = StageClock()
+    samples: list[SampleTime] = []
+    skipped: list[str] = []
+    batch: list[tuple[torch.Tensor, int]] = []
+    for index in indices:
+        clock = StageClock()
+        try:  # a file damaged past its header: the loader skips it, and so does this
+            data = source.read(index)
+            clock.lap("read")
+            image, width, height = decode_and_augment(recipe, decoder, data, clock)
+        except UNREADABLE:
+            skipped.append(source.paths[index])
+            continue
+        total.add(clock)
+        samples.append(
+            SampleTime(
+                path=source.paths[index],
+                size_bytes=len(data),
+                width=width,
+                height=height,
+                read_s=clock.wall["read"],
+                decode_s=clock.wall["decode"],
+                augment_s=clock.wall["augment"],
+            )
+        )
+        batch.append((image, source.labels[index]))
+        if len(batch) == batch_size:
+            _collate(batch, total)
+            batch = []
+    if batch:  # the last, smaller batch
+        _collate(batch, total)
+    return total, samples, skipped
+
+
+def _collate(batch: list[tuple[torch.Tensor, int]], clock: StageClock) -> None:
+    """Collates ``batch`` as the loader does, charging the time to the collate stage."""
+    clock.reset()
+    default_collate(batch)
+    clock.lap("collate")
 
 
 def time_reads(paths: Sequence[str]) -> StageTime:
@@ -280,37 +273,3 @@ def time_reads(paths: Sequence[str]) -> StageTime:
 
 def total_bytes(paths: Sequence[str]) -> int:
     return sum(os.stat(p).st_size for p in paths)
-
-
-def profile_copy(
-    batches: Iterable[tuple[Any, torch.Tensor]],
-    stage: Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-    *,
-    sync: Callable[[], None] = lambda: None,
-    n_batches: int = 4,
-    warmup: int = 1,
-) -> StageTime:
-    """Seconds per sample of the training process's share of the loader: ``stage`` (the
-    copy to the device and what follows it there) on each of ``batches`` in turn, the device
-    synchronized at the edges.
-
-    Fresh batches, not one batch again and again: a repeated batch sits in the CPU's caches
-    and reuses the memory of the last result, and measures a third of the real cost.
-    CPU time is the whole process's: torch may normalize on several threads.
-    """
-    if n_batches < 1:
-        raise ValueError(f"`n_batches >= 1` must hold, but got ({n_batches=}).")
-    cpu = wall = 0.0
-    samples = 0
-    it = iter(batches)
-    for repeat in range(warmup + n_batches):
-        images, labels = next(it)
-        sync()
-        cpu_start, wall_start = time.process_time(), time.perf_counter()
-        stage(images, labels)
-        sync()
-        if repeat >= warmup:
-            cpu += time.process_time() - cpu_start
-            wall += time.perf_counter() - wall_start
-            samples += len(labels)
-    return StageTime(cpu / samples, wall / samples)

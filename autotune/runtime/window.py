@@ -1,4 +1,4 @@
-"""The timed training window (DESIGN §3, rules 1-4).
+"""The timed training window: start-up apart, a warm-up, then timed sub-windows.
 
 Pure timing logic over an iterator of batches and a step: no processes, no Optuna, an
 injectable clock, so tests drive it with a fake clock and a fake loader.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,9 +41,6 @@ class Measurement:
         """(max - min) / median of the sub-windows: how noisy this measurement was."""
         values = self.sub_window_samples_per_s
         return (max(values) - min(values)) / self.samples_per_s if self.samples_per_s else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "spread": self.spread}
 
 
 class WindowStopped(Exception):
@@ -85,13 +82,69 @@ def run_window(
     sub-windows only. ``batches`` must not run out (an endless sampler).
     """
     it = iter(batches)
+    time_to_first_batch = _start_up(it, step, sync=sync, clock=clock)
+    needed = _warm_up(it, step, warmup, min_sub_window_s, sync=sync, clock=clock)
+    if needed is not None:
+        batches_per_window = max(batches_per_window, needed)
+    batches_per_window = -(-batches_per_window // align) * align
+
+    tally = _Tally()
+    for index in range(sub_windows):
+        _time_sub_window(
+            it,
+            step,
+            batches_per_window,
+            tally,
+            sync=sync,
+            clock=clock,
+            cpu_clock=cpu_clock,
+            gpu=gpu,
+        )
+        if on_sub_window is not None:
+            on_sub_window(index, statistics.median(tally.rates))
+    return Measurement(
+        samples_per_s=statistics.median(tally.rates),
+        sub_window_samples_per_s=tuple(tally.rates),
+        data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
+        time_to_first_batch_s=time_to_first_batch,
+        warmup_batches=warmup,
+        timed_batches=len(tally.rates) * batches_per_window,
+        gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
+        process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
+    )
+
+
+def _start_up(
+    it: Iterator[Batch],
+    step: Callable[[torch.Tensor, torch.Tensor], None],
+    *,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+) -> float:
+    """Seconds to the first batch, stepped: worker spawn and first fill, timed apart."""
     start = clock()
     images, labels = next(it)
     step(images, labels)
     sync()
-    time_to_first_batch = clock() - start
+    return clock() - start
 
-    tail = max(1, min(warmup, 4))  # the last warm-up batches come at the sustained rate
+
+def _warm_up(
+    it: Iterator[Batch],
+    step: Callable[[torch.Tensor, torch.Tensor], None],
+    warmup: int,
+    min_sub_window_s: float,
+    *,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+) -> int | None:
+    """Runs ``warmup`` batches, timing the last few (they come at the sustained rate).
+
+    Returns the batches a sub-window needs to last ``min_sub_window_s`` at that rate; None
+    when there is no such bound, no warm-up, or a tail of no measurable time (it says
+    nothing about the rate).
+    """
+    tail = max(1, min(warmup, 4))
     for index in range(warmup):
         if index == warmup - tail:
             sync()
@@ -101,50 +154,60 @@ def run_window(
         if index >= warmup - tail:
             tail_samples += len(labels)
     sync()
-    if warmup and min_sub_window_s > 0:
-        tail_span = clock() - tail_start
-        if tail_span > 0:  # a tail of no measurable time says nothing about the rate
-            rate = tail_samples / tail_span
-            needed = math.ceil(min_sub_window_s * rate / max(1, len(labels)))
-            batches_per_window = max(batches_per_window, needed)
-    batches_per_window = -(-batches_per_window // align) * align
+    if not (warmup and min_sub_window_s > 0):
+        return None
+    tail_span = clock() - tail_start
+    if tail_span <= 0:
+        return None
+    rate = tail_samples / tail_span
+    return math.ceil(min_sub_window_s * rate / max(1, len(labels)))
 
-    rates: list[float] = []
-    waited = elapsed = cpu = 0.0
-    timed_samples = 0
-    for index in range(sub_windows):
-        samples = 0
-        sync()
-        if gpu is not None:
-            gpu.start()
-        cpu_start = cpu_clock()
-        window_start = clock()
-        for _ in range(batches_per_window):
-            before = clock()
-            images, labels = next(it)
-            waited += clock() - before
-            step(images, labels)
-            samples += len(labels)
-        sync()
-        span = clock() - window_start
-        cpu += cpu_clock() - cpu_start
-        if gpu is not None:
-            gpu.stop()
-        elapsed += span
-        timed_samples += samples
-        rates.append(samples / span if span > 0 else float("inf"))
-        if on_sub_window is not None:
-            on_sub_window(index, statistics.median(rates))
-    return Measurement(
-        samples_per_s=statistics.median(rates),
-        sub_window_samples_per_s=tuple(rates),
-        data_wait_fraction=waited / elapsed if elapsed > 0 else 0.0,
-        time_to_first_batch_s=time_to_first_batch,
-        warmup_batches=warmup,
-        timed_batches=len(rates) * batches_per_window,
-        gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
-        process_cpu_s_per_sample=cpu / timed_samples if timed_samples else None,
-    )
+
+@dataclass
+class _Tally:
+    """What the timed sub-windows saw so far."""
+
+    rates: list[float] = field(default_factory=list)  # samples/s of each sub-window
+    waited: float = 0.0  # seconds spent waiting for the next batch
+    elapsed: float = 0.0  # seconds timed
+    cpu: float = 0.0  # CPU seconds of this process
+    samples: int = 0
+
+
+def _time_sub_window(
+    it: Iterator[Batch],
+    step: Callable[[torch.Tensor, torch.Tensor], None],
+    n_batches: int,
+    tally: _Tally,
+    *,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+    cpu_clock: Callable[[], float],
+    gpu: UtilizationSampler | None,
+) -> None:
+    """Times one sub-window of ``n_batches`` and adds it to ``tally``."""
+    samples = 0
+    waited = tally.waited  # a local in the timed loop, summed in the same order as ever
+    sync()
+    if gpu is not None:
+        gpu.start()
+    cpu_start = cpu_clock()
+    window_start = clock()
+    for _ in range(n_batches):
+        before = clock()
+        images, labels = next(it)
+        waited += clock() - before
+        step(images, labels)
+        samples += len(labels)
+    sync()
+    span = clock() - window_start
+    tally.cpu += cpu_clock() - cpu_start
+    if gpu is not None:
+        gpu.stop()
+    tally.waited = waited
+    tally.elapsed += span
+    tally.samples += samples
+    tally.rates.append(samples / span if span > 0 else float("inf"))
 
 
 def run_ceiling(

@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable
 
 import torch
+import torchvision
 from torch import nn
 
 from autotune.errors import UsageError
@@ -64,8 +65,6 @@ def build_model(cfg: ModelConfig, *, num_classes: int) -> nn.Module | None:
     elif cfg.name == "tiny":
         factory = TinyCNN
     elif cfg.name in TORCHVISION_MODELS:
-        import torchvision
-
         factory = getattr(torchvision.models, cfg.name)
     else:
         raise UsageError(

@@ -23,7 +23,8 @@ from autotune.machine import MachineFacts
 from autotune.pipeline import sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
-from autotune.runtime.trial import TrialJob, TrialOutcome, run_trial
+from autotune.runtime.job import TrialJob
+from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.window import Measurement
 from autotune.runtime.workload import build_model
 from autotune.schema import AutotuneConfig, DatasetConfig

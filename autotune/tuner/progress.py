@@ -7,6 +7,8 @@ from contextlib import ExitStack
 from typing import TextIO
 
 import optuna
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from autotune.tuner.store import best_value, finished_count
 
@@ -37,9 +39,6 @@ class StudyProgress:
         self._stack = ExitStack()
 
     def __enter__(self) -> StudyProgress:
-        from tqdm import tqdm
-        from tqdm.contrib.logging import logging_redirect_tqdm
-
         self.bar = self._stack.enter_context(
             tqdm(
                 total=self.total,

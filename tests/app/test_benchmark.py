@@ -54,6 +54,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cwd / "studies" / "benchmark" / "small"
 
 
+@pytest.mark.slow
 def test_results_json_has_every_figure(tiny_run: Path) -> None:
     results = json.loads((tiny_run / "results.json").read_text())
     ratios = results["ratios"]
@@ -70,6 +71,7 @@ def test_results_json_has_every_figure(tiny_run: Path) -> None:
         assert re.search(rf"\| {key} \| [\d.]+ \| {target} (met|MISSED) \|", table), key
 
 
+@pytest.mark.slow
 def test_the_grid_measures_every_config_in_full(tiny_run: Path) -> None:
     results = json.loads((tiny_run / "results.json").read_text())
     storage = results["studies"]["storage"]

@@ -16,6 +16,7 @@ from PIL import Image
 from autotune.app import cli
 
 
+@pytest.mark.slow
 def test_quick_study_writes_a_usable_best_yaml(quick_study):
     cwd, result = quick_study
     best = yaml.safe_load((cwd / "studies" / "synthetic-tiny" / "best.yaml").read_text())
@@ -33,11 +34,13 @@ def test_quick_study_writes_a_usable_best_yaml(quick_study):
     assert "baseline" in result.stdout and "ceiling" in result.stdout
 
 
+@pytest.mark.slow
 def test_quick_study_leaves_only_studies_behind(quick_study):
     cwd, _ = quick_study
     assert sorted(p.name for p in cwd.iterdir()) == ["studies"]  # no outputs/, no .log
 
 
+@pytest.mark.slow
 def test_trials_carry_their_measurements(quick_study):
     cwd, _ = quick_study
     study = optuna.load_study(
@@ -72,6 +75,7 @@ def test_trials_carry_their_measurements(quick_study):
     assert study.metric_names == ["samples_per_s"]
 
 
+@pytest.mark.slow
 def test_resume_continues_and_refuses_a_changed_workload(quick_study):
     cwd, _ = quick_study
     again = run_cli([*QUICK, "study.n_trials=5"], cwd)
@@ -85,6 +89,7 @@ def test_resume_continues_and_refuses_a_changed_workload(quick_study):
     assert len(changed.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
     args = [
         *QUICK,
@@ -108,6 +113,7 @@ def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
         assert "refuses to run on one thread" in t.user_attrs["failure"]["message"]
 
 
+@pytest.mark.slow
 def test_no_trial_finishing_exits_nonzero_with_the_failure_table(tmp_path):
     result = run_cli([*QUICK, "model._target_=faulty.AlwaysFails", "study.n_trials=2"], tmp_path)
     assert result.returncode == 1
@@ -156,6 +162,7 @@ def test_bad_input_is_one_line_and_exit_2(overrides, expected, tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "empty"]  # nothing written
 
 
+@pytest.mark.slow
 def test_bad_input_through_the_real_cli_has_no_traceback(tmp_path):
     result = run_cli(["dataset=mine", f"dataset.root={tmp_path / 'nowhere'}"], tmp_path)
     assert result.returncode == 2
@@ -163,6 +170,7 @@ def test_bad_input_through_the_real_cli_has_no_traceback(tmp_path):
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
 
 
+@pytest.mark.slow
 def test_own_image_folder_with_a_torchvision_model(tmp_path):
     data = _image_folder(tmp_path / "pets", per_class=8)
     args = [
@@ -180,6 +188,7 @@ def test_own_image_folder_with_a_torchvision_model(tmp_path):
     assert best["workload"]["images"] == 16 and best["workload"]["model"] == "resnet18"
 
 
+@pytest.mark.slow
 def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
     import autotune
     from autotune.pipeline.sources import synthetic
@@ -211,6 +220,7 @@ def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
 PROGRESS_LINE = re.compile(r"\[ ?(\d+)/(\d+)\] trial \d+ +w\d")
 
 
+@pytest.mark.slow
 def test_a_progress_line_per_trial_and_no_bar_when_output_is_not_a_terminal(quick_study):
     _, result = quick_study
     lines = [line for line in result.stdout.splitlines() if PROGRESS_LINE.search(line)]
@@ -226,6 +236,7 @@ def always_fails(*extra: str) -> list[str]:
     return [*QUICK, "model._target_=faulty.AlwaysFails", "study.n_trials=2", *extra]
 
 
+@pytest.mark.slow
 def test_quiet_prints_results_and_warnings_only(tmp_path):
     result = run_cli(always_fails("quiet=true"), tmp_path)
     assert result.returncode == 1, result.stderr[-2000:]
@@ -238,6 +249,7 @@ def test_quiet_prints_results_and_warnings_only(tmp_path):
     assert "| error | 2: 0, 1 | RuntimeError: broken model |" in report_md.read_text()
 
 
+@pytest.mark.slow
 def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
     import fcntl
     import os

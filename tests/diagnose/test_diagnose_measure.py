@@ -19,14 +19,15 @@ from conftest import make_session
 
 from autotune import machine
 from autotune.app import cli
-from autotune.app.cli import compose, to_config
 from autotune.diagnose import measure as diagnose
 from autotune.diagnose import page_cache
 from autotune.errors import UsageError
 from autotune.pipeline import recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, synthetic
-from autotune.runtime.trial import Failure, TrialJob, TrialOutcome
+from autotune.runtime.failures import Failure
+from autotune.runtime.job import TrialJob
+from autotune.runtime.trial import TrialOutcome
 from autotune.runtime.window import Measurement
 from autotune.schema import AutotuneConfig, RecipeConfig
 from autotune.session import Session
@@ -50,12 +51,9 @@ def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str]:
     """``mode=diagnose`` on a small set, as the CLI runs it: (exit code, stdout,
     diagnosis.md)."""
     studies = tmp_path_factory.mktemp("studies")
-    config = to_config(compose([*SMALL, f"studies_dir={studies}"]))
-    pipeline = diagnose.pipeline_to_diagnose(config)
-    session = Session.build(dataclasses.replace(config, batch_size=pipeline.batch_size))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = diagnose.run(session, pipeline)
+        code = cli.main([*SMALL, f"studies_dir={studies}"])
     report = studies / "small" / "diagnosis.md"
     return code, out.getvalue(), report.read_text() if report.is_file() else ""
 

@@ -30,6 +30,7 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.slow
 def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
     cwd, _ = quick_study
     executable = shutil.which("optuna-dashboard")

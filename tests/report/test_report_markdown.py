@@ -44,6 +44,7 @@ def assert_a_real_chart(png: Path) -> None:
         assert max(ImageStat.Stat(rgb.convert("L")).stddev) > 10  # not one flat colour
 
 
+@pytest.mark.slow
 def test_a_study_writes_report_md_linking_legible_plots(quick_study):
     cwd, result = quick_study
     report_md = cwd / "studies" / "synthetic-tiny" / "report.md"
@@ -62,6 +63,7 @@ def test_a_study_writes_report_md_linking_legible_plots(quick_study):
         assert_a_real_chart(png)
 
 
+@pytest.mark.slow
 def test_mode_report_rebuilds_the_same_report_from_storage_alone(quick_study, tmp_path):
     cwd, _ = quick_study
     (tmp_path / "studies").mkdir()
@@ -76,6 +78,7 @@ def test_mode_report_rebuilds_the_same_report_from_storage_alone(quick_study, tm
     assert not (folder / "best.yaml").exists()  # the report only: best.yaml needs the run
 
 
+@pytest.mark.slow
 def test_mode_report_of_an_unknown_study_names_those_there(
     quick_study, tmp_path, monkeypatch, capsys
 ):

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import yaml
-from conftest import QUICK, TESTS
+from conftest import QUICK, TESTS, run_cli
 from PIL import Image
 
 from autotune.runtime.lock import host_lock
@@ -34,9 +35,8 @@ def _folder_with_bad_files(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_bad_files_are_skipped_counted_and_named(tmp_path):
-    from conftest import run_cli
-
     data = _folder_with_bad_files(tmp_path / "data")
     args = [
         *QUICK,
@@ -57,6 +57,7 @@ def test_bad_files_are_skipped_counted_and_named(tmp_path):
     assert "notes.jpg: not an image" in reasons and "empty.png: empty file" in reasons
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
     args = [*QUICK, "study.n_trials=6", "study.name=interrupted"]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
@@ -86,8 +87,6 @@ def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
     assert (tmp_path / "studies" / "interrupted" / "best.yaml").exists()  # best so far
     assert not [p for p in psutil_children() if p.status() != "zombie"]  # the CLI is gone
 
-    from conftest import run_cli
-
     again = run_cli(args, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     study = optuna.load_study(study_name="interrupted", storage=storage)
@@ -98,8 +97,6 @@ def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
 def psutil_children():
     """This test's descendants, less the fork server an earlier in-process trial may have
     started (it outlives trials by design)."""
-    import psutil
-
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
@@ -111,12 +108,14 @@ def psutil_children():
     return out
 
 
+@pytest.mark.slow
 def test_a_second_run_waits_for_the_host_lock(tmp_path, caplog):
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from autotune.runtime.lock import host_lock\n"
+            "import sys, time; from pathlib import Path\n"
+            "from autotune.runtime.lock import host_lock\n"
             f"with host_lock(Path({str(tmp_path)!r})):\n"
             "    print('held', flush=True); time.sleep(30)",
         ],

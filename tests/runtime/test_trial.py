@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import time
@@ -12,7 +13,9 @@ from faulty import HangInWorker, SegfaultInWorker, as_
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
-from autotune.runtime.trial import TrialJob, classify, run_trial
+from autotune.runtime import child, trial
+from autotune.runtime.job import TrialJob
+from autotune.runtime.trial import FORKSERVER_PRELOAD, run_trial
 from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 WINDOW = WindowConfig(
@@ -72,6 +75,7 @@ def _no_leftovers() -> None:
     assert not _leftovers(), _leftovers()
 
 
+@pytest.mark.slow
 def test_a_healthy_trial_measures(source):
     outcome = run_trial(job(source, workers=2), timeout_s=60)
     assert outcome.status == "ok", outcome.failure
@@ -80,6 +84,7 @@ def test_a_healthy_trial_measures(source):
     _no_leftovers()
 
 
+@pytest.mark.slow
 def test_worker_segfault_is_worker_died(source):
     outcome = run_trial(job(as_(SegfaultInWorker, source), workers=2), timeout_s=60)
     assert outcome.status == "failed"
@@ -88,6 +93,7 @@ def test_worker_segfault_is_worker_died(source):
     _no_leftovers()
 
 
+@pytest.mark.slow
 def test_hanging_worker_is_a_timeout_and_is_reaped(source):
     outcome = run_trial(job(as_(HangInWorker, source), workers=2), timeout_s=6)
     assert outcome.status == "failed" and outcome.failure.kind == "timeout"
@@ -95,6 +101,7 @@ def test_hanging_worker_is_a_timeout_and_is_reaped(source):
     _no_leftovers()
 
 
+@pytest.mark.slow
 def test_training_process_segfault_does_not_take_the_parent_down(source):
     outcome = run_trial(job(source, target="faulty.Segfaults"), timeout_s=60)
     assert outcome.status == "failed" and outcome.failure.kind == "error"
@@ -102,6 +109,7 @@ def test_training_process_segfault_does_not_take_the_parent_down(source):
     _no_leftovers()
 
 
+@pytest.mark.slow
 def test_memory_limit_is_host_oom(source):
     # resnet18 at 224 px, batch 32, needs ~1 GiB of activations: far over a 128 MiB cap
     heavy = job(source, model="resnet18", batch_size=32, crop=224, memory_limit_bytes=128 * 2**20)
@@ -111,6 +119,7 @@ def test_memory_limit_is_host_oom(source):
     _no_leftovers()
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_trial_process_is_host_oom(source):
     def kill_child_at_first_sub_window(index: int, value: float) -> bool:
         (child,) = [p for p in _leftovers() if p.pid == os.getpgid(p.pid)]  # a group leader
@@ -122,28 +131,17 @@ def test_sigkill_of_the_trial_process_is_host_oom(source):
     _no_leftovers()
 
 
+@pytest.mark.slow
 def test_pruning_stops_the_window(source):
     outcome = run_trial(job(source), timeout_s=60, should_prune=lambda i, v: True)
     assert outcome.status == "pruned" and outcome.pruned_at == 0
     assert len(outcome.intermediate) == 1
 
 
-@pytest.mark.parametrize(
-    ("exc", "kind"),
-    [
-        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "cuda_oom"),
-        (
-            RuntimeError(
-                "DataLoader worker (pid 12) is killed by signal: Bus error. It is possible "
-                "that dataloader's workers are out of shared memory."
-            ),
-            "shm_exhausted",
-        ),
-        (RuntimeError("DataLoader worker (pid(s) 7) exited unexpectedly"), "worker_died"),
-        (MemoryError(), "host_oom"),
-        (OSError("image file is truncated (3 bytes not processed)"), "corrupt_data"),
-        (ValueError("something else"), "error"),
-    ],
-)
-def test_classify(exc, kind):
-    assert classify(exc) == kind
+def test_the_fork_server_preloads_the_childs_code() -> None:
+    # the server skips a name it cannot import, silently: each must import
+    for name in FORKSERVER_PRELOAD:
+        importlib.import_module(name)
+    # what the child unpickles and runs comes from modules the server has already
+    for thing in (trial._child, TrialJob, child.measure):
+        assert thing.__module__ in FORKSERVER_PRELOAD

@@ -11,7 +11,8 @@ from autotune import machine
 from autotune.app import cli
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
-from autotune.runtime.trial import Failure, TrialOutcome
+from autotune.runtime.failures import Failure
+from autotune.runtime.trial import TrialOutcome
 from autotune.runtime.window import Measurement
 from autotune.session import SearchSpace, Session
 from autotune.tuner.objective import Objective, TrialFailed, precheck

@@ -19,15 +19,11 @@ from autotune.diagnose.markdown import tail_lines
 from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, scan_imagefolder, synthetic
-from autotune.runtime.stages import (
-    LOADER_STAGES,
-    StageClock,
-    decode_and_augment,
-    profile_copy,
-    profile_stages,
-    threads,
-)
-from autotune.runtime.trial import TrialJob, run_trial
+from autotune.runtime.copy_profile import profile_copy
+from autotune.runtime.job import TrialJob
+from autotune.runtime.stages import LOADER_STAGES, StageClock, decode_and_augment, profile_stages
+from autotune.runtime.threads import threads
+from autotune.runtime.trial import run_trial
 from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 # Stages summed / loader measured, in CPU seconds per sample: the wall time of one run swings

@@ -1,0 +1,109 @@
+"""What a trial's child process measures: the workload and the loader built from the job,
+then the timed window (or the ceiling), the GPU's utilization sampled where there is one.
+
+Runs in the child only (``trial.run_trial`` starts it): it sets torch's threads and seed for
+the whole process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import RandomSampler
+
+from autotune.pipeline import loader, recipes
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.recipes import Recipe
+from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
+from autotune.runtime.job import TrialJob
+from autotune.runtime.window import Measurement, run_ceiling, run_window, warmup_batches
+from autotune.runtime.workload import TrainStep, build_model
+
+ENDLESS = 10**9  # samples: the window stops the loader long before
+
+Report = Callable[[int, float], None]  # (sub-window index, running median) as each one ends
+
+
+def measure(job: TrialJob, report: Report) -> Measurement:
+    """The job's window (or ceiling); ``report`` sees each sub-window of a window as it ends
+    (it may raise ``WindowStopped``)."""
+    with open_sampler(torch.device(job.device)) as gpu:
+        recipe, step = _workload(job)
+        if job.kind == "ceiling":
+            return _time_ceiling(job, recipe, step, gpu)
+        return _time_window(job, recipe, step, report, gpu)
+
+
+def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
+    """The recipe and the training step, torch's threads and seed set first: the seed
+    decides the model's random initialisation."""
+    if job.pipeline.main_threads:
+        torch.set_num_threads(job.pipeline.main_threads)
+    torch.manual_seed(job.seed)
+    device = torch.device(job.device)
+    recipe = recipes.from_config(job.recipe)
+    step = TrainStep(
+        build_model(job.model, num_classes=len(job.source.classes)),
+        device,
+        lr=job.model.lr,
+        channels_last=job.pipeline.channels_last,
+    )
+    return recipe, step
+
+
+def _timing(job: TrialJob) -> dict[str, Any]:
+    """The window's shape, as ``run_window``'s keyword arguments."""
+    w = job.window
+    return {
+        "warmup": warmup_batches(job.pipeline.buffered_batches, w.warmup_extra_batches),
+        "sub_windows": w.sub_windows,
+        "batches_per_window": w.batches_per_window,
+        "min_sub_window_s": w.min_sub_window_s,
+    }
+
+
+def _time_ceiling(
+    job: TrialJob, recipe: Recipe, step: TrainStep, gpu: UtilizationSampler | None
+) -> Measurement:
+    """The step alone, fed one batch already on the device."""
+    config = PipelineConfig(batch_size=job.pipeline.batch_size, decoder="pil")
+    batch = next(iter(loader.build(job.source, config, recipe=recipe, device=step.device)))
+    return run_ceiling(batch, step, **_timing(job), sync=step.sync, gpu=gpu)
+
+
+def _time_window(
+    job: TrialJob,
+    recipe: Recipe,
+    step: TrainStep,
+    report: Report,
+    gpu: UtilizationSampler | None,
+) -> Measurement:
+    """The step fed by the job's loader, and the device memory it peaked at."""
+    device = step.device
+    # an endless sampler: no epoch ends inside the window (start-up is timed on its own)
+    sampler = RandomSampler(
+        range(len(job.source)),
+        num_samples=ENDLESS,
+        generator=torch.Generator().manual_seed(job.seed),
+    )
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    tuned = loader.build(
+        job.source, job.pipeline, recipe=recipe, device=device, seed=job.seed, sampler=sampler
+    )
+    measurement = run_window(
+        tuned,
+        step,
+        **_timing(job),
+        align=max(1, job.pipeline.num_workers),
+        sync=step.sync,
+        on_sub_window=report,
+        gpu=gpu,
+    )
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        measurement = dataclasses.replace(measurement, gpu_peak_memory_bytes=peak)
+    return measurement

@@ -1,0 +1,30 @@
+"""What one trial measures: a pipeline on a source, a workload and a window (pickled to the
+trial's child process)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import Source
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything one measurement needs (pickled to the child)."""
+
+    pipeline: PipelineConfig
+    source: Source
+    model: ModelConfig
+    recipe: RecipeConfig
+    window: WindowConfig
+    device: str
+    seed: int = 0
+    kind: Literal["window", "ceiling"] = "window"
+    memory_limit_bytes: int | None = None  # per process, beyond what it holds at start
+    # how DataLoader workers start: the default of the process that asked for the trial,
+    # which is what the user's training script gets (not the fork server's)
+    worker_start_method: str = field(default_factory=lambda: multiprocessing.get_start_method())

@@ -1,0 +1,200 @@
+"""The knobs of a search space: each one's kind and range, the condition that turns it on,
+and the checks that build it from ``conf/search_space/*.yaml``.
+
+Example:
+    >>> knob = build_knob("prefetch_factor", cfg, facts, declared=[workers])
+    >>> knob.values(), str(knob.when)   # [2, 3, 4], 'num_workers > 0'
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.errors import UsageError
+from autotune.machine import MachineFacts
+from autotune.pipeline import decoders
+from autotune.schema import KnobConfig
+
+# Every knob and the value it takes when its condition does not hold.
+INACTIVE = {
+    "batch_size": None,  # always active
+    "num_workers": 0,
+    "prefetch_factor": None,
+    "persistent_workers": False,
+    "pin_memory": False,
+    "decoder": "pil",
+    "main_threads": None,
+    "augment_on": "cpu",
+    "transfer": "uint8",
+    "device_prefetch": False,
+    "channels_last": False,
+    "dali_num_threads": None,
+    "dali_prefetch_queue_depth": None,
+}
+FEATURES = ("cuda",)
+TYPES = ("int", "choice", "bool", "fixed")
+_OPS = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+_CONDITION = re.compile(r"^\s*(\w+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``knob op value``, e.g. ``num_workers > 0``."""
+
+    knob: str
+    op: str
+    value: Any
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> Condition:
+        match = _CONDITION.match(text)
+        if not match:
+            raise UsageError(
+                f"{where}.when={text!r} is not a condition: write it as 'knob op value', "
+                "e.g. 'num_workers > 0'"
+            )
+        knob, op, raw = match.groups()
+        try:
+            value = json.loads(raw) if re.match(r"^-?[\d.]+$|^true$|^false$", raw) else raw
+        except json.JSONDecodeError:
+            raise UsageError(f"{where}.when={text!r}: {raw!r} is not a number") from None
+        return cls(knob, op, value)
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        return bool(_OPS[self.op](values[self.knob], self.value))
+
+    def __str__(self) -> str:
+        return f"{self.knob} {self.op} {self.value}"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    type: str
+    low: int | None = None
+    high: int | None = None
+    step: int = 1
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    value: Any = None
+    when: Condition | None = None
+
+    def suggest(self, trial: optuna.Trial) -> Any:
+        if self.type == "fixed":
+            return self.value
+        if self.type == "int":
+            assert self.low is not None and self.high is not None
+            return trial.suggest_int(self.name, self.low, self.high, step=self.step, log=self.log)
+        if self.type == "bool":
+            return trial.suggest_categorical(self.name, [False, True])
+        return trial.suggest_categorical(self.name, list(self.choices))
+
+    def values(self) -> list[Any]:
+        """Every value this knob can take (for grids and baselines)."""
+        if self.type == "fixed":
+            return [self.value]
+        if self.type == "bool":
+            return [False, True]
+        if self.type == "choice":
+            return list(self.choices)
+        assert self.low is not None and self.high is not None
+        return list(range(self.low, self.high + 1, self.step))
+
+
+def build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[Knob]) -> Knob:
+    """The knob ``name`` of the config, checked; ``declared``: the knobs before it, which
+    its condition may refer to."""
+    where = f"search_space.knobs.{name}"
+    if name not in INACTIVE:
+        raise UsageError(
+            f"unknown knob {name!r} in the search space; known: {', '.join(INACTIVE)}"
+        )
+    if cfg.type not in TYPES:
+        raise UsageError(f"{where}.type must be one of {', '.join(TYPES)}, got {cfg.type!r}")
+    if cfg.requires is not None and cfg.requires not in FEATURES:
+        raise UsageError(f"{where}.requires must be one of {FEATURES}, got {cfg.requires!r}")
+    when = _condition(cfg.when, where, declared) if cfg.when else None
+    if cfg.type == "fixed":
+        if cfg.value is None and name not in ("prefetch_factor", "main_threads"):
+            raise UsageError(f"{where}.value must be set for a fixed knob")  # None: torch's
+        if name == "decoder" and cfg.value not in decoders.DECODERS:
+            raise UsageError(
+                f"{where}.value {cfg.value!r} is not a decoder; known: "
+                f"{', '.join(decoders.DECODERS)}"
+            )
+        return Knob(name, "fixed", value=cfg.value, when=when)
+    if cfg.type == "bool":
+        return Knob(name, "bool", when=when)
+    if cfg.type == "choice":
+        return Knob(name, "choice", choices=_choices(name, cfg, where), when=when)
+    low, high = _int_range(cfg, facts, where)
+    return Knob(name, "int", low=low, high=high, step=cfg.step, log=cfg.log, when=when)
+
+
+def _condition(text: str, where: str, declared: list[Knob]) -> Condition:
+    """The knob's ``when``, on a knob declared before it and comparable with its values."""
+    when = Condition.parse(text, where)
+    ref = next((k for k in declared if k.name == when.knob), None)
+    if ref is None:
+        raise UsageError(
+            f"{where}.when refers to {when.knob!r}, which is not a knob declared before it"
+        )
+    try:
+        for v in ref.values():
+            when.holds({when.knob: v})
+    except TypeError:
+        raise UsageError(
+            f"{where}.when={text!r}: {when.value!r} cannot be compared with "
+            f"the values of {when.knob} ({ref.values()[:4]}...)"
+        ) from None
+    return when
+
+
+def _choices(name: str, cfg: KnobConfig, where: str) -> tuple[Any, ...]:
+    choices = tuple(cfg.choices or ())
+    if not choices:
+        raise UsageError(f"{where}.choices must list at least one value")
+    if name == "decoder":
+        unknown = sorted(set(choices) - set(decoders.DECODERS))
+        if unknown:
+            raise UsageError(
+                f"{where}.choices has unknown decoders {unknown}; known: "
+                f"{', '.join(decoders.DECODERS)}"
+            )
+    return choices
+
+
+def _int_range(cfg: KnobConfig, facts: MachineFacts, where: str) -> tuple[int, int]:
+    low = _resolve_bound(cfg.low, facts, f"{where}.low")
+    high = _resolve_bound(cfg.high, facts, f"{where}.high")
+    if low > high:
+        raise UsageError(f"{where}: `low <= high` must hold, but got ({low=}, {high=})")
+    if cfg.log and low < 1:
+        raise UsageError(f"{where}: a log range needs low >= 1, got {low=}")
+    if cfg.step < 1:
+        raise UsageError(f"{where}.step must be >= 1, got {cfg.step}")
+    if cfg.log and cfg.step != 1:
+        raise UsageError(f"{where}: a log range cannot have a step (got step={cfg.step})")
+    return low, high
+
+
+def _resolve_bound(value: Any, facts: MachineFacts, where: str) -> int:
+    if value == "cpus":
+        return facts.usable_cpus
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{where} must be an integer or 'cpus' (usable CPUs), got {value!r}")
+    return value

@@ -1,0 +1,81 @@
+"""A report rebuilt (``mode=report``) from a study that the code before the layer restructuring
+wrote is byte-identical to the report that code wrote then.
+
+``data/study_before_layers.db`` and ``data/report_before_layers.md`` come from
+``python -m autotune study.n_trials=6 window=quick study.confirm_rounds=1
+studies_dir=/tmp/before/studies study.storage=sqlite:////tmp/before/studies/autotune.db
+quiet=true``. The report names its storage in its last section, so that URL is swapped for the
+copy's before comparing.
+
+One line differs, on purpose: the old report never showed "best (steady) / CPU-work bound"
+for a study read back from storage (it looked for the decoder one level too high in the
+trial's record); the store reads it where it is. That line is added to the old text; nothing
+else may differ.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+DATA = Path(__file__).parent / "data"
+STUDY_DB = DATA / "study_before_layers.db"
+REPORT_MD = DATA / "report_before_layers.md"
+STORAGE_THEN = "sqlite:////tmp/before/studies/autotune.db"
+# the line the old reader dropped, before the line it precedes (see the module docstring)
+BOUND_LINE = b"- best (steady) / CPU-work bound: 0.41\n"
+SPREAD_LINE = b"- spread of the best:"
+PLOTS = {
+    "optimization_history.png",
+    "param_importances.png",
+    "throughput_vs_workers.png",
+    "data_wait_vs_throughput.png",
+}
+
+
+@pytest.mark.slow  # ~7 s: a python -m autotune run (torch import, importances, four plots)
+def test_a_report_rebuilt_from_a_study_written_before_the_layers_is_the_same(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "autotune.db"
+    shutil.copy(STUDY_DB, db)
+    storage = f"sqlite:///{db}"
+    result = run_cli(
+        [
+            "mode=report",
+            "study.name=synthetic-tiny",
+            f"study.storage={storage}",
+            f"studies_dir={tmp_path / 'studies'}",
+        ],
+        tmp_path,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    then = REPORT_MD.read_bytes()
+    assert then.count(STORAGE_THEN.encode()) == 1  # the one line that names the storage
+    expected = then.replace(STORAGE_THEN.encode(), storage.encode()).replace(
+        SPREAD_LINE, BOUND_LINE + SPREAD_LINE
+    )
+    report_md = tmp_path / "studies" / "synthetic-tiny" / "report.md"
+    rebuilt = report_md.read_bytes()
+    diff = "".join(
+        difflib.unified_diff(
+            expected.decode().splitlines(keepends=True),
+            rebuilt.decode().splitlines(keepends=True),
+            "report_before_layers.md (storage swapped)",
+            "rebuilt report.md",
+        )
+    )
+    assert rebuilt == expected, f"the rebuilt report differs:\n{diff}"
+
+    named = set(re.findall(r"!\[[^]]*]\(([^)]+)\)", rebuilt.decode()))
+    assert named == PLOTS
+    for name in sorted(named):
+        png = report_md.parent / name
+        assert png.is_file() and png.stat().st_size > 0, png

@@ -1,0 +1,87 @@
+"""autotune.runtime.child: what a trial's child measures, run here in this process (no fork),
+on a tiny model and a loader without workers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.errors import UsageError
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.sources import synthetic
+from autotune.runtime.child import measure
+from autotune.runtime.job import TrialJob
+from autotune.runtime.window import WindowStopped
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
+
+WINDOW = WindowConfig(
+    warmup_extra_batches=1, sub_windows=3, batches_per_window=2, min_sub_window_s=0.0
+)
+
+
+@pytest.fixture(scope="module")
+def source():
+    return synthetic(count=16, num_classes=2)
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_as_it_was():
+    """``measure`` sets the seed and threads of its process: this one's are put back."""
+    threads = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[]):
+        yield
+    torch.set_num_threads(threads)
+
+
+def ignore(index: int, value: float) -> None:
+    """A report that lets every window run to its end."""
+
+
+def job(source, *, model: str = "tiny", **kwargs) -> TrialJob:
+    pipeline = kwargs.pop("pipeline", PipelineConfig(batch_size=4))
+    return TrialJob(
+        pipeline=pipeline,
+        source=source,
+        model=ModelConfig(name=model),
+        recipe=RecipeConfig(crop_size=32),
+        window=WINDOW,
+        device="cpu",
+        **kwargs,
+    )
+
+
+def test_the_window_reports_each_sub_window(source) -> None:
+    reported: list[tuple[int, float]] = []
+    m = measure(job(source), lambda index, value: reported.append((index, value)))
+    assert [index for index, _ in reported] == [0, 1, 2]
+    assert reported[-1][1] == m.samples_per_s  # the running median, at the end the result
+    assert len(m.sub_window_samples_per_s) == 3 and m.samples_per_s > 0
+    assert (m.warmup_batches, m.timed_batches) == (1, 6)  # no workers: nothing buffered
+    assert m.gpu_peak_memory_bytes is None and m.gpu_utilization_pct is None  # no GPU
+
+
+def test_the_ceiling_is_timed_without_reports(source) -> None:
+    reported: list[int] = []
+    m = measure(job(source, kind="ceiling"), lambda index, value: reported.append(index))
+    assert reported == []
+    assert m.timed_batches == 6 and m.samples_per_s > 0
+
+
+def test_a_report_that_prunes_stops_the_window(source) -> None:
+    def prune(index: int, value: float) -> None:
+        raise WindowStopped(index)
+
+    with pytest.raises(WindowStopped) as stopped:
+        measure(job(source), prune)
+    assert stopped.value.args == (0,)
+
+
+def test_main_threads_is_set_for_the_process(source) -> None:
+    torch.set_num_threads(2)
+    measure(job(source, pipeline=PipelineConfig(batch_size=4, main_threads=1)), ignore)
+    assert torch.get_num_threads() == 1
+
+
+def test_an_unknown_model_is_a_usage_error(source) -> None:
+    with pytest.raises(UsageError, match="unknown model"):
+        measure(job(source, model="resnet7"), ignore)
