@@ -2,7 +2,7 @@
 
 The YAML files under ``conf/`` fill these in; OmegaConf rejects unknown keys and wrong types
 when they are composed, and ``__post_init__`` checks the rules types cannot express. The core
-takes these dataclasses (converted once, in ``cli.py``), never a ``DictConfig``.
+takes these dataclasses (converted once, in ``app/cli.py``), never a ``DictConfig``.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ class StudyConfig:
 
 @dataclass
 class WindowConfig:
-    """The timed training window of one trial (DESIGN §3, rules 1-4)."""
+    """The timed training window of one trial: start-up apart, a warm-up past the prefetch
+    buffer, then sub-windows whose median is the rate."""
 
     warmup_extra_batches: int = 4  # beyond num_workers * prefetch_factor
     sub_windows: int = 5

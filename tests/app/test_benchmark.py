@@ -1,7 +1,7 @@
 """``python -m autotune.benchmark``: a real, tiny run of every stage, and its bad input.
 
 The run is shrunk with Hydra overrides (6 grid configs, short windows): it checks what is
-measured and written, not the figures, which come from full runs (README, issue notes).
+measured and written, not the figures, which come from full runs (the README has them).
 """
 
 from __future__ import annotations

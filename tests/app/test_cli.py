@@ -10,7 +10,7 @@ import optuna
 import pytest
 import torch
 import yaml
-from conftest import QUICK, run_cli
+from helpers import QUICK, run_cli
 from PIL import Image
 
 from autotune.app import cli
@@ -259,7 +259,7 @@ def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
     import sys
     import termios
 
-    from conftest import TESTS
+    from helpers import TESTS
 
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))

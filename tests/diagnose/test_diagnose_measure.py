@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_session
+from helpers import make_session
 
 from autotune import machine
 from autotune.app import cli

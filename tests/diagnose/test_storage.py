@@ -4,8 +4,8 @@ comparison is not evidence."""
 from __future__ import annotations
 
 import pytest
-from conftest import make_session
 from fake_diagnosis import measured
+from helpers import make_session
 
 from autotune.diagnose import page_cache
 from autotune.diagnose.storage import STORAGE_ROUNDS, Storage, measure_storage, storage_window

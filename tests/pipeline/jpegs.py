@@ -1,4 +1,5 @@
-"""Test images for the pipeline tests: JPEG bytes from patterns, and how far two images are."""
+"""Helpers for the pipeline tests: JPEG bytes from patterns, how far two images are, and the
+first batches of a loader."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import io
 import numpy as np
 import torch
 from PIL import Image
+
+from autotune.pipeline import loader
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.recipes import Recipe
+from autotune.pipeline.sources import Source
 
 
 def mad(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -33,3 +39,14 @@ def exif_jpeg(orientation: int, size: tuple[int, int] = (400, 240)) -> bytes:
     exif = Image.Exif()
     exif[0x0112] = orientation
     return jpeg(pattern(*size), exif=exif)
+
+
+def first_batches(source: Source, config: PipelineConfig, recipe: Recipe, n: int = 2) -> list:
+    """The first ``n`` batches of the loader ``config`` builds, in the source's order."""
+    tuned = loader.build(source, config, recipe=recipe, seed=0, sampler=range(len(source)))
+    out = []
+    for batch in tuned:
+        out.append(batch)
+        if len(out) == n:
+            return out
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import make_session
+from helpers import make_session
 from pixels import to_pixels
 from torchvision.transforms.v2 import functional as F
 

@@ -9,7 +9,6 @@ synthetic set); CMYK through OpenCV differs by 1.0, grayscale by 0.0.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import torch
 from jpegs import exif_jpeg, jpeg, mad, pattern
 from PIL import Image, ImageOps
 
-from autotune.pipeline import decoders, recipes, sources
+from autotune.pipeline import decoders, recipes
 from autotune.pipeline.sources import Source
 
 # the per-image decoders; the device decoder (nvjpeg) is tested in test_loader.py
@@ -26,21 +25,6 @@ JPEG_TOLERANCE = 2.0  # mean absolute difference, 0-255, between two libjpeg-bas
 
 # TorchCodec's decode_jpeg always applies the EXIF orientation (torchcodec/_core/DecodeJpeg.cpp,
 # exif_orientation_transform), and the recipe applies it again with decoders.orient.
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
-def small_set(cache: Path) -> Source:
-    return sources.synthetic(count=16, num_classes=2, cache_dir=cache)
-
-
-@pytest.fixture(scope="module")
-def hd_set(cache: Path) -> Source:
-    return sources.synthetic(count=2, num_classes=1, size=(1920, 1080), cache_dir=cache)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_session
+from helpers import make_session
 
 from autotune.pipeline import decoders, loader, recipes, sources
 from autotune.pipeline.config import PipelineConfig

@@ -10,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from jpegs import jpeg
+from jpegs import first_batches, jpeg
 from PIL import Image
 from pixels import to_pixels
 from torch.utils.data import TensorDataset
@@ -18,22 +18,6 @@ from torch.utils.data import TensorDataset
 from autotune.pipeline import loader, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
-
-
-@pytest.fixture(scope="module")
-def small_set(tmp_path_factory: pytest.TempPathFactory) -> Source:
-    return sources.synthetic(count=16, num_classes=2, cache_dir=tmp_path_factory.mktemp("c"))
-
-
-def _batches(source: Source, config: PipelineConfig, recipe: recipes.Recipe, n: int = 2):
-    tuned = loader.build(source, config, recipe=recipe, seed=0, sampler=range(len(source)))
-    out = []
-    for batch in tuned:
-        out.append(batch)
-        if len(out) == n:
-            return out
-    return out
-
 
 # --- build ----------------------------------------------------------------------------------
 
@@ -95,8 +79,8 @@ def test_build_refuses_an_unknown_decoder(small_set: Source) -> None:
 
 def test_float_transfer_is_the_same_batch(small_set: Source) -> None:
     recipe = recipes.ImagenetTrain(crop_size=48)
-    uint8 = _batches(small_set, PipelineConfig(batch_size=4, num_workers=1), recipe)
-    floats = _batches(
+    uint8 = first_batches(small_set, PipelineConfig(batch_size=4, num_workers=1), recipe)
+    floats = first_batches(
         small_set, PipelineConfig(batch_size=4, num_workers=1, transfer="float"), recipe
     )
     dataset = loader.build(
@@ -109,8 +93,8 @@ def test_float_transfer_is_the_same_batch(small_set: Source) -> None:
 
 def test_channels_last_batches(small_set: Source) -> None:
     recipe = recipes.CenterCropEval(crop_size=32)
-    (plain, _), *_ = _batches(small_set, PipelineConfig(batch_size=4), recipe, n=1)
-    (nhwc, _), *_ = _batches(
+    (plain, _), *_ = first_batches(small_set, PipelineConfig(batch_size=4), recipe, n=1)
+    (nhwc, _), *_ = first_batches(
         small_set, PipelineConfig(batch_size=4, channels_last=True), recipe, n=1
     )
     assert nhwc.is_contiguous(memory_format=torch.channels_last)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from jpegs import first_batches
 from pixels import to_pixels
 from scipy import stats
 
-from autotune.pipeline import decoders, loader, recipes, sources
+from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes.center_crop_eval import DeviceEval
 from autotune.pipeline.recipes.imagenet_train import DeviceTrain
@@ -25,21 +26,6 @@ from autotune.pipeline.sources import Source
 
 DRAWS = 3000
 P_FLOOR = 0.001  # seeds are fixed: a miss is a real difference, not bad luck on a rerun
-
-
-@pytest.fixture(scope="module")
-def small_set(tmp_path_factory: pytest.TempPathFactory) -> Source:
-    return sources.synthetic(count=16, num_classes=2, cache_dir=tmp_path_factory.mktemp("c"))
-
-
-def _batches(source: Source, config: PipelineConfig, recipe: recipes.Recipe, n: int = 2):
-    tuned = loader.build(source, config, recipe=recipe, seed=0, sampler=range(len(source)))
-    out = []
-    for batch in tuned:
-        out.append(batch)
-        if len(out) == n:
-            return out
-    return out
 
 
 # --- the eval recipe: deterministic, so the placements agree pixel for pixel ------------------
@@ -51,7 +37,9 @@ def test_eval_on_the_device_matches_the_workers(small_set: Source, decoder: str)
     on_cpu = PipelineConfig(batch_size=4, decoder=decoder)
     on_device = PipelineConfig(batch_size=4, decoder=decoder, augment_on="gpu")
     for (a, la), (b, lb) in zip(
-        _batches(small_set, on_cpu, recipe), _batches(small_set, on_device, recipe), strict=True
+        first_batches(small_set, on_cpu, recipe),
+        first_batches(small_set, on_device, recipe),
+        strict=True,
     ):
         assert a.shape == b.shape == (4, 3, 64, 64)
         assert a.dtype == b.dtype == torch.float32
@@ -110,8 +98,8 @@ def test_train_on_the_device_batches(small_set: Source) -> None:
     width, height, _ = decoders.probe(small_set.read(0))
     assert item.dtype == torch.uint8  # the whole image crosses: crops are drawn on the device
     assert item.shape == (3, height, width)
-    first = _batches(small_set, config, recipe)
-    again = _batches(small_set, config, recipe)
+    first = first_batches(small_set, config, recipe)
+    again = first_batches(small_set, config, recipe)
     for (images, labels), (images2, labels2) in zip(first, again, strict=True):
         assert images.shape == (4, 3, 48, 48) and images.dtype == torch.float32
         assert labels.dtype == torch.int64

@@ -7,32 +7,15 @@ decode differs from full decode + resize by 1.75 and 2.14 (mean absolute, 0-255)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from jpegs import jpeg, mad, pattern
 
 from autotune.errors import UsageError
-from autotune.pipeline import decoders, recipes, sources
+from autotune.pipeline import decoders, recipes
 from autotune.pipeline.recipes.base import Plan
 from autotune.pipeline.sources import Source
 from autotune.schema import RecipeConfig
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
-def small_set(cache: Path) -> Source:
-    return sources.synthetic(count=16, num_classes=2, cache_dir=cache)
-
-
-@pytest.fixture(scope="module")
-def hd_set(cache: Path) -> Source:
-    return sources.synthetic(count=2, num_classes=1, size=(1920, 1080), cache_dir=cache)
 
 
 def test_largest_reduction_never_goes_below_the_needed_size() -> None:

@@ -13,15 +13,10 @@ import yaml
 import autotune
 from autotune import machine
 from autotune.errors import UsageError
-from autotune.pipeline import best_file, recipes, sources
+from autotune.pipeline import best_file, recipes
 from autotune.pipeline.best_file import BestFile
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
-
-
-@pytest.fixture(scope="module")
-def small_set(tmp_path_factory: pytest.TempPathFactory) -> Source:
-    return sources.synthetic(count=16, num_classes=2, cache_dir=tmp_path_factory.mktemp("c"))
 
 
 def test_loader_kwargs_warn_when_the_device_has_a_share(tmp_path: Path) -> None:

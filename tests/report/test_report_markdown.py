@@ -9,7 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 from PIL import Image, ImageStat

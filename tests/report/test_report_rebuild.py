@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 DATA = Path(__file__).parent / "data"
 STUDY_DB = DATA / "study_before_layers.db"

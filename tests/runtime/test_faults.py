@@ -13,7 +13,7 @@ import optuna
 import psutil
 import pytest
 import yaml
-from conftest import QUICK, TESTS, run_cli
+from helpers import QUICK, TESTS, run_cli
 from PIL import Image
 
 from autotune.runtime.lock import host_lock

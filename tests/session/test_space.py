@@ -7,6 +7,7 @@ import dataclasses
 import optuna
 import pytest
 import torch
+from helpers import ask
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FixedTrial
 
@@ -56,16 +57,6 @@ def build(
 
 def names(space: SearchSpace) -> list[str]:
     return [k.name for k in space.knobs]
-
-
-def ask(space: SearchSpace, fixed: dict | None = None) -> optuna.Trial:
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = optuna.create_study()
-    if fixed:
-        study.enqueue_trial(fixed)
-    trial = study.ask()
-    space.suggest(trial)
-    return trial
 
 
 # --- conditions -------------------------------------------------------------------------------

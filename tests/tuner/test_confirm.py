@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from conftest import make_session
+from helpers import make_session
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from autotune.pipeline.config import PipelineConfig

@@ -5,22 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import optuna
+from helpers import ask
 from optuna.distributions import BaseDistribution
 
 from autotune import machine
 from autotune.app.cli import compose, to_config
 from autotune.session import SearchSpace
 from autotune.tuner.search import next_neighbour
-
-
-def ask(space: SearchSpace, fixed: dict | None = None) -> optuna.Trial:
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = optuna.create_study()
-    if fixed:
-        study.enqueue_trial(fixed)
-    trial = study.ask()
-    space.suggest(trial)
-    return trial
 
 
 def test_the_polish_takes_the_knobs_in_turn() -> None:

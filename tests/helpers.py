@@ -1,0 +1,75 @@
+"""What several test modules share: the CLI run as a user runs it, the quick study's settings,
+a session without its dataset, and a trial asked of a search space. Imported as ``helpers``
+(tests/ is on the path); fixtures live in the conftest files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+
+from autotune import machine
+from autotune.app.cli import compose, to_config
+from autotune.pipeline.sources import Source
+from autotune.session import SearchSpace, Session
+
+TESTS = Path(__file__).parent
+# Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials.
+QUICK = [
+    "search_space=quick",
+    "window=quick",
+    "dataset.count=48",
+    "dataset.num_classes=3",
+    "recipe.crop_size=64",
+    "batch_size=8",
+    "study.n_trials=4",
+    "study.n_startup_trials=2",
+    "study.confirm_top_k=1",
+    "study.confirm_rounds=1",
+]
+
+
+def run_cli(
+    args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m autotune ARGS`` in ``cwd``, as a user would run it."""
+    full_env = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+def make_session(
+    overrides: list[str] = (),  # type: ignore[assignment]
+    *,
+    source: Source | None = None,
+    facts: machine.MachineFacts | None = None,
+    device: str = "cpu",
+) -> Session:
+    """A session from ``python -m autotune OVERRIDES``'s config, without loading its dataset:
+    ``source`` (None where the test's fake runner never reads it) stands in for it."""
+    config = to_config(compose(list(overrides)))
+    facts = facts or machine.detect(want_cuda=False)
+    space = SearchSpace.from_config(
+        config.search_space, facts, device=device, batch_size=config.batch_size
+    )
+    return Session(config, facts, device, source, space, "test")  # type: ignore[arg-type]
+
+
+def ask(space: SearchSpace, fixed: dict | None = None) -> optuna.Trial:
+    """A trial of a fresh study that ``space`` has suggested its knobs to (``fixed`` first)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    if fixed:
+        study.enqueue_trial(fixed)
+    trial = study.ask()
+    space.suggest(trial)
+    return trial
