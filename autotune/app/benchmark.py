@@ -165,18 +165,19 @@ def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> Bench
         log.info("diagnosing the tuner's pick for its CPU-work bound")
         diagnosis = diagnose(session, result.best)
     return BenchmarkRun(
-        session,
-        storage,
-        grid.config.study.name,
-        tuner.config.study.name,
-        n_grid,
-        n_tuner,
-        grid_s,
-        tuner_s,
-        result,
-        oracle,
-        confirmed,
-        diagnosis,
+        session=session,
+        storage=storage,
+        grid_name=grid.config.study.name,
+        tuner_name=tuner.config.study.name,
+        grid_trials=n_grid,
+        tuner_trials=n_tuner,
+        grid_s=grid_s,
+        tuner_s=tuner_s,
+        result=result,
+        oracle=oracle,
+        confirmed=confirmed,
+        diagnosis=diagnosis,
+        rounds=rounds,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -76,8 +77,10 @@ def test_trials_carry_their_measurements(quick_study):
 
 
 @pytest.mark.slow
-def test_resume_continues_and_refuses_a_changed_workload(quick_study):
-    cwd, _ = quick_study
+def test_resume_continues_and_refuses_a_changed_workload(quick_study, tmp_path):
+    # a copy: the shared quick study must stay at its 4 trials for the tests that read it
+    cwd = tmp_path / "resumed"
+    shutil.copytree(quick_study[0], cwd)
     again = run_cli([*QUICK, "study.n_trials=5"], cwd)
     assert again.returncode == 0, again.stderr[-2000:]
     with sqlite3.connect(cwd / "studies" / "autotune.db") as db:
