@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
-
-from autotune.tuner import store
 
 
 def evaluator() -> optuna.importance.BaseImportanceEvaluator:
@@ -19,7 +18,7 @@ def evaluator() -> optuna.importance.BaseImportanceEvaluator:
     return optuna.importance.FanovaImportanceEvaluator(seed=0)
 
 
-def markdown(study: optuna.Study, best_label: str | None) -> str:
+def markdown(study: optuna.Study, best_params: dict[str, Any] | None) -> str:
     """The table under report.md's heading: settings that mattered."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < 2:
@@ -27,12 +26,11 @@ def markdown(study: optuna.Study, best_label: str | None) -> str:
     with warnings.catch_warnings():  # "experimental", "few trials": the text says so
         warnings.simplefilter("ignore")
         importances = optuna.importance.get_param_importances(study, evaluator=evaluator())
-    best = store.trial_of_label(study, best_label) if best_label else None
     lines = ["| setting | importance | best's value | values tried |", "|---|---:|---|---|"]
     # ties (often all zeros) in a fixed order, so a rebuilt report is identical
     for name, share in sorted(importances.items(), key=lambda kv: (-round(kv[1], 2), kv[0])):
         tried = sorted({t.params[name] for t in complete if name in t.params}, key=str)
-        value = best.params.get(name, "(not used)") if best else ""
+        value = best_params.get(name, "(not used)") if best_params is not None else ""
         lines.append(f"| `{name}` | {share:.2f} | {value} | {', '.join(map(str, tried))} |")
     lines.append(
         f"\nOptuna's fANOVA importances over {len(complete)} complete trials: the share of the "

@@ -51,7 +51,7 @@ def render(
     parts = [f"# autotune study `{study.study_name}`\n", _workload_line(stored)]
     parts += ["## Summary\n", _summary_markdown(summary)]
     parts += ["## Trials\n", _counts_line(trials), _failures_markdown(trials)]
-    parts += ["## Settings that mattered\n", importances.markdown(study, summary.best_label)]
+    parts += ["## Settings that mattered\n", importances.markdown(study, summary.best_params)]
     parts.append("## Plots\n")
     for fig in figures:
         parts.append(

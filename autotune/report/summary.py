@@ -29,6 +29,7 @@ class Summary:
     cpu_work_bound: float | dict[str, float] | None
     notes: tuple[str, ...]
     complete_trials: int
+    best_params: dict[str, Any] | None = None  # the winning trial's, where it is stored
 
     @classmethod
     def of_result(cls, result: StudyResult) -> Summary:
@@ -45,7 +46,7 @@ class Summary:
     @classmethod
     def of_study(cls, study: optuna.Study) -> Summary:
         stored = store.load_result(study)
-        trial = store.trial_of_label(study, stored.winner) if stored.winner else None
+        trial = stored.winner_trial
         return cls(
             stored.confirmed,
             stored.winner,
@@ -54,6 +55,7 @@ class Summary:
             stored.cpu_work_bound,
             stored.notes,
             len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+            trial.params if trial else None,
         )
 
     def row(self, label: str | None) -> Row | None:

@@ -94,6 +94,7 @@ class Confirmed:
         """The row stored on the study (``StudyKey.CONFIRMATION``) and shown in reports."""
         return {
             "label": self.label,
+            "trial_number": self.trial_number,
             "config": self.config.short(),
             "samples_per_s": round(self.median, 1),
             "steady": round(self.steady, 1),

@@ -212,13 +212,16 @@ def best_value(study: optuna.Study) -> float | None:
     return max(values) if values else None
 
 
-def trial_of_label(study: optuna.Study, label: str) -> FrozenTrial | None:
-    """The trial a confirmed row's label names: ``baseline`` or ``trial N``."""
+def trial_of_row(study: optuna.Study, row: dict[str, Any]) -> FrozenTrial | None:
+    """The trial a confirmed row stands for: the baseline by its role, any other by its
+    ``trial_number`` (rows stored before they carried one name it in their label)."""
     trials = study.get_trials(deepcopy=False)
-    if label == BASELINE:
+    if row["label"] == BASELINE:
         return next((t for t in trials if role_of(t) == BASELINE), None)
-    number = label.removeprefix("trial ")
-    return next((t for t in trials if str(t.number) == number), None)
+    number = row.get("trial_number")
+    if number is None:
+        number = int(row["label"].removeprefix("trial "))
+    return next((t for t in trials if t.number == number), None)
 
 
 # --- the study's result -------------------------------------------------------------------
@@ -229,7 +232,8 @@ class StoredResult:
     """What a finished run stored on the study: enough to rebuild its report."""
 
     confirmed: tuple[dict[str, Any], ...]  # Confirmed.to_dict() rows
-    winner: str | None
+    winner: str | None  # the winning row's label
+    winner_trial: FrozenTrial | None
     ceiling: float | None
     cpu_work_bound: float | dict[str, float] | None
     notes: tuple[str, ...]
@@ -257,9 +261,11 @@ def load_result(study: optuna.Study) -> StoredResult:
     winner = attrs.get(StudyKey.WINNER)
     if winner is None and confirmed:  # stored before the winner was: the fastest
         winner = max(confirmed, key=lambda r: r["samples_per_s"])["label"]
+    row = next((r for r in confirmed if r["label"] == winner), None)
     return StoredResult(
         confirmed=confirmed,
         winner=winner,
+        winner_trial=trial_of_row(study, row) if row else None,
         ceiling=attrs.get(StudyKey.CEILING),
         cpu_work_bound=attrs.get(StudyKey.CPU_WORK_BOUND),
         notes=tuple(attrs.get(StudyKey.NOTES, ())),
