@@ -92,7 +92,14 @@ class Session:
     def with_config(self, config: AutotuneConfig) -> Session:
         """The same machine, data and space under other study or window settings (the
         benchmark's studies, the diagnosis's loader-only runs)."""
-        return dataclasses.replace(self, config=config, _ceiling=self._ceiling)
+        # the ceiling is the train step's: shared only while the step is the same
+        same_step = all(
+            getattr(config, key) == getattr(self.config, key)
+            for key in ("model", "recipe", "window", "batch_size", "seed")
+        )
+        return dataclasses.replace(
+            self, config=config, _ceiling=self._ceiling if same_step else {}
+        )
 
     @property
     def fingerprint(self) -> str:
