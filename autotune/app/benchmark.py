@@ -163,7 +163,7 @@ def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> Bench
         if stop.is_set():
             raise KeyboardInterrupt
         log.info("diagnosing the tuner's pick for its CPU-work bound")
-        diagnosis = diagnose(session, result.best)
+        diagnosis = diagnose(session, result.best, run=run_one)
     return BenchmarkRun(
         session=session,
         storage=storage,

@@ -100,14 +100,12 @@ class _Trials:
 
 def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial) -> Diagnosis:
     """Runs every measurement of the diagnosis (trials in child processes through ``run``,
-    the stage profile here) and returns them. ``pipeline.batch_size`` must be the session's:
-    the ceiling is measured once per session, at its batch size."""
-    config, source = session.config, session.source
-    if pipeline.batch_size != config.batch_size:
-        raise ValueError(
-            f"diagnose: pipeline batch_size={pipeline.batch_size} but the session's is "
-            f"{config.batch_size}: build the session with the pipeline's"
+    the stage profile here) and returns them, at the pipeline's batch size."""
+    if pipeline.batch_size != session.config.batch_size:
+        session = session.with_config(
+            dataclasses.replace(session.config, batch_size=pipeline.batch_size)
         )
+    config, source = session.config, session.source
     choices = {k.name: k.values() for k in session.space.knobs}
     recipe = recipes.from_config(config.recipe)
     trials = _Trials(run)

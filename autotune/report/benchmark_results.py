@@ -1,4 +1,5 @@
-"""The benchmark's ``results.md``: the head-to-head table and each ratio beside its target."""
+"""The benchmark's results: ``results.json`` (every figure) and ``results.md`` (the
+head-to-head table and each ratio beside its target)."""
 
 from __future__ import annotations
 

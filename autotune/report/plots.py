@@ -99,9 +99,8 @@ def _style() -> Iterator[None]:
 def _points(trials: list[FrozenTrial]) -> list[_Point]:
     points = []
     for t in trials:
-        pipeline = t.user_attrs.get(TrialKey.PIPELINE, {})
-        decoder = pipeline.get("decoder", t.params.get("decoder"))
-        workers = pipeline.get("num_workers", t.params.get("num_workers"))
+        decoder = store.setting_of(t, "decoder")
+        workers = store.setting_of(t, "num_workers")
         if decoder is None or workers is None or store.is_skipped(t):
             continue
         if t.state == TrialState.COMPLETE and t.value is not None:

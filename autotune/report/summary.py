@@ -50,7 +50,7 @@ class Summary:
         return cls(
             stored.confirmed,
             stored.winner,
-            store.pipeline_of(trial).decoder if trial else None,
+            store.setting_of(trial, "decoder") if trial else None,
             stored.ceiling,
             stored.cpu_work_bound,
             stored.notes,

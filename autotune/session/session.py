@@ -20,7 +20,7 @@ from typing import Any
 from autotune import machine
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.pipeline import sources
+from autotune.pipeline import recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
 from autotune.runtime.job import TrialJob
@@ -72,7 +72,8 @@ class Session:
     source: Source
     space: SearchSpace
     source_fingerprint: str
-    _ceiling: dict[str, Measurement | None] = field(
+    # the ceiling and why its runs failed, once per train step
+    _ceiling: dict[str, Measurement | list[str] | None] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -84,6 +85,7 @@ class Session:
         device = resolve_device(config.device, facts.cuda_available)
         source = load_source(config.dataset)
         build_model(config.model, num_classes=len(source.classes))  # a bad model fails now
+        recipes.from_config(config.recipe)  # and so does an unknown recipe
         space = SearchSpace.from_config(
             config.search_space, facts, device=device, batch_size=config.batch_size
         )
@@ -149,27 +151,26 @@ class Session:
         slower than one thread (OpenMP threads wait on each other), and the ceiling is the
         step's best. Measured once per session; None when no run finished (the reasons are
         appended to ``failures``)."""
-        if "ceiling" in self._ceiling:
-            return self._ceiling["ceiling"]
-        measured = []
+        if "ceiling" not in self._ceiling:
+            self._ceiling["ceiling"], self._ceiling["failures"] = self._measure_ceiling(run)
+        if failures is not None:
+            failures.extend(self._ceiling["failures"])  # type: ignore[arg-type]
+        return self._ceiling["ceiling"]  # type: ignore[return-value]
+
+    def _measure_ceiling(self, run: Run) -> tuple[Measurement | None, list[str]]:
+        measured, failures = [], []
         for threads in dict.fromkeys((1, self.facts.usable_cpus)):
-            log.info(
-                "measuring the ceiling (the train step on a batch already on the device), "
-                "%d thread(s)",
-                threads,
+            label = (
+                f"the ceiling (the train step on a batch already on the device), "
+                f"{threads} thread(s)"
             )
+            log.info("measuring %s", label)
             config = PipelineConfig(batch_size=self.config.batch_size, main_threads=threads)
             outcome = run(self.job(config, "ceiling"), timeout_s=self.config.study.trial_timeout)
             if outcome.measurement is None:
                 assert outcome.failure is not None
                 log.warning("the ceiling could not be measured: %s", outcome.failure)
-                if failures is not None:
-                    failures.append(
-                        f"the ceiling, {threads} thread(s): {outcome.failure.kind}: "
-                        f"{outcome.failure.message}"
-                    )
+                failures.append(f"{label}: {outcome.failure.kind}: {outcome.failure.message}")
                 continue
             measured.append(outcome.measurement)
-        best = max(measured, key=lambda m: m.samples_per_s, default=None)
-        self._ceiling["ceiling"] = best
-        return best
+        return max(measured, key=lambda m: m.samples_per_s, default=None), failures

@@ -37,7 +37,7 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
     """
     # over the memory budget: never exported
     complete = sorted(feasible_complete(study), key=lambda t: t.value or 0.0, reverse=True)
-    picked: list[Finalist] = [("baseline", None, baseline)]
+    picked: list[Finalist] = [(store.BASELINE, None, baseline)]
     seen = {baseline}
     full_decode: Finalist | None = None
     for t in complete:
@@ -143,7 +143,7 @@ def reduced_decode_note(winner: Confirmed, confirmed: list[Confirmed]) -> str | 
     """What decoding at reduced size bought, measured against the best full decode."""
     if not reduces(winner.config):
         return None
-    full = [c for c in confirmed if not reduces(c.config) and c.label != "baseline"]
+    full = [c for c in confirmed if not reduces(c.config) and c.label != store.BASELINE]
     if not full:
         return None
     best_full = max(full, key=lambda c: c.median)

@@ -19,8 +19,6 @@ def search(
     study: optuna.Study,
     objective: Objective,
     stop: threading.Event,
-    *,
-    quiet: bool = False,
 ) -> None:
     """TPE for most of the budget, then a polish: the best so far's unmeasured one-knob
     neighbours, one at a time (a hill climb), so a step TPE missed is not left on the table."""
@@ -32,6 +30,7 @@ def search(
     def time_left() -> float | None:
         return None if deadline is None else deadline - time.monotonic()
 
+    quiet = objective.session.config.quiet
     with StudyProgress(cfg.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
         def run_trials(n: int) -> None:

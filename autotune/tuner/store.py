@@ -65,6 +65,7 @@ class StudyKey:
 
 BASELINE = "baseline"
 POLISH = "polish"
+GRID = "grid"  # a point of the benchmark's exhaustive grid
 
 
 # --- opening ------------------------------------------------------------------------------
@@ -182,6 +183,14 @@ def pipeline_of(trial: FrozenTrial) -> PipelineConfig:
     return PipelineConfig.from_dict(trial.user_attrs[TrialKey.PIPELINE])
 
 
+def setting_of(trial: FrozenTrial, name: str) -> Any:
+    """One setting a trial ran with (``decoder``, ``num_workers``...), from its recorded
+    pipeline, else its params; None where neither has it (a skipped or killed trial)."""
+    recorded = trial.user_attrs.get(TrialKey.PIPELINE, {})
+    flat = {**recorded.get("loader", {}), **recorded.get("pipeline", {})}
+    return flat.get(name, trial.params.get(name))
+
+
 def role_of(trial: FrozenTrial) -> str | None:
     return trial.user_attrs.get(TrialKey.ROLE)
 
@@ -220,8 +229,8 @@ def trial_of_row(study: optuna.Study, row: dict[str, Any]) -> FrozenTrial | None
         return next((t for t in trials if role_of(t) == BASELINE), None)
     number = row.get("trial_number")
     if number is None:
-        number = int(row["label"].removeprefix("trial "))
-    return next((t for t in trials if t.number == number), None)
+        number = row["label"].removeprefix("trial ")
+    return next((t for t in trials if str(t.number) == str(number)), None)
 
 
 # --- the study's result -------------------------------------------------------------------

@@ -113,7 +113,7 @@ def tune(session: Session) -> StudyResult:
     with ctrl_c_stops(stop):
         _reference_points(session, study, run)
         started = time.monotonic()
-        search(study, Objective(session, run=run), stop, quiet=session.config.quiet)
+        search(study, Objective(session, run=run), stop)
         search_wall_s = time.monotonic() - started
         baseline = session.space.suggest(optuna.trial.FixedTrial(baseline_params))
         result = _result(session, study, baseline, stop, run)
@@ -176,6 +176,7 @@ def _result(
     """Confirms the finalists (unless stopped), names the winner and stores it."""
     trials = study.get_trials(deepcopy=False)
     confirmed, notes = _confirmed(session, study, baseline, stop, run)
+    interrupted = stop.is_set()
     notes = [*session.space.notes, *notes]
     winner = None
     if confirmed:
@@ -199,6 +200,6 @@ def _result(
         ),
         ceiling_samples_per_s=study.user_attrs.get(StudyKey.CEILING),
         notes=tuple(notes),
-        interrupted=stop.is_set(),
+        interrupted=interrupted,
         cpu_work_bound_samples_per_s=study.user_attrs.get(StudyKey.CPU_WORK_BOUND),
     )

@@ -197,9 +197,16 @@ def test_the_page_cache_runs_stand_for_the_loader_alone(source: Source) -> None:
     assert d.loader_only.timed_batches == 12
 
 
-def test_the_pipeline_must_have_the_sessions_batch_size(source: Source) -> None:
-    with pytest.raises(ValueError, match="batch_size=4 but the session's is 8"):
-        diagnose.diagnose(_session(source, 8), PipelineConfig(batch_size=4), run=_FakeRuns())
+def test_a_pipeline_of_another_batch_size_is_diagnosed_at_its_own(source: Source) -> None:
+    session = _session(source, 8)
+    session.measure_ceiling(run=_FakeRuns())  # at 8 a batch
+    runs = _FakeRuns("ceiling 1", "ceiling 2")
+    d = diagnose.diagnose(session, PipelineConfig(batch_size=4), run=runs)
+    # every run at 4 a batch, the ceiling measured again at 4 (and its failures said)
+    assert {j.pipeline.batch_size for j in runs.jobs} == {4}
+    assert [runs.name(j) for j in runs.jobs][:2] == ["ceiling 1", "ceiling 2"]
+    assert d.ceiling is None and len(d.failures) == 2
+    assert d.failures[0].startswith("the ceiling (the train step on a batch already on the")
 
 
 def test_copy_is_timed_on_fresh_batches_even_with_few_images() -> None:

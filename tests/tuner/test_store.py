@@ -1,0 +1,82 @@
+"""The record kept on the study: what a trial and a run store, read back by name."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.distributions import IntDistribution
+
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import Failure
+from autotune.runtime.trial import TrialOutcome
+from autotune.runtime.window import Measurement
+from autotune.tuner import store
+from autotune.tuner.store import StudyKey, TrialKey
+
+CONFIG = PipelineConfig(num_workers=2, prefetch_factor=4, decoder="opencv", main_threads=1)
+
+
+def _study_with(*attrs: dict, params: dict | None = None) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    for i, user_attrs in enumerate(attrs):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params or {"num_workers": 1},
+                distributions={"num_workers": IntDistribution(0, 4)},
+                value=float(i),
+                user_attrs=user_attrs,
+            )
+        )
+    return study
+
+
+def test_a_trial_records_what_it_measured_and_reads_it_back() -> None:
+    trial = optuna.trial.FixedTrial({})
+    m = Measurement(400.0, (390.0, 410.0), 0.25, 0.5, 8, 16)
+    store.record_outcome(trial, CONFIG, TrialOutcome("ok", m, peak_memory_bytes=2**30))
+    attrs = trial.user_attrs
+    assert attrs[TrialKey.STEADY] == 400.0 and attrs[TrialKey.SUB_WINDOWS] == [390.0, 410.0]
+    assert attrs[TrialKey.PEAK_MEMORY_MB] == 1024.0 and attrs[TrialKey.SPREAD] == 0.05
+    frozen = _study_with(attrs).trials[0]
+    assert store.pipeline_of(frozen) == CONFIG
+    assert store.setting_of(frozen, "decoder") == "opencv"
+    assert store.setting_of(frozen, "num_workers") == 2  # the record, not the params
+
+
+def test_a_failure_and_a_skip_are_recorded_with_their_reason() -> None:
+    failed = optuna.trial.FixedTrial({})
+    outcome = TrialOutcome("failed", failure=Failure("worker_died", "killed by signal"))
+    store.record_outcome(failed, CONFIG, outcome)
+    skipped = optuna.trial.FixedTrial({})
+    store.record_skipped(skipped, CONFIG, "would not fit")
+    study = _study_with(failed.user_attrs, skipped.user_attrs)
+    first, second = study.trials
+    assert store.has_failure(first) and store.failure_kind(first) == "worker_died"
+    assert store.is_skipped(second) and not store.has_failure(second)
+    # nothing was measured for the skipped one: its settings come from its params
+    assert store.setting_of(second, "decoder") is None
+    assert store.setting_of(second, "num_workers") == 1
+
+
+def test_the_winner_is_found_by_its_trial_number_or_its_older_label() -> None:
+    study = _study_with({TrialKey.ROLE: store.BASELINE}, {}, {})
+    rows = [
+        {"label": "baseline", "trial_number": None, "samples_per_s": 100.0},
+        {"label": "trial 2", "trial_number": 2, "samples_per_s": 300.0},
+    ]
+    assert store.trial_of_row(study, rows[0]).number == 0
+    assert store.trial_of_row(study, rows[1]).number == 2
+    assert store.trial_of_row(study, {"label": "trial 1"}).number == 1  # stored before numbers
+    assert store.trial_of_row(study, {"label": "oracle"}) is None
+    store.save_result(study, rows, "trial 2", ["a note"])
+    stored = store.load_result(study)
+    assert stored.winner == "trial 2" and stored.winner_trial.number == 2
+    assert stored.notes == ("a note",)
+
+
+def test_a_result_stored_before_the_winner_was_names_the_fastest() -> None:
+    study = _study_with({}, {})
+    study.set_user_attr(
+        StudyKey.CONFIRMATION,
+        [{"label": "trial 0", "samples_per_s": 50.0}, {"label": "trial 1", "samples_per_s": 90.0}],
+    )
+    assert store.load_result(study).winner == "trial 1"
