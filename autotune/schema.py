@@ -173,7 +173,27 @@ class DiagnoseConfig:
             _require(value >= 1, f"diagnose.{key} must be >= 1, got {value}")
 
 
-MODES = ("tune", "diagnose", "report")
+@dataclass
+class VerifyConfig:
+    """``mode=verify``: real epochs of best.yaml's pipeline against the tutorial pipeline, each
+    arm in fresh processes, interleaved."""
+
+    rounds: int = 3  # interleaved rounds of the three arms (A B C A B C ...)
+    epochs: int = 2  # epochs timed per run, each from a fresh iterator
+    # samples per epoch (a seeded subset); None: all, but capped so that the whole verify
+    # takes about 5 minutes at the epoch rates best.yaml measured
+    samples: int | None = None
+
+    def __post_init__(self) -> None:
+        _require(self.rounds >= 1, f"verify.rounds must be >= 1, got {self.rounds}")
+        _require(self.epochs >= 1, f"verify.epochs must be >= 1, got {self.epochs}")
+        _require(
+            self.samples is None or self.samples >= 1,
+            f"verify.samples must be >= 1 (or null for all), got {self.samples}",
+        )
+
+
+MODES = ("tune", "diagnose", "report", "verify")
 
 
 @dataclass
@@ -185,7 +205,8 @@ class AutotuneConfig:
     study: StudyConfig = field(default_factory=StudyConfig)
     window: WindowConfig = field(default_factory=WindowConfig)
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
-    mode: str = "tune"  # tune | diagnose | report
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    mode: str = "tune"  # tune | diagnose | report | verify
     # diagnose: the best.yaml whose pipeline is diagnosed (default: PyTorch's defaults)
     pipeline: str | None = None
     quiet: bool = False  # results only: no per-trial progress lines, no progress bar

@@ -35,17 +35,43 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "autotune"
 # leaf modules are the lowest layer.
 MAY_IMPORT: dict[str, set[str]] = {
     "entry": {"app"},  # autotune/__main__.py, autotune/benchmark.py: thin shims
-    "app": {"api", "report", "tuner", "diagnose", "session", "runtime", "pipeline", "leaf"},
+    "app": {
+        "api",
+        "report",
+        "tuner",
+        "diagnose",
+        "verify",
+        "session",
+        "runtime",
+        "pipeline",
+        "leaf",
+    },
     "report": {"tuner", "diagnose", "session", "runtime", "pipeline", "leaf"},
     "tuner": {"session", "runtime", "pipeline", "leaf"},  # not report, not diagnose
     "diagnose": {"session", "runtime", "pipeline", "leaf"},  # not report, not tuner
+    "verify": {
+        "tuner",
+        "session",
+        "runtime",
+        "pipeline",
+        "leaf",
+    },  # the study record via the store
     "session": {"runtime", "pipeline", "leaf"},
     "runtime": {"pipeline", "leaf"},
     "pipeline": {"leaf"},
     "leaf": set(),
     "api": {"pipeline"},  # autotune/__init__.py: the public API
 }
-LAYER_FOLDERS = {"app", "report", "tuner", "diagnose", "session", "runtime", "pipeline"}
+LAYER_FOLDERS = {
+    "app",
+    "report",
+    "tuner",
+    "diagnose",
+    "verify",
+    "session",
+    "runtime",
+    "pipeline",
+}
 LEAF_MODULES = {"errors", "schema", "machine"}  # autotune/<name>.py
 ENTRY_SHIMS = {"autotune.__main__", "autotune.benchmark"}
 

@@ -27,7 +27,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from autotune.diagnose import measure as diagnose
+from autotune.diagnose.measure import pipeline_to_diagnose
+from autotune.diagnose.measure import run as run_diagnosis
 from autotune.errors import UsageError
 from autotune.report import dashboard, markdown, summary
 from autotune.report.export import export
@@ -35,6 +36,7 @@ from autotune.runtime.lock import host_lock
 from autotune.schema import AutotuneConfig, register_configs
 from autotune.session import Session
 from autotune.tuner.tune import tune
+from autotune.verify.command import run as run_verify
 
 log = logging.getLogger("autotune")
 
@@ -116,10 +118,12 @@ def run(config: AutotuneConfig) -> int:
     if config.mode == "report":  # from the storage alone: no session to build
         return markdown.rebuild(config)
     if config.mode == "diagnose":
-        pipeline = diagnose.pipeline_to_diagnose(config)
+        pipeline = pipeline_to_diagnose(config)
         config = dataclasses.replace(config, batch_size=pipeline.batch_size)
-        return diagnose.run(Session.build(config), pipeline)
+        return run_diagnosis(Session.build(config), pipeline)
     with _progress_silenced(config.quiet):
+        if config.mode == "verify":  # takes the host lock as tune does: it measures
+            return run_verify(Session.build(config))
         return run_tune(Session.build(config))
 
 
@@ -174,7 +178,9 @@ def run_tune(session: Session) -> int:
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
     }
-    best = export(result, session.facts, workload, folder)
+    best = export(
+        result, session.facts, workload, folder, source_fingerprint=session.source_fingerprint
+    )
     _say(summary.table(result))
     if result.failures:
         _say(summary.failures_text(result))

@@ -41,11 +41,21 @@ def measured_section(result: StudyResult) -> dict[str, Any]:
 
 
 def export(
-    result: StudyResult, facts: MachineFacts, workload: dict[str, Any], folder: Path
+    result: StudyResult,
+    facts: MachineFacts,
+    workload: dict[str, Any],
+    folder: Path,
+    *,
+    source_fingerprint: str,
 ) -> Path:
     """Writes ``best.yaml``, ``report.md`` and its plots into ``folder``, and the summary as the
-    study's dashboard note; returns the best.yaml path."""
+    study's dashboard note; returns the best.yaml path.
+
+    ``source_fingerprint`` (the session's) goes into ``workload:`` as ``data_fingerprint``: what
+    ``mode=verify`` checks the data against before it measures.
+    """
     assert result.best is not None
+    workload = {**workload, "data_fingerprint": source_fingerprint}
     folder.mkdir(parents=True, exist_ok=True)
     machine = best_file.machine_section(facts)
     path = folder / "best.yaml"

@@ -1,5 +1,6 @@
 """What a trial's child process measures: the workload and the loader built from the job,
-then the timed window (or the ceiling), the GPU's utilization sampled where there is one.
+then the timed window (or the ceiling), the GPU's utilization sampled where there is one; or,
+for an epochs job, real epochs (``runtime.epochs``).
 
 Runs in the child only (``trial.run_trial`` starts it): it sets torch's threads and seed for
 the whole process.
@@ -17,6 +18,7 @@ from torch.utils.data import RandomSampler
 from autotune.pipeline import loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes import Recipe
+from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.runtime.job import TrialJob
 from autotune.runtime.window import Measurement, run_ceiling, run_window, warmup_batches
@@ -27,9 +29,11 @@ ENDLESS = 10**9  # samples: the window stops the loader long before
 Report = Callable[[int, float], None]  # (sub-window index, running median) as each one ends
 
 
-def measure(job: TrialJob, report: Report) -> Measurement:
-    """The job's window (or ceiling); ``report`` sees each sub-window of a window as it ends
-    (it may raise ``WindowStopped``)."""
+def measure(job: TrialJob, report: Report) -> Measurement | EpochTimes:
+    """The job's window (or ceiling, or epochs); ``report`` sees each sub-window of a window as
+    it ends (it may raise ``WindowStopped``)."""
+    if job.kind == "epochs":
+        return measure_epochs(job)
     with open_sampler(torch.device(job.device)) as gpu:
         recipe, step = _workload(job)
         if job.kind == "ceiling":

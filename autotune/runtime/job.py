@@ -1,5 +1,5 @@
-"""What one trial measures: a pipeline on a source, a workload and a window (pickled to the
-trial's child process)."""
+"""What one trial measures: a pipeline on a source, a workload and a window, or real epochs of
+one way of loading the data (pickled to the trial's child process)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 
 @dataclass(frozen=True)
+class EpochRun:
+    """What a ``kind="epochs"`` job times: whole epochs of one arm (``runtime.epochs``)."""
+
+    arm: str  # baseline | loader_kwargs | build_loader
+    epochs: int
+    best_path: str | None = None  # the best.yaml the tuned arms load, as a user does
+    sample_paths: tuple[str, ...] | None = None  # a seeded subset of the source; None: all
+
+
+@dataclass(frozen=True)
 class TrialJob:
     """Everything one measurement needs (pickled to the child)."""
 
@@ -23,8 +33,9 @@ class TrialJob:
     window: WindowConfig
     device: str
     seed: int = 0
-    kind: Literal["window", "ceiling"] = "window"
+    kind: Literal["window", "ceiling", "epochs"] = "window"
     memory_limit_bytes: int | None = None  # per process, beyond what it holds at start
+    epochs: EpochRun | None = None  # kind="epochs" only
     # how DataLoader workers start: the default of the process that asked for the trial,
     # which is what the user's training script gets (not the fork server's)
     worker_start_method: str = field(default_factory=lambda: multiprocessing.get_start_method())

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import psutil
 
 from autotune.runtime.child import measure
+from autotune.runtime.epochs import EpochTimes
 from autotune.runtime.failures import Failure, classify, classify_signal
 from autotune.runtime.job import TrialJob
 from autotune.runtime.window import Measurement, WindowStopped
@@ -54,7 +55,7 @@ FORKSERVER_PRELOAD = (
 @dataclass(frozen=True)
 class TrialOutcome:
     status: Literal["ok", "pruned", "failed"]
-    measurement: Measurement | None = None
+    measurement: Measurement | EpochTimes | None = None  # EpochTimes for an epochs job
     failure: Failure | None = None
     peak_memory_bytes: int | None = None
     pruned_at: int | None = None

@@ -61,6 +61,7 @@ class StudyKey:
     NOTES = "notes"
     WORKLOAD = "workload"
     MACHINE = "machine"
+    VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
 
 
 BASELINE = "baseline"

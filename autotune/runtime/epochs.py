@@ -1,0 +1,224 @@
+"""Real epochs in a trial's child process: one way of loading the data (an arm), timed pass by
+pass, as a user's training loop runs it.
+
+Three arms, each what a user would write:
+
+- ``baseline``: the PyTorch tutorial pipeline: ``torchvision.datasets.ImageFolder(root)`` with
+  its default PIL loader, a ``transforms.v2.Compose`` of the study's recipe, and
+  ``DataLoader(ds, batch_size, shuffle=True)``; torch's default thread count.
+- ``loader_kwargs``: the same Dataset, ``DataLoader(ds, shuffle=True, **loader_kwargs(best))``.
+- ``build_loader``: ``build_loader(source, best)``, the whole tuned pipeline.
+
+An epoch is a full shuffled pass from a fresh iterator: worker start-up (unless the workers
+persist) and the epoch's tail are inside its time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision.datasets import ImageFolder
+from torchvision.transforms import v2
+
+from autotune.pipeline import recipes
+from autotune.pipeline.recipes import CenterCropEval, ImagenetTrain, Recipe
+from autotune.pipeline.sources import Source
+from autotune.pipeline.user_api import build_loader, loader_kwargs
+from autotune.runtime.job import EpochRun, TrialJob
+from autotune.runtime.workload import TrainStep, build_model
+
+ARMS = ("baseline", "loader_kwargs", "build_loader")
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+ToDevice = Callable[[torch.Tensor, torch.Tensor], Batch]
+
+
+@dataclass(frozen=True)
+class EpochTime:
+    """One timed epoch. Times are seconds since ``iter()`` on the loader."""
+
+    samples: int
+    seconds: float  # to the last step done, the device synchronized
+    first_batch_s: float  # to the first batch in hand: worker start-up and first fill
+    step_done_s: tuple[float, ...]  # after each step (not synchronized: a GPU may lag)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class EpochTimes:
+    """What one run of an arm measured, and what it really ran (reported from the child)."""
+
+    arm: str
+    dataset: str  # the type the DataLoader reads from, e.g. torchvision...ImageFolder
+    reader: str  # how a sample is read: ImageFolder's loader function, or the decoder
+    transform: str  # the Dataset's transforms, by name ("" for the tuned pipeline's own)
+    threads: int  # torch intra-op threads of the training process while timed
+    epochs: tuple[EpochTime, ...]
+
+
+def time_epoch(
+    batches: Iterable[Batch],
+    step: Callable[[torch.Tensor, torch.Tensor], None],
+    *,
+    to_device: ToDevice,
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> EpochTime:
+    """Times one pass over ``batches``: from ``iter()`` (inside the clock: worker start-up
+    counts) to the last step done."""
+    sync()
+    start = clock()
+    first_batch_s: float | None = None
+    done: list[float] = []
+    samples = 0
+    for images, labels in batches:
+        if first_batch_s is None:
+            first_batch_s = clock() - start
+        images, labels = to_device(images, labels)
+        step(images, labels)
+        samples += len(labels)
+        done.append(round(clock() - start, 6))
+    sync()
+    seconds = clock() - start
+    return EpochTime(
+        samples, seconds, seconds if first_batch_s is None else first_batch_s, tuple(done)
+    )
+
+
+def tutorial_transform(recipe: Recipe) -> v2.Compose:
+    """The study's recipe as the PyTorch tutorial writes it, on PIL images."""
+    if isinstance(recipe, ImagenetTrain):
+        crop: list[Any] = [
+            v2.RandomResizedCrop(
+                recipe.crop_size,
+                scale=tuple(recipe.scale),
+                ratio=tuple(recipe.ratio),
+                antialias=True,
+            ),
+            v2.RandomHorizontalFlip(recipe.flip_p),
+        ]
+    elif isinstance(recipe, CenterCropEval):
+        crop = [v2.Resize(recipe.resize_size), v2.CenterCrop(recipe.crop_size)]
+    else:
+        raise ValueError(f"no tutorial pipeline for recipe {recipe.name!r}")
+    return v2.Compose(
+        [
+            *crop,
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(list(recipe.mean), list(recipe.std)),
+        ]
+    )
+
+
+def tutorial_dataset(
+    source: Source, recipe: Recipe, sample_paths: Iterable[str] | None
+) -> Dataset:
+    """``ImageFolder(root)`` with its default loader, restricted to ``sample_paths`` (or to
+    the source's readable files, where the scan skipped some) by a ``Subset``. A class folder
+    without images is allowed: the scan left it out too."""
+    dataset = ImageFolder(str(source.root), transform=tutorial_transform(recipe), allow_empty=True)
+    wanted = source.paths if sample_paths is None else tuple(sample_paths)
+    if len(wanted) == len(dataset.samples):
+        return dataset
+    index = {path: i for i, (path, _) in enumerate(dataset.samples)}
+    return Subset(dataset, [index[path] for path in wanted if path in index])
+
+
+def subset_source(source: Source, sample_paths: Iterable[str] | None) -> Source:
+    """The source restricted to ``sample_paths`` (in its own order)."""
+    if sample_paths is None:
+        return source
+    keep = set(sample_paths)
+    pairs = [(p, label) for p, label in zip(source.paths, source.labels, strict=True) if p in keep]
+    return dataclasses.replace(
+        source, paths=tuple(p for p, _ in pairs), labels=tuple(label for _, label in pairs)
+    )
+
+
+def _copy_to(device: torch.device) -> ToDevice:
+    """What the tutorial's loop does with each batch: ``.to(device)``."""
+
+    def to_device(images: torch.Tensor, labels: torch.Tensor) -> Batch:
+        return images.to(device), labels.to(device)
+
+    return to_device
+
+
+def _already_there(images: torch.Tensor, labels: torch.Tensor) -> Batch:
+    return images, labels
+
+
+def arm_loader(job: TrialJob, spec: EpochRun) -> tuple[Iterable[Batch], ToDevice, Any]:
+    """The arm's loader, what each batch needs to reach the device, and the Dataset read."""
+    device = torch.device(job.device)
+    if spec.arm != "baseline" and spec.best_path is None:
+        raise ValueError(f"arm {spec.arm} needs the best.yaml it loads")
+    if spec.arm == "build_loader":
+        tuned = build_loader(
+            subset_source(job.source, spec.sample_paths), spec.best_path, device=device
+        )
+        return tuned, _already_there, getattr(tuned, "dataloader", tuned)
+    recipe = recipes.from_config(job.recipe)
+    dataset = tutorial_dataset(job.source, recipe, spec.sample_paths)
+    if spec.arm == "baseline":
+        loader = DataLoader(dataset, batch_size=job.pipeline.batch_size, shuffle=True)
+    elif spec.arm == "loader_kwargs":
+        loader = DataLoader(dataset, shuffle=True, **loader_kwargs(spec.best_path))
+    else:
+        raise ValueError(f"unknown arm {spec.arm!r}: one of {', '.join(ARMS)}")
+    return loader, _copy_to(device), loader
+
+
+def read_dataset(read_from: Any) -> Any:
+    """The Dataset a DataLoader reads, with any ``Subset`` unwrapped."""
+    dataset = getattr(read_from, "dataset", read_from)
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return dataset
+
+
+def describe_dataset(dataset: Any) -> tuple[str, str, str]:
+    """(the Dataset's qualified type, how it reads a sample, its transforms by name)."""
+    kind = type(dataset)
+    reader = getattr(dataset, "loader", None)
+    if callable(reader):
+        how = f"{reader.__module__}.{reader.__qualname__}"
+    else:
+        how = f"decoder {getattr(dataset, 'decoder_name', 'unknown')}"
+    transform = getattr(dataset, "transform", None)
+    steps = getattr(transform, "transforms", [transform] if transform else [])
+    names = ", ".join(type(t).__name__ for t in steps)
+    return f"{kind.__module__}.{kind.__qualname__}", how, names
+
+
+def measure_epochs(job: TrialJob) -> EpochTimes:
+    """Runs the job's arm for its epochs, each from a fresh iterator of one loader."""
+    spec = job.epochs
+    if spec is None:
+        raise ValueError("an epochs job needs its EpochRun")
+    torch.manual_seed(job.seed)  # the model's initialisation and the tutorial's shuffle
+    loader, to_device, read_from = arm_loader(job, spec)
+    dataset = read_dataset(read_from)
+    # ImageFolder counts every class folder, the scan only those with images: labels of both
+    num_classes = max(len(job.source.classes), len(getattr(dataset, "classes", ())))
+    step = TrainStep(
+        build_model(job.model, num_classes=num_classes),
+        torch.device(job.device),
+        lr=job.model.lr,
+        channels_last=spec.arm == "build_loader" and job.pipeline.channels_last,
+    )
+    kind, reader, transform = describe_dataset(dataset)
+    timed = tuple(
+        time_epoch(loader, step, to_device=to_device, sync=step.sync) for _ in range(spec.epochs)
+    )
+    return EpochTimes(spec.arm, kind, reader, transform, torch.get_num_threads(), timed)

@@ -1,0 +1,89 @@
+"""What ``mode=verify`` refuses before it measures: no best.yaml, a best.yaml of another
+machine, data that changed since the tune, or another model or recipe. Each is one line
+(``UsageError``), raised before anything is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import UsageError
+from autotune.pipeline import best_file
+from autotune.pipeline.best_file import BestFile
+from autotune.schema import AutotuneConfig, RecipeConfig
+from autotune.session import Session
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A best.yaml fit to verify on this session, and what could not be checked."""
+
+    path: Path
+    best: BestFile
+    notes: tuple[str, ...] = ()
+
+
+def best_yaml_path(config: AutotuneConfig) -> Path:
+    return Path(config.studies_dir) / config.study.name / "best.yaml"
+
+
+def check(session: Session) -> Checked:
+    """Reads the study's best.yaml and checks that it was made here, on this data."""
+    config = session.config
+    path = best_yaml_path(config)
+    if not path.is_file():
+        raise UsageError(
+            f"{path} does not exist: run the tune first (python -m autotune "
+            f"study.name={config.study.name} with the same overrides, without mode=verify)"
+        )
+    best = best_file.read(path)
+    differences = best_file.machine_differences(best.machine, session.facts)
+    if differences:
+        raise UsageError(
+            f"{path} was measured on another machine ({'; '.join(differences)}): "
+            "run the tune on this machine, then verify"
+        )
+    notes = []
+    stored = best.workload.get("data_fingerprint")
+    if stored is None:
+        notes.append(
+            f"{path} has no data fingerprint (written before verify): the data could not be "
+            "checked against the tuned data"
+        )
+    elif stored != session.source_fingerprint:
+        raise UsageError(
+            f"the dataset changed since {path} was tuned (fingerprint {stored} there, "
+            f"{session.source_fingerprint} now): run the tune again on this data"
+        )
+    check_workload(path, best, session)
+    return Checked(path, best, tuple(notes))
+
+
+def check_workload(path: Path, best: BestFile, session: Session) -> None:
+    """The model, recipe and device must be the tune's: else the claim is about another job."""
+    config, workload = session.config, best.workload
+    tuned_model = workload.get("model")
+    if tuned_model is not None and tuned_model != config.model.name:
+        raise UsageError(
+            f"{path} was tuned with model {tuned_model}, this run has model "
+            f"{config.model.name}: pass model={tuned_model}"
+        )
+    tuned_recipe = workload.get("recipe")
+    if tuned_recipe is not None and not _same_recipe(tuned_recipe, config.recipe):
+        raise UsageError(
+            f"{path} was tuned with another recipe ({tuned_recipe.get('name')}, crop "
+            f"{tuned_recipe.get('crop_size')}): pass the tune's recipe overrides"
+        )
+    tuned_device = workload.get("device")
+    if tuned_device is not None and tuned_device != session.device:
+        raise UsageError(
+            f"{path} was tuned on device {tuned_device}, this run is on {session.device}: "
+            f"pass device={tuned_device}"
+        )
+
+
+def _same_recipe(stored: dict, recipe: RecipeConfig) -> bool:
+    try:
+        return RecipeConfig(**stored) == recipe
+    except (TypeError, UsageError):  # keys or values this version does not know
+        return False

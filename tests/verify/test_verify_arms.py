@@ -1,0 +1,191 @@
+"""The three arms are what they say: the baseline and the kwargs arm read through torchvision's
+ImageFolder with its default loader and the tutorial's transforms, never the tuner's decode;
+build_loader reads through the tuned pipeline; epochs are timed from ``iter()``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import Subset
+from torchvision.datasets import DatasetFolder, ImageFolder
+from torchvision.transforms import v2
+from verify_data import write_best
+
+from autotune.pipeline import recipes
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.loader import EncodedImageDataset
+from autotune.pipeline.sources import scan_imagefolder, synthetic
+from autotune.runtime.epochs import (
+    EpochTimes,
+    measure_epochs,
+    subset_source,
+    time_epoch,
+    tutorial_dataset,
+    tutorial_transform,
+)
+from autotune.runtime.job import EpochRun, TrialJob
+from autotune.runtime.trial import run_trial
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
+
+RECIPE = RecipeConfig(crop_size=32)
+# num_workers=0: every __getitem__ runs in this process, where the tests count them
+IN_PROCESS = PipelineConfig(batch_size=4, num_workers=0, drop_last=False, main_threads=1)
+
+
+@pytest.fixture(scope="module")
+def source():
+    return synthetic(count=12, num_classes=2, size=(64, 48))
+
+
+@pytest.fixture
+def best(tmp_path):
+    return write_best(tmp_path, fingerprint="test", config=IN_PROCESS, recipe=RECIPE)
+
+
+@pytest.fixture(autouse=True)
+def _threads_kept():
+    """One thread while the in-process arms run (a 2-thread step stalls on a busy 2-core
+    host); build_loader sets its own, as it does for users. Put back after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Counts the samples read through ImageFolder and through the tuner's Dataset."""
+    counts = {"imagefolder": 0, "tuner": 0}
+    folder_get, tuner_get = DatasetFolder.__getitem__, EncodedImageDataset.__getitem__
+
+    def folder(self, index):
+        counts["imagefolder"] += 1
+        return folder_get(self, index)
+
+    def tuner(self, index):
+        counts["tuner"] += 1
+        return tuner_get(self, index)
+
+    monkeypatch.setattr(DatasetFolder, "__getitem__", folder)
+    monkeypatch.setattr(EncodedImageDataset, "__getitem__", tuner)
+    return counts
+
+
+def job(source, arm, best=None, *, epochs=1, sample_paths=None, batch_size=4):
+    return TrialJob(
+        pipeline=PipelineConfig(batch_size=batch_size),
+        source=source,
+        model=ModelConfig(name="tiny"),
+        recipe=RECIPE,
+        window=WindowConfig(),
+        device="cpu",
+        kind="epochs",
+        epochs=EpochRun(arm, epochs, str(best) if best else None, sample_paths),
+    )
+
+
+def test_the_baseline_reads_through_imagefolder_and_its_default_loader(source, reads):
+    measured = measure_epochs(job(source, "baseline", epochs=2))
+    assert reads == {"imagefolder": 24, "tuner": 0}  # two full epochs, all through ImageFolder
+    assert measured.dataset == "torchvision.datasets.folder.ImageFolder"
+    assert measured.reader == "torchvision.datasets.folder.default_loader"
+    assert measured.transform == (
+        "RandomResizedCrop, RandomHorizontalFlip, ToImage, ToDtype, Normalize"
+    )
+    assert [e.samples for e in measured.epochs] == [12, 12]
+    assert all(len(e.step_done_s) == 3 for e in measured.epochs)  # batch_size=4
+
+
+def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
+    source, best, reads
+):
+    write_best(
+        best.parent,
+        fingerprint="test",
+        config=PipelineConfig(batch_size=5, drop_last=True),
+        recipe=RECIPE,
+    )
+    measured = measure_epochs(job(source, "loader_kwargs", best))
+    assert reads == {"imagefolder": 10, "tuner": 0}  # the last partial batch is never read
+    assert measured.dataset.endswith("ImageFolder")
+    assert [e.samples for e in measured.epochs] == [10]  # batch_size 5, drop_last from best
+
+
+def test_build_loader_reads_through_the_tuned_pipeline(source, best, reads):
+    measured = measure_epochs(job(source, "build_loader", best))
+    assert reads == {"imagefolder": 0, "tuner": 12}
+    assert measured.dataset == "autotune.pipeline.loader.EncodedImageDataset"
+    assert measured.reader == "decoder pil" and measured.threads == 1  # main_threads: 1
+
+
+def test_every_arm_reads_the_same_subset(source, best, reads):
+    chosen = source.paths[2:9]
+    baseline = measure_epochs(job(source, "baseline", sample_paths=chosen))
+    tuned = measure_epochs(job(source, "build_loader", best, sample_paths=chosen))
+    assert baseline.epochs[0].samples == tuned.epochs[0].samples == 7
+    assert reads == {"imagefolder": 7, "tuner": 7}
+    dataset = tutorial_dataset(source, recipes.from_config(RECIPE), chosen)
+    assert isinstance(dataset, Subset)
+    assert [dataset.dataset.samples[i][0] for i in dataset.indices] == list(chosen)
+    assert subset_source(source, chosen).paths == chosen
+
+
+def test_the_tutorial_transform_is_the_recipe_in_transforms_v2():
+    train = tutorial_transform(recipes.from_config(RecipeConfig(crop_size=224, flip_p=0.3)))
+    crop, flip, to_image, to_dtype, normalize = train.transforms
+    assert isinstance(crop, v2.RandomResizedCrop) and crop.size == (224, 224)
+    assert crop.scale == (0.08, 1.0) and crop.ratio == pytest.approx((0.75, 4 / 3))
+    assert crop.antialias is True
+    assert isinstance(flip, v2.RandomHorizontalFlip) and flip.p == 0.3
+    assert isinstance(to_image, v2.ToImage) and isinstance(normalize, v2.Normalize)
+    assert to_dtype.dtype == torch.float32 and to_dtype.scale is True
+    assert normalize.mean == [0.485, 0.456, 0.406]
+    evaluation = tutorial_transform(
+        recipes.from_config(RecipeConfig(name="center_crop_eval", crop_size=224))
+    )
+    resize, center = evaluation.transforms[:2]
+    assert isinstance(resize, v2.Resize) and resize.size == [256]
+    assert isinstance(center, v2.CenterCrop) and center.size == (224, 224)
+
+
+def test_an_epoch_is_timed_from_iter_to_the_last_step():
+    ticks = iter([0.0, 0.5, 0.6, 0.9, 1.0])  # start, first batch, step done, step done, end
+    started = []
+
+    def batches():
+        started.append(True)  # runs inside the clock: iter() is timed
+        for _ in range(2):
+            yield torch.zeros(2, 1), torch.zeros(2)
+
+    steps = []
+    epoch = time_epoch(
+        batches(),
+        lambda x, y: steps.append(len(y)),
+        to_device=lambda x, y: (x, y),
+        clock=lambda: next(ticks),
+    )
+    assert started and steps == [2, 2]
+    assert (epoch.samples, epoch.seconds, epoch.first_batch_s) == (4, 1.0, 0.5)
+    assert epoch.step_done_s == (0.6, 0.9) and epoch.samples_per_s == 4.0
+
+
+def test_the_baseline_arm_in_a_real_child_reports_imagefolder(source):
+    """Through the runtime's child process, as verify runs it."""
+    outcome = run_trial(job(source, "baseline"), timeout_s=60)
+    assert outcome.status == "ok", outcome.failure
+    assert isinstance(outcome.measurement, EpochTimes)
+    assert outcome.measurement.dataset == f"{ImageFolder.__module__}.ImageFolder"
+    assert outcome.measurement.epochs[0].samples == 12
+
+
+def test_a_class_folder_without_images_does_not_stop_the_tutorial_arms(tmp_path):
+    for name in ("cat", "dog"):
+        (tmp_path / name).mkdir()
+    for i in range(4):
+        Image.new("RGB", (48, 40), (60 * i, 90, 30)).save(tmp_path / "dog" / f"{i}.jpg")
+    (tmp_path / "cat" / "notes.txt").write_text("no images here")
+    source = scan_imagefolder(tmp_path)
+    assert source.classes == ("dog",)
+    measured = measure_epochs(job(source, "baseline"))
+    assert measured.epochs[0].samples == 4  # ImageFolder's label 1 fits the model's classes
