@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import functools
 import json
 import logging
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,7 @@ from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.report.benchmark_results import BenchmarkRun, markdown, results
 from autotune.runtime.lock import host_lock
-from autotune.runtime.stop import ctrl_c_stops
+from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
@@ -138,10 +136,8 @@ def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> Bench
     scenario = folder.name
     n_grid = len(session.space.grid())
     n_tuner = max(2, round(TUNER_BUDGET * n_grid))
-    stop = threading.Event()
-    run_one = functools.partial(run_one, stop=stop)
     # the same lock as python -m autotune: two measuring runs on one host would disturb both
-    with host_lock(Path(session.config.studies_dir)), ctrl_c_stops(stop):
+    with host_lock(Path(session.config.studies_dir)), stoppable(run_one) as (stop, run_one):
         grid = _study(session, f"{scenario}-grid-{stamp}", storage, n_grid)
         grid_study, grid_s = run_grid(Objective(grid, run=run_one), stop)
         oracle_number, oracle = grid_best(grid_study)

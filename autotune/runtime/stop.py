@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -34,3 +36,12 @@ def ctrl_c_stops(stop: threading.Event) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def stoppable(run: Callable[..., Any]) -> Iterator[tuple[threading.Event, Callable[..., Any]]]:
+    """While inside, Ctrl-C stops ``run`` (a ``run_trial``): yields the stop event and ``run``
+    bound to it, so the trial in flight is taken down and the caller sees the event set."""
+    stop = threading.Event()
+    with ctrl_c_stops(stop):
+        yield stop, functools.partial(run, stop=stop)

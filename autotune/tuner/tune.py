@@ -4,7 +4,6 @@ confirmation, and the result."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from optuna.trial import TrialState
 from autotune.pipeline import decoders, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.stages import profile_stages
-from autotune.runtime.stop import ctrl_c_stops
+from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
@@ -108,9 +107,7 @@ def tune(session: Session) -> StudyResult:
     baseline_params = session.space.baseline_params(default_threads=torch.get_num_threads())
     if not study.get_trials(deepcopy=False):
         study.enqueue_trial(baseline_params, user_attrs={store.TrialKey.ROLE: store.BASELINE})
-    stop = threading.Event()
-    run = functools.partial(run_trial, stop=stop)
-    with ctrl_c_stops(stop):
+    with stoppable(run_trial) as (stop, run):
         _reference_points(session, study, run)
         started = time.monotonic()
         search(study, Objective(session, run=run), stop)

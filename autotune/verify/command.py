@@ -8,13 +8,11 @@ fresh process, interleaved over ``verify.rounds`` rounds of ``verify.epochs`` ep
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 from pathlib import Path
 
 from autotune.runtime.lock import host_lock
-from autotune.runtime.stop import ctrl_c_stops
+from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
@@ -35,9 +33,8 @@ def run(session: Session, *, run: Run = run_trial) -> int:
     checked = check(session)
     plan = make_plan(session, checked)
     _announce(plan, checked.notes)
-    stop = threading.Event()
-    with host_lock(Path(session.config.studies_dir)), ctrl_c_stops(stop):
-        rounds = run_rounds(plan, functools.partial(run, stop=stop), stop)
+    with host_lock(Path(session.config.studies_dir)), stoppable(run) as (stop, run_stoppable):
+        rounds = run_rounds(plan, run_stoppable, stop)
     verification = summarize(session, checked, plan, rounds)
     _hand_back(session, verification)
     if rounds.interrupted:
