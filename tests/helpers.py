@@ -5,8 +5,10 @@ a session without its dataset, and a trial asked of a search space. Imported as 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -45,6 +47,32 @@ def run_cli(
         timeout=timeout,
         env=full_env,
     )
+
+
+def interrupt_cli(
+    args: list[str], cwd: Path, *, after: str, wait_s: float = 180
+) -> tuple[int, str, str]:
+    """``python -m autotune ARGS`` in ``cwd``, Ctrl-C once a line of its output contains
+    ``after`` (or ``wait_s`` passed): the exit code, what it printed before the Ctrl-C and
+    what it printed after (stdout, then stderr)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + wait_s
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if after in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, "".join(lines), out + err
 
 
 def make_session(

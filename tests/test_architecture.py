@@ -62,16 +62,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "leaf": set(),
     "api": {"pipeline"},  # autotune/__init__.py: the public API
 }
-LAYER_FOLDERS = {
-    "app",
-    "report",
-    "tuner",
-    "diagnose",
-    "verify",
-    "session",
-    "runtime",
-    "pipeline",
-}
+LAYER_FOLDERS = set(MAY_IMPORT) - {"entry", "leaf", "api"}  # the rest are folders
 LEAF_MODULES = {"errors", "schema", "machine"}  # autotune/<name>.py
 ENTRY_SHIMS = {"autotune.__main__", "autotune.benchmark"}
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
 import psutil
 import pytest
 import yaml
-from helpers import QUICK, TESTS, run_cli
+from helpers import QUICK, interrupt_cli, run_cli
 from PIL import Image
 
 from autotune.runtime.lock import host_lock
@@ -60,25 +57,10 @@ def test_bad_files_are_skipped_counted_and_named(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
     args = [*QUICK, "study.n_trials=6", "study.name=interrupted"]
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = []
-    deadline = time.monotonic() + 180
-    for line in proc.stdout:  # wait until two trials are done, then press Ctrl-C
-        lines.append(line)
-        if "[ 2/6]" in line or time.monotonic() > deadline:
-            break
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, "".join(lines) + out + err
-    assert "interrupted" in out + err
+    # wait until two trials are done, then press Ctrl-C
+    code, before, after = interrupt_cli(args, tmp_path, after="[ 2/6]")
+    assert code == 130, before + after
+    assert "interrupted" in after
     storage = f"sqlite:///{tmp_path}/studies/autotune.db"
     study = optuna.load_study(study_name="interrupted", storage=storage)
     states = [t.state for t in study.trials]

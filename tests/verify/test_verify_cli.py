@@ -5,16 +5,11 @@ Ctrl-C keeps the finished rounds."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import optuna
 import pytest
 import yaml
-from helpers import QUICK, TESTS, make_session, run_cli
+from helpers import QUICK, interrupt_cli, make_session, run_cli
 from verify_data import FakeRun, write_best
 
 from autotune import machine
@@ -135,23 +130,13 @@ def test_ctrl_c_keeps_the_finished_rounds(session, tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_on_a_real_verify_keeps_the_first_round(tmp_path):
     write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *ARGS, "verify.rounds=3", "verify.epochs=1"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # the first round's last line, then Ctrl-C
+    code, before, after = interrupt_cli(
+        [*ARGS, "verify.rounds=3", "verify.epochs=1"],
+        tmp_path,
+        after="verify round 1/3  build_loader",
     )
-    lines = []
-    deadline = time.monotonic() + 180
-    for line in proc.stdout:  # the first round's last line, then Ctrl-C
-        lines.append(line)
-        if "verify round 1/3  build_loader" in line or time.monotonic() > deadline:
-            break
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, "".join(lines) + out + err
+    assert code == 130, before + after
     doc = json.loads((tmp_path / "studies" / STUDY / "verify.json").read_text())
     assert doc["complete"] is False and doc["rounds_finished"] >= 1
     assert len(doc["runs"]) == 3 * doc["rounds_finished"]
