@@ -72,9 +72,9 @@ class Session:
     source: Source
     space: SearchSpace
     source_fingerprint: str
-    # the ceiling and why its runs failed, once per train step
-    _ceiling: dict[str, Measurement | list[str] | None] = field(
-        default_factory=dict, compare=False, repr=False
+    # the ceiling and why its runs failed: empty until measured, once per train step
+    _ceiling: list[tuple[Measurement | None, list[str]]] = field(
+        default_factory=list, compare=False, repr=False
     )
 
     @classmethod
@@ -100,7 +100,7 @@ class Session:
             for key in ("model", "recipe", "window", "batch_size", "seed")
         )
         return dataclasses.replace(
-            self, config=config, _ceiling=self._ceiling if same_step else {}
+            self, config=config, _ceiling=self._ceiling if same_step else []
         )
 
     @property
@@ -151,11 +151,12 @@ class Session:
         slower than one thread (OpenMP threads wait on each other), and the ceiling is the
         step's best. Measured once per session; None when no run finished (the reasons are
         appended to ``failures``)."""
-        if "ceiling" not in self._ceiling:
-            self._ceiling["ceiling"], self._ceiling["failures"] = self._measure_ceiling(run)
+        if not self._ceiling:
+            self._ceiling.append(self._measure_ceiling(run))
+        ceiling, why = self._ceiling[0]
         if failures is not None:
-            failures.extend(self._ceiling["failures"])  # type: ignore[arg-type]
-        return self._ceiling["ceiling"]  # type: ignore[return-value]
+            failures.extend(why)
+        return ceiling
 
     def _measure_ceiling(self, run: Run) -> tuple[Measurement | None, list[str]]:
         measured, failures = [], []
