@@ -24,10 +24,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.datasets import ImageFolder
-from torchvision.transforms import v2
 
 from autotune.pipeline import recipes
-from autotune.pipeline.recipes import CenterCropEval, ImagenetTrain, Recipe
+from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import build_loader, loader_kwargs
 from autotune.runtime.job import EpochRun, TrialJob
@@ -94,39 +93,15 @@ def time_epoch(
     )
 
 
-def tutorial_transform(recipe: Recipe) -> v2.Compose:
-    """The study's recipe as the PyTorch tutorial writes it, on PIL images."""
-    if isinstance(recipe, ImagenetTrain):
-        crop: list[Any] = [
-            v2.RandomResizedCrop(
-                recipe.crop_size,
-                scale=tuple(recipe.scale),
-                ratio=tuple(recipe.ratio),
-                antialias=True,
-            ),
-            v2.RandomHorizontalFlip(recipe.flip_p),
-        ]
-    elif isinstance(recipe, CenterCropEval):
-        crop = [v2.Resize(recipe.resize_size), v2.CenterCrop(recipe.crop_size)]
-    else:
-        raise ValueError(f"no tutorial pipeline for recipe {recipe.name!r}")
-    return v2.Compose(
-        [
-            *crop,
-            v2.ToImage(),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(list(recipe.mean), list(recipe.std)),
-        ]
-    )
-
-
 def tutorial_dataset(
     source: Source, recipe: Recipe, sample_paths: Iterable[str] | None
 ) -> Dataset:
     """``ImageFolder(root)`` with its default loader, restricted to ``sample_paths`` (or to
     the source's readable files, where the scan skipped some) by a ``Subset``. A class folder
     without images is allowed: the scan left it out too."""
-    dataset = ImageFolder(str(source.root), transform=tutorial_transform(recipe), allow_empty=True)
+    dataset = ImageFolder(
+        str(source.root), transform=recipe.tutorial_transform(), allow_empty=True
+    )
     wanted = source.paths if sample_paths is None else tuple(sample_paths)
     if len(wanted) == len(dataset.samples):
         return dataset

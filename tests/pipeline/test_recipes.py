@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from jpegs import jpeg, mad, pattern
+from torchvision.transforms import v2
 
 from autotune.errors import UsageError
 from autotune.pipeline import decoders, recipes
@@ -155,3 +156,21 @@ def test_a_recipe_with_a_worker_form_only(small_set: Source) -> None:
         recipe.device_form(seed=0)
     with pytest.raises(TypeError, match="no DALI graph for recipe 'red_corner'"):
         recipe.dali_ops(None, None, None, decode_on="cpu", ops_on="cpu")
+
+
+def test_the_tutorial_transform_is_the_recipe_in_transforms_v2():
+    train = recipes.from_config(RecipeConfig(crop_size=224, flip_p=0.3)).tutorial_transform()
+    crop, flip, to_image, to_dtype, normalize = train.transforms
+    assert isinstance(crop, v2.RandomResizedCrop) and crop.size == (224, 224)
+    assert crop.scale == (0.08, 1.0) and crop.ratio == pytest.approx((0.75, 4 / 3))
+    assert crop.antialias is True
+    assert isinstance(flip, v2.RandomHorizontalFlip) and flip.p == 0.3
+    assert isinstance(to_image, v2.ToImage) and isinstance(normalize, v2.Normalize)
+    assert to_dtype.dtype == torch.float32 and to_dtype.scale is True
+    assert normalize.mean == [0.485, 0.456, 0.406]
+    evaluation = recipes.from_config(
+        RecipeConfig(name="center_crop_eval", crop_size=224)
+    ).tutorial_transform()
+    resize, center = evaluation.transforms[:2]
+    assert isinstance(resize, v2.Resize) and resize.size == [256]
+    assert isinstance(center, v2.CenterCrop) and center.size == (224, 224)

@@ -9,7 +9,6 @@ import torch
 from PIL import Image
 from torch.utils.data import Subset
 from torchvision.datasets import DatasetFolder, ImageFolder
-from torchvision.transforms import v2
 from verify_data import write_best
 
 from autotune.pipeline import recipes
@@ -22,7 +21,6 @@ from autotune.runtime.epochs import (
     subset_source,
     time_epoch,
     tutorial_dataset,
-    tutorial_transform,
 )
 from autotune.runtime.job import EpochRun, TrialJob
 from autotune.runtime.trial import run_trial
@@ -129,24 +127,6 @@ def test_every_arm_reads_the_same_subset(source, best, reads):
     assert isinstance(dataset, Subset)
     assert [dataset.dataset.samples[i][0] for i in dataset.indices] == list(chosen)
     assert subset_source(source, chosen).paths == chosen
-
-
-def test_the_tutorial_transform_is_the_recipe_in_transforms_v2():
-    train = tutorial_transform(recipes.from_config(RecipeConfig(crop_size=224, flip_p=0.3)))
-    crop, flip, to_image, to_dtype, normalize = train.transforms
-    assert isinstance(crop, v2.RandomResizedCrop) and crop.size == (224, 224)
-    assert crop.scale == (0.08, 1.0) and crop.ratio == pytest.approx((0.75, 4 / 3))
-    assert crop.antialias is True
-    assert isinstance(flip, v2.RandomHorizontalFlip) and flip.p == 0.3
-    assert isinstance(to_image, v2.ToImage) and isinstance(normalize, v2.Normalize)
-    assert to_dtype.dtype == torch.float32 and to_dtype.scale is True
-    assert normalize.mean == [0.485, 0.456, 0.406]
-    evaluation = tutorial_transform(
-        recipes.from_config(RecipeConfig(name="center_crop_eval", crop_size=224))
-    )
-    resize, center = evaluation.transforms[:2]
-    assert isinstance(resize, v2.Resize) and resize.size == [256]
-    assert isinstance(center, v2.CenterCrop) and center.size == (224, 224)
 
 
 def test_an_epoch_is_timed_from_iter_to_the_last_step():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torchvision.transforms import v2
 
 from autotune.pipeline import decoders
 from autotune.schema import RecipeConfig
@@ -167,3 +168,19 @@ class Recipe(ABC):
         normalizes.
         """
         raise TypeError(f"no DALI graph for recipe {self.name!r}")
+
+    def tutorial_transform(self) -> v2.Compose:
+        """The recipe as the PyTorch tutorial writes it, on PIL images: its crop
+        (``tutorial_ops``), then ``ToImage``, ``ToDtype(float32, scale=True)``, ``Normalize``."""
+        return v2.Compose(
+            [
+                *self.tutorial_ops(),
+                v2.ToImage(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(list(self.mean), list(self.std)),
+            ]
+        )
+
+    def tutorial_ops(self) -> list[Any]:
+        """The recipe's crop (and flip) as ``torchvision.transforms.v2`` ops."""
+        raise ValueError(f"no tutorial pipeline for recipe {self.name!r}")

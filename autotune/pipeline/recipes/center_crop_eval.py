@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from autotune.pipeline.recipes.base import DeviceAugment, Plan, Recipe
@@ -46,6 +47,9 @@ class CenterCropEval(Recipe):
 
     def device_form(self, *, seed: int | None) -> DeviceEval:
         return DeviceEval(self, seed=seed)
+
+    def tutorial_ops(self) -> list[Any]:
+        return [v2.Resize(self.resize_size), v2.CenterCrop(self.crop_size)]
 
     def dali_ops(
         self, fn: Any, types: Any, jpegs: Any, *, decode_on: str, ops_on: str

@@ -58,6 +58,14 @@ class ImagenetTrain(Recipe):
     def device_form(self, *, seed: int | None) -> DeviceTrain:
         return DeviceTrain(self, seed=seed)
 
+    def tutorial_ops(self) -> list[Any]:
+        return [
+            v2.RandomResizedCrop(
+                self.crop_size, scale=tuple(self.scale), ratio=tuple(self.ratio), antialias=True
+            ),
+            v2.RandomHorizontalFlip(self.flip_p),
+        ]
+
     def dali_ops(
         self, fn: Any, types: Any, jpegs: Any, *, decode_on: str, ops_on: str
     ) -> tuple[Any, Any]:
