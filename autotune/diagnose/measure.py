@@ -31,7 +31,7 @@ from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import load_pipeline_config
 from autotune.runtime.copy_profile import profile_copy
 from autotune.runtime.lock import host_lock
-from autotune.runtime.stages import StageProfile, StageTime, pick, profile_stages, total_bytes
+from autotune.runtime.stages import StageProfile, StageTime, pick, profile_stages
 from autotune.runtime.threads import threads
 from autotune.runtime.trial import run_trial
 from autotune.runtime.window import Measurement
@@ -68,6 +68,8 @@ def pipeline_to_diagnose(config: AutotuneConfig) -> PipelineConfig:
     if config.pipeline is None:
         return PipelineConfig(batch_size=config.batch_size)
     pipeline = load_pipeline_config(config.pipeline)
+    if pipeline.as_is:
+        return pipeline
     known = decoders.DECODERS.get(pipeline.decoder)
     if known is None:
         raise UsageError(
@@ -109,7 +111,7 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
     choices = {k.name: k.values() for k in session.space.knobs}
     recipe = recipes.from_config(config.recipe)
     trials = _Trials(run)
-    dataset_bytes = total_bytes(source.paths)
+    dataset_bytes = page_cache.total_bytes(source.paths)
     fits = dataset_bytes <= CACHE_SHARE * session.facts.memory_available_bytes
     if fits:
         page_cache.warm(source.paths)  # the steady state of a dataset that fits in memory
@@ -203,7 +205,7 @@ def time_copy(
     """The copy to the device (and the normalization), timed here on one batch with one
     thread, as in the serial loader run the stages are checked against."""
     torch_device = torch.device(device)
-    if decoders.DECODERS[serial.decoder].replaces_loader:  # DALI: no DataLoader to time
+    if getattr(decoders.DECODERS.get(serial.decoder), "replaces_loader", False):  # DALI
         serial = dataclasses.replace(serial, decoder="pil")
     # enough batches for the timing, however few images there are
     draws = RandomSampler(
@@ -234,5 +236,5 @@ def _pooled(runs: tuple[Measurement, ...]) -> Measurement:
 
 def _cpu_decoder(name: str) -> str:
     """A decoder that runs in the workers: a device decoder's stages are profiled with Pillow
-    (its workers only read bytes)."""
+    (its workers only read bytes); the pipeline as it is profiles its own."""
     return "pil" if getattr(decoders.DECODERS.get(name), "on_device", False) else name

@@ -1,4 +1,5 @@
-"""The kernel's page cache for a set of files: evict them, warm them, ask what is resident.
+"""The kernel's page cache for a set of files: evict them, warm them, ask what is resident,
+time reading them as they are cached now.
 
 Used by ``mode=diagnose`` to time the same loader from storage and from memory. Eviction uses
 ``posix_fadvise(DONTNEED)``, which drops a file's clean cached pages without root; whether it
@@ -13,7 +14,10 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
+
+from autotune.runtime.stages import StageTime
 
 _PROT_READ = 0x1
 _MAP_SHARED = 0x01
@@ -103,3 +107,17 @@ def resident_fraction(paths: Iterable[str]) -> float | None:
         finally:
             os.close(fd)
     return resident / pages if pages else None
+
+
+def time_reads(paths: Sequence[str]) -> StageTime:
+    """Seconds per file to read ``paths`` as they are cached now (cold after an eviction)."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for path in paths:
+        with open(path, "rb") as f:
+            f.read()
+    n = max(1, len(paths))
+    return StageTime((time.thread_time() - cpu) / n, (time.perf_counter() - wall) / n)
+
+
+def total_bytes(paths: Sequence[str]) -> int:
+    return sum(os.stat(p).st_size for p in paths)

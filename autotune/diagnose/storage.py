@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.diagnose import page_cache
 from autotune.pipeline.config import PipelineConfig
-from autotune.runtime.stages import StageTime, pick, time_reads
+from autotune.runtime.stages import StageTime, pick
 from autotune.runtime.window import Measurement, warmup_batches
 from autotune.schema import WindowConfig
 from autotune.session import Session
@@ -159,8 +159,8 @@ def _time_reads_and_evict(paths: list[str], seed: int) -> dict[str, Any]:
     # in random order, as a shuffling sampler reads them: no read-ahead into the next file
     timed = [paths[i] for i in pick(len(paths), READ_TIMING_FILES, seed)]
     random.Random(seed).shuffle(timed)
-    read_cold = time_reads(timed)
-    read_warm = time_reads(timed)
+    read_cold = page_cache.time_reads(timed)
+    read_warm = page_cache.time_reads(timed)
     page_cache.evict(timed)
     checked = paths[:: max(1, len(paths) // RESIDENCY_CHECK_FILES)]
     cached = page_cache.resident_fraction(checked)

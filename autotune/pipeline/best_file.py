@@ -1,7 +1,10 @@
 """best.yaml, what a study hands the user: the one place it is written and read.
 
-The file is the tuned ``PipelineConfig`` (its ``loader:`` and ``pipeline:`` sections) and
-four plain sections beside it: ``measured``, ``workload``, ``machine`` and ``study``.
+Two ways of applying a result, each measured against the same baseline (``baseline:``, in
+words): ``loader_kwargs:``, the DataLoader arguments and thread count tuned for the user's
+own Dataset as it is, with its ``measured:`` figures; and the whole tuned pipeline, a
+``PipelineConfig`` (its ``loader:`` and ``pipeline:`` sections) with ``measured:``. Then
+three plain sections: ``workload``, ``machine`` and ``study``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import yaml
 from autotune import machine
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import AS_IS, PipelineConfig
 
 HEADER = (
-    "# autotune: the fastest input pipeline measured on this machine.\n"
-    "# loader: torch.utils.data.DataLoader(dataset, **loader)\n"
-    "# or: autotune.build_loader(source_or_dataset, this_file) for the whole pipeline\n"
+    "# autotune: input pipelines measured on this machine, two ways to use them.\n"
+    "# Your own Dataset as it is (loader_kwargs: also sets torch's threads to main_threads):\n"
+    "#   DataLoader(dataset, shuffle=True, **autotune.loader_kwargs(this_file))\n"
+    "# The whole tuned pipeline (loader, pipeline): its own decode, augment and transfer:\n"
+    "#   autotune.build_loader(folder_or_dataset, this_file)\n"
 )
 
 
@@ -29,8 +34,13 @@ HEADER = (
 class BestFile:
     """The contents of a best.yaml."""
 
-    config: PipelineConfig
-    measured: dict[str, Any] = field(default_factory=dict)  # the winner's figures
+    config: PipelineConfig  # the whole tuned pipeline
+    measured: dict[str, Any] = field(default_factory=dict)  # its figures
+    # the user's pipeline as it is: the loader settings picked for it, and their figures;
+    # None in a file written before both ways were tuned
+    as_is: PipelineConfig | None = None
+    as_is_measured: dict[str, Any] = field(default_factory=dict)
+    baseline: str = ""  # what the speedups are ratios to, in words
     workload: dict[str, Any] = field(default_factory=dict)  # dataset, model, recipe, device
     machine: dict[str, Any] = field(default_factory=dict)  # machine_section()
     study: dict[str, Any] = field(default_factory=dict)  # name, storage, trial counts
@@ -49,11 +59,18 @@ def machine_section(facts: MachineFacts) -> dict[str, Any]:
 
 
 def write(path: Path, best: BestFile) -> None:
-    doc = best.config.to_dict()
+    doc: dict[str, Any] = {"baseline": best.baseline}
+    if best.as_is is not None:
+        doc["loader_kwargs"] = {
+            "loader": best.as_is.loader_kwargs(),
+            "main_threads": best.as_is.main_threads,
+            "measured": best.as_is_measured,
+        }
+    doc.update(best.config.to_dict())
     doc.update(
         measured=best.measured, workload=best.workload, machine=best.machine, study=best.study
     )
-    path.write_text(HEADER + yaml.safe_dump(doc, sort_keys=False))
+    path.write_text(HEADER + yaml.safe_dump(doc, sort_keys=False, width=100))
 
 
 def read(path: str | Path) -> BestFile:
@@ -66,13 +83,38 @@ def read(path: str | Path) -> BestFile:
     doc = yaml.safe_load(path.read_text())
     if not isinstance(doc, dict) or "loader" not in doc:
         raise UsageError(f"{path} has no `loader:` section: is it a best.yaml from autotune?")
+    as_is = doc.get("loader_kwargs") or {}
     return BestFile(
-        config=PipelineConfig.from_dict(doc),
+        config=PipelineConfig.from_dict({k: doc[k] for k in ("loader", "pipeline") if k in doc}),
         measured=doc.get("measured") or {},
+        as_is=_as_is_config(as_is, path) if as_is else None,
+        as_is_measured=as_is.get("measured") or {},
+        baseline=doc.get("baseline") or "",
         workload=doc.get("workload") or {},
         machine=doc.get("machine") or {},
         study=doc.get("study") or {},
     )
+
+
+def _as_is_config(section: dict[str, Any], path: Path) -> PipelineConfig:
+    if not isinstance(section.get("loader"), dict):
+        raise UsageError(
+            f"{path}: loader_kwargs has no `loader:` mapping: rewrite it or tune again"
+        )
+    flat = {**section["loader"], "main_threads": section.get("main_threads"), "decoder": AS_IS}
+    return PipelineConfig.from_dict(flat)
+
+
+def as_is_of(best: BestFile, path: str | Path) -> PipelineConfig:
+    """The loader settings tuned for the user's pipeline as it is; a file written before they
+    were tuned is refused in one line."""
+    if best.as_is is None:
+        raise UsageError(
+            f"{path} was written by an older autotune: it has no DataLoader arguments tuned "
+            "for your own Dataset as it is (no `loader_kwargs:`); tune again under a new "
+            "study.name, or use autotune.build_loader with this file"
+        )
+    return best.as_is
 
 
 def machine_differences(measured_on: dict[str, Any], here: MachineFacts) -> list[str]:

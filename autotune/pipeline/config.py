@@ -30,6 +30,18 @@ PIPELINE_KEYS = (
 # Decoders that decode a whole batch on the device in the training process: the workers only
 # read bytes, and augmentation necessarily follows on the device.
 DEVICE_DECODERS = ("nvjpeg", "dali")
+# Not a decoder: the user's own Dataset as it is (for a folder, the tutorial's ImageFolder with
+# transforms.v2), read by a DataLoader; only the DataLoader's arguments and the training
+# process's threads are tuned. The baseline is this with PyTorch's defaults.
+AS_IS = "as_is"
+# what "as it is" keeps: the Dataset's own output crosses as it comes, copied with .to(device)
+_AS_IS_FIXED = {
+    "augment_on": "cpu",
+    "transfer": "float",
+    "device_prefetch": False,
+    "channels_last": False,
+    "drop_last": False,
+}
 AUGMENT_ON = ("cpu", "gpu")
 TRANSFERS = ("uint8", "float")
 
@@ -73,6 +85,9 @@ class PipelineConfig:
     dali_prefetch_queue_depth: int | None = None
 
     def __post_init__(self) -> None:
+        if self.as_is:
+            for key, value in _AS_IS_FIXED.items():
+                object.__setattr__(self, key, value)
         # a device decoder hands the device whole images: augmentation can only follow there,
         # and device-side augmentation needs the uint8 images, not normalized floats
         if self.decoder in DEVICE_DECODERS:
@@ -109,6 +124,11 @@ class PipelineConfig:
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise UsageError(f"{key} must be >= 1, got {value}")
+
+    @property
+    def as_is(self) -> bool:
+        """The user's own Dataset as it is, with only the loader's settings tuned."""
+        return self.decoder == AS_IS
 
     @property
     def buffered_batches(self) -> int:
@@ -154,7 +174,7 @@ class PipelineConfig:
             parts.append(self.decoder)
             if self.augment_on != "cpu":
                 parts.append(f"aug-{self.augment_on}")
-        if self.transfer != "uint8":
+        if self.transfer != "uint8" and not self.as_is:
             parts.append(self.transfer)
         if self.device_prefetch:
             parts.append("prefetch")

@@ -12,23 +12,25 @@ augment_on=cpu, transfer=uint8    uint8 crops             copy, normalize
 augment_on=cpu, transfer=float    normalized float32      copy
 augment_on=gpu                    whole decoded images    copy, crop/resize/flip, normalize
 decoder=nvjpeg                    encoded bytes           copy, decode, augment, normalize
+decoder=as_is                     the Dataset's output    copy (``.to(device)``), as it is
 ================================  ======================  ===============================
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import cv2
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
-from autotune.pipeline import decoders
+from autotune.pipeline import decoders, tutorial
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.dali import DaliLoader
 from autotune.pipeline.recipes import Recipe
+from autotune.pipeline.side_stream import prefetch_on_side_stream
 from autotune.pipeline.sources import Source
 
 log = logging.getLogger(__name__)
@@ -119,11 +121,12 @@ class DeviceStage:
         seed: int | None = 0,
     ) -> None:
         self.device, self.config = device, config
-        self.non_blocking = config.pin_memory and device.type == "cuda"
+        # as it is: the tutorial's loop copies with a plain .to(device)
+        self.non_blocking = config.pin_memory and device.type == "cuda" and not config.as_is
         self.normalize = Normalize(recipe, device)
         self.augment = recipe.device_form(seed=seed) if config.augment_on == "gpu" else None
-        self.device_decoder = decoders.DECODERS[config.decoder]
-        if not self.device_decoder.on_device:
+        self.device_decoder = decoders.DECODERS.get(config.decoder)
+        if self.device_decoder is not None and not self.device_decoder.on_device:
             self.device_decoder = None
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -172,47 +175,6 @@ class DeviceStage:
         return out
 
 
-def one_ahead(
-    items: Iterable[Any], start: Callable[[Any], Any], finish: Callable[[Any], Any]
-) -> Iterator[Any]:
-    """Yields ``finish(start(item))`` for each item, but starts item N+1 before yielding N:
-    whatever ``start`` queues runs while the caller works on N. (The first item handed over
-    waits for two loads: a prefetching config's time to first batch includes both.)"""
-    iterator = iter(items)
-    try:
-        pending = start(next(iterator))
-    except StopIteration:
-        return
-    for item in iterator:
-        ready = finish(pending)
-        pending = start(item)
-        yield ready
-    yield finish(pending)
-
-
-def prefetch_on_side_stream(
-    batches: Iterable[Batch], stage: DeviceStage
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``device_prefetch``: batch N+1's copy (and device decode/augment) is queued on a side
-    CUDA stream while step N runs on the current one."""
-    side = torch.cuda.Stream(device=stage.device)
-
-    def start(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.cuda.stream(side):
-            return stage(*batch)
-
-    def finish(ready: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        current = torch.cuda.current_stream(stage.device)
-        current.wait_stream(side)
-        for tensor in ready:
-            # made on the side stream, used on the current one: the caching allocator must
-            # not hand its memory out again until the current stream is done with it
-            tensor.record_stream(current)
-        return ready
-
-    return one_ahead(batches, start, finish)
-
-
 class TunedLoader:
     """A DataLoader plus the device stage: yields batches ready for the model.
 
@@ -254,6 +216,8 @@ def build(
         dataset: a ``Source`` (read, decoded and augmented as ``config`` says) or your own
             Dataset returning ``(uint8 CHW tensor, label)``: the finished crop, or with
             ``augment_on=gpu`` the whole decoded image (any size; cropped on the device).
+            With ``decoder=as_is`` your Dataset's samples go to the device as they come
+            (a ``Source`` is read by the tutorial's ImageFolder and transforms).
         config: the tuned settings.
         recipe: the augmentation recipe (its mean/std normalize on the device).
         device: where batches are delivered.
@@ -261,6 +225,8 @@ def build(
         sampler: overrides shuffling (the trial runner passes one that never ends an epoch).
     """
     device = torch.device(device)
+    if config.as_is:
+        return _as_is(dataset, config, recipe=recipe, device=device, seed=seed, sampler=sampler)
     if decoders.DECODERS[config.decoder].replaces_loader:
         if not isinstance(dataset, Source):
             raise TypeError("decoder=dali reads the files itself: pass a Source or a folder")
@@ -281,3 +247,27 @@ def build(
     )
     stage = DeviceStage(recipe, device, config, seed=seed)
     return TunedLoader(dataloader, stage, config)
+
+
+def _as_is(
+    dataset: Dataset | Source,
+    config: PipelineConfig,
+    *,
+    recipe: Recipe,
+    device: torch.device,
+    seed: int | None,
+    sampler: Sampler[int] | Sequence[int] | None,
+) -> TunedLoader:
+    """The Dataset as it is (a folder: the tutorial's) in a DataLoader of ``config``'s
+    arguments: its own collate, no worker hook (DataLoader gives each worker one thread)."""
+    if isinstance(dataset, Source):
+        dataset = tutorial.tutorial_dataset(dataset, recipe)
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    dataloader = DataLoader(
+        dataset,
+        shuffle=sampler is None,
+        sampler=sampler,
+        generator=generator,
+        **{**config.loader_kwargs(), "pin_memory": config.pin_memory and device.type == "cuda"},
+    )
+    return TunedLoader(dataloader, DeviceStage(recipe, device, config, seed=seed), config)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import torch
 from torch.utils.data import Dataset
 
 from autotune.pipeline import best_file, loader, recipes, sources
-from autotune.pipeline.config import DEVICE_DECODERS, PipelineConfig
+from autotune.pipeline.config import PipelineConfig
 from autotune.schema import RecipeConfig
 
 
@@ -22,19 +21,18 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
 
 
 def loader_kwargs(path: str | Path) -> dict[str, Any]:
-    """Just the ``torch.utils.data.DataLoader`` arguments of a best.yaml.
+    """The ``torch.utils.data.DataLoader`` arguments a best.yaml tuned for your own Dataset
+    as it is (``loader_kwargs:``). Sets the process's torch threads to the tuned
+    ``main_threads``: part of what was measured.
 
     Example:
         >>> DataLoader(my_dataset, shuffle=True, **autotune.loader_kwargs("best.yaml"))
     """
-    config = load_pipeline_config(path)
-    if config.augment_on != "cpu" or config.decoder in DEVICE_DECODERS:
-        warnings.warn(
-            f"{path}: the measured pipeline ({config.short()}) also decodes or augments on the "
-            "device; these DataLoader arguments are only its host part: use "
-            "autotune.build_loader for all of it",
-            stacklevel=2,
-        )
+    best = best_file.read(path)
+    best_file.warn_if_other_machine(best.machine, path)
+    config = best_file.as_is_of(best, path)
+    if config.main_threads:
+        torch.set_num_threads(config.main_threads)
     return config.loader_kwargs()
 
 

@@ -12,6 +12,7 @@ from autotune.machine import MachineFacts
 from autotune.pipeline import best_file
 from autotune.report import markdown
 from autotune.tuner import store
+from autotune.tuner.metrics import Confirmed
 from autotune.tuner.tune import StudyResult
 
 
@@ -19,20 +20,28 @@ def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _figures(result: StudyResult, picked: Confirmed) -> dict[str, Any]:
+    """A pick's confirmed rate over an epoch, its IQR and its ratio to the baseline."""
+    return {
+        "samples_per_s": round(picked.median, 1),
+        "samples_per_s_iqr": [round(v, 1) for v in picked.iqr],
+        "speedup_vs_baseline": _round(result.speedup_of(picked), 2),
+        "picked": picked.label,
+    }
+
+
 def measured_section(result: StudyResult) -> dict[str, Any]:
-    """best.yaml's ``measured:``: the winner's confirmed figures beside the references."""
+    """best.yaml's ``measured:``: the whole pipeline's confirmed figures beside the
+    references."""
     winner, baseline = result.winner, result.baseline
     assert winner is not None
     ceiling = result.ceiling_samples_per_s
     return {
-        "samples_per_s": round(winner.median, 1),
-        "samples_per_s_iqr": [round(v, 1) for v in winner.iqr],
+        **_figures(result, winner),
         "steady_samples_per_s": round(winner.steady, 1),
         "baseline_samples_per_s": _round(baseline.median if baseline else None),
         "ceiling_samples_per_s": _round(ceiling),
-        "speedup_vs_baseline": _round(result.speedup, 2),
         "of_ceiling": _round(winner.steady / ceiling if ceiling else None, 2),
-        "picked": result.best_label,
         "peak_memory_mb": _round(
             winner.peak_memory_bytes / 2**20 if winner.peak_memory_bytes else None
         ),
@@ -55,6 +64,7 @@ def export(
     ``mode=verify`` checks the data against before it measures.
     """
     assert result.best is not None
+    as_is = result.as_is_winner
     workload = {**workload, "data_fingerprint": source_fingerprint}
     folder.mkdir(parents=True, exist_ok=True)
     machine = best_file.machine_section(facts)
@@ -64,6 +74,9 @@ def export(
         best_file.BestFile(
             config=result.best,
             measured=measured_section(result),
+            as_is=as_is.config if as_is else None,
+            as_is_measured=_figures(result, as_is) if as_is else {},
+            baseline=result.baseline_text,
             workload=workload,
             machine=machine,
             study={

@@ -87,11 +87,15 @@ def _summary_markdown(summary: Summary) -> str:
     rows = summary.rows()
     if rows:
         lines += [f"| | {UNIT} | IQR | config |", "|---|---:|---|---|"]
-    for label, rate, iqr, config, best in rows:
+    for label, rate, iqr, config, marks in rows:
         shown = f"`{config}`" if label.startswith(("trial", "baseline")) else config
-        name = f"**{label} (best)**" if best else label
-        if label == "baseline":
-            name += ": PyTorch defaults"
+        name = f"**{label} ({marks})**" if marks else label
+        if label == "baseline":  # a study of an older autotune timed its own decode there
+            name += (
+                ": your pipeline, PyTorch's defaults"
+                if summary.baseline_text
+                else ": PyTorch defaults"
+            )
         lines.append(f"| {name} | {rate} | {iqr} | {shown} |")
     lines.append("")
     lines += [f"- {line}" for line in summary.ratios()]

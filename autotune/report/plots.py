@@ -129,7 +129,7 @@ def _reference_lines(ax: Any, references: References, colours: dict[str, Any], t
     lines: list[tuple[float, str, dict[str, Any]]] = []
     if references.baseline:
         style = {"color": "0.35", "linestyle": ":"}
-        lines.append((references.baseline, "PyTorch defaults, re-measured", style))
+        lines.append((references.baseline, "baseline (PyTorch defaults), re-measured", style))
     if references.ceiling:
         style = {"color": "black", "linestyle": "--"}
         lines.append((references.ceiling, "ceiling: train step on a ready batch", style))

@@ -30,6 +30,8 @@ class Summary:
     notes: tuple[str, ...]
     complete_trials: int
     best_params: dict[str, Any] | None = None  # the winning trial's, where it is stored
+    as_is_label: str | None = None  # the pick for the user's pipeline as it is
+    baseline_text: str | None = None  # what the baseline runs, in one line
 
     @classmethod
     def of_result(cls, result: StudyResult) -> Summary:
@@ -41,6 +43,8 @@ class Summary:
             result.cpu_work_bound_samples_per_s,
             result.notes,
             result.counts.get("complete", 0),
+            as_is_label=result.as_is_label,
+            baseline_text=result.baseline_text or None,
         )
 
     @classmethod
@@ -56,6 +60,8 @@ class Summary:
             stored.notes,
             len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
             trial.params if trial else None,
+            as_is_label=stored.as_is_winner,
+            baseline_text=stored.baseline,
         )
 
     def row(self, label: str | None) -> Row | None:
@@ -69,12 +75,39 @@ class Summary:
     def baseline(self) -> Row | None:
         return self.row(store.BASELINE)
 
+    def speedup_of(self, label: str | None) -> float | None:
+        picked, base = self.row(label), self.baseline
+        return speedup(
+            picked["samples_per_s"] if picked else None, base["samples_per_s"] if base else None
+        )
+
     @property
     def speedup(self) -> float | None:
-        winner, base = self.winner, self.baseline
-        return speedup(
-            winner["samples_per_s"] if winner else None, base["samples_per_s"] if base else None
-        )
+        return self.speedup_of(self.best_label)
+
+    def ways(self) -> list[str]:
+        """What each way of applying the result gives, against the baseline."""
+        lines = [f"baseline: {self.baseline_text}"] if self.baseline_text else []
+        for way, label, what in (
+            ("build_loader(best.yaml)", self.best_label, "the whole tuned pipeline"),
+            ("loader_kwargs(best.yaml)", self.as_is_label, "your pipeline as it is"),
+        ):
+            ratio = self.speedup_of(label)
+            if ratio is not None:
+                lines.append(f"{way}, {what} ({label}): {ratio:.2f}x the baseline")
+        return lines
+
+    def marks(self, label: str) -> str:
+        """Which ways picked the row ``label``: "build_loader", "loader_kwargs", both or ""."""
+        ways = [
+            w
+            for w, picked in (
+                ("build_loader", self.best_label),
+                ("loader_kwargs", self.as_is_label),
+            )
+            if picked == label
+        ]
+        return " + ".join(ways)
 
     def bounds(self) -> list[tuple[str, float]]:
         """The CPU-work bound(s), labelled: one, or one per decoder."""
@@ -85,9 +118,7 @@ class Summary:
 
     def ratios(self) -> list[str]:
         """Speedup, how far from each limit, and the winner's spread."""
-        winner, lines = self.winner, []
-        if self.speedup is not None:
-            lines.append(f"speedup vs PyTorch defaults: {self.speedup:.2f}x")
+        winner, lines = self.winner, self.ways()
         if winner is None:
             return lines
         if self.ceiling:
@@ -112,24 +143,25 @@ class Summary:
             )
         return lines
 
-    def rows(self) -> list[tuple[str, str, str, str, bool]]:
-        """(label, samples/s, IQR, config, is best): finalists fastest first, then limits."""
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """(label, samples/s, IQR, config, which ways picked it): finalists fastest first,
+        then the limits."""
         out = []
         for r in sorted(self.confirmed, key=lambda r: -r["samples_per_s"]):
             iqr = f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}"
-            best = r["label"] == self.best_label
-            out.append((r["label"], f"{r['samples_per_s']:.1f}", iqr, r["config"], best))
+            marks = self.marks(r["label"])
+            out.append((r["label"], f"{r['samples_per_s']:.1f}", iqr, r["config"], marks))
         if self.ceiling:
             on_device = "train step on a batch already on the device"
-            out.append(("ceiling", f"{self.ceiling:.1f}", "", on_device, False))
+            out.append(("ceiling", f"{self.ceiling:.1f}", "", on_device, ""))
         for label, value in self.bounds():
-            out.append((label, f"{value:.1f}", "", "decode + augment on all usable CPUs", False))
+            out.append((label, f"{value:.1f}", "", "decode + augment on all usable CPUs", ""))
         return out
 
 
 def _text_table(summary: Summary) -> list[str]:
     rows = [("", UNIT, "IQR", "config")]
-    rows += [(a, b, c, d + ("  <- best" if best else "")) for a, b, c, d, best in summary.rows()]
+    rows += [(a, b, c, d + (f"  <- {m}" if m else "")) for a, b, c, d, m in summary.rows()]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 

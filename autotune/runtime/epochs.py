@@ -22,12 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
-from torchvision.datasets import ImageFolder
+from torch.utils.data import DataLoader, Subset
 
 from autotune.pipeline import recipes
-from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
+from autotune.pipeline.tutorial import tutorial_dataset
 from autotune.pipeline.user_api import build_loader, loader_kwargs
 from autotune.runtime.job import EpochRun, TrialJob
 from autotune.runtime.workload import TrainStep, build_model
@@ -91,22 +90,6 @@ def time_epoch(
     return EpochTime(
         samples, seconds, seconds if first_batch_s is None else first_batch_s, tuple(done)
     )
-
-
-def tutorial_dataset(
-    source: Source, recipe: Recipe, sample_paths: Iterable[str] | None
-) -> Dataset:
-    """``ImageFolder(root)`` with its default loader, restricted to ``sample_paths`` (or to
-    the source's readable files, where the scan skipped some) by a ``Subset``. A class folder
-    without images is allowed: the scan left it out too."""
-    dataset = ImageFolder(
-        str(source.root), transform=recipe.tutorial_transform(), allow_empty=True
-    )
-    wanted = source.paths if sample_paths is None else tuple(sample_paths)
-    if len(wanted) == len(dataset.samples):
-        return dataset
-    index = {path: i for i, (path, _) in enumerate(dataset.samples)}
-    return Subset(dataset, [index[path] for path in wanted if path in index])
 
 
 def subset_source(source: Source, sample_paths: Iterable[str] | None) -> Source:

@@ -1,9 +1,11 @@
 """Where a sample's time goes: the loader's stages timed one by one, in this process.
 
 Each stage of the per-sample pipeline (``Recipe.__call__``: read the bytes, decode, augment;
-then the batch's collate) is timed on its own, in CPU seconds (``time.thread_time``) and wall
-seconds, single-threaded as a DataLoader worker runs it. The sum of the CPU seconds bounds
-what any number of workers can deliver: ``usable CPUs / CPU seconds per sample``.
+then the batch's collate; for the user's pipeline as it is, PIL's decode as ImageFolder's
+loader does it, then the recipe's transforms.v2) is timed on its own, in CPU seconds
+(``time.thread_time``) and wall seconds, single-threaded as a DataLoader worker runs it. The
+sum of the CPU seconds bounds what any number of workers can deliver: ``usable CPUs / CPU
+seconds per sample``.
 
 Example:
     >>> profile = profile_stages(source, recipe, "pil", n_samples=64)
@@ -13,23 +15,29 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import math
-import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import default_collate
+from torchvision.transforms import v2
 
 from autotune.pipeline import decoders
+from autotune.pipeline.config import AS_IS
 from autotune.pipeline.recipes import Recipe, largest_reduction
 from autotune.pipeline.sources import Source
 from autotune.runtime.threads import threads
 
 LOADER_STAGES = ("read", "decode", "augment", "collate")
 UNREADABLE = (OSError, ValueError, RuntimeError)  # what the loader skips a file for
+# one sample's decode and augment, each charged to its stage: (image, width, height)
+SampleStages = Callable[[bytes, "StageClock"], tuple[torch.Tensor, int, int]]
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,27 @@ def decode_and_augment(
     return out, width, height
 
 
+def tutorial_decode_and_augment(
+    transform: v2.Compose, data: bytes, clock: StageClock
+) -> tuple[torch.Tensor, int, int]:
+    """The tutorial's sample: decoded as ImageFolder's PIL loader does (no EXIF orientation),
+    then the recipe's transforms.v2 (crop, flip, to tensor, normalize) as augment."""
+    with Image.open(io.BytesIO(data)) as opened:
+        image = opened.convert("RGB")
+    clock.lap("decode")
+    out = transform(image)
+    clock.lap("augment")
+    return out, image.width, image.height
+
+
+def sample_stages(recipe: Recipe, decoder_name: str) -> SampleStages:
+    """How one sample is decoded and augmented: the tuner's decoder and recipe, or the
+    user's pipeline as it is (``AS_IS``)."""
+    if decoder_name == AS_IS:
+        return functools.partial(tutorial_decode_and_augment, recipe.tutorial_transform())
+    return functools.partial(decode_and_augment, recipe, decoders.get(decoder_name))
+
+
 def pick(n_items: int, n_samples: int, seed: int) -> list[int]:
     """``n_samples`` indices of ``range(n_items)`` drawn without replacement (all of them, in
     order, when there are not more)."""
@@ -178,7 +207,7 @@ def profile_stages(
         source: the samples.
         recipe: the augmentation (its random draws are seeded with ``seed``; torch's global
             random state is left as it was).
-        decoder_name: a CPU decoder of ``decoders.DECODERS``.
+        decoder_name: a CPU decoder of ``decoders.DECODERS``, or ``as_is`` (the tutorial's).
         n_samples: how many samples (drawn with ``seed``; all when the source has fewer).
         batch_size: samples per collate, as in the loader.
         seed: picks the samples and seeds the augmentation.
@@ -193,13 +222,13 @@ def profile_stages(
     chosen = list(indices) if indices is not None else pick(len(source), n_samples, seed)
     if not chosen:
         raise ValueError("no samples to profile")
-    decoder = decoders.get(decoder_name)
+    sample = sample_stages(recipe, decoder_name)
     with threads(1), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for index in chosen[:warmup]:
             with contextlib.suppress(*UNREADABLE):
-                decode_and_augment(recipe, decoder, source.read(index), StageClock())
-        total, samples, skipped = _time_samples(source, recipe, decoder, chosen, batch_size)
+                sample(source.read(index), StageClock())
+        total, samples, skipped = _time_samples(source, sample, chosen, batch_size)
     if not samples:
         raise ValueError(f"none of the {len(chosen)} samples could be decoded")
     n = len(samples)
@@ -212,8 +241,7 @@ def profile_stages(
 
 def _time_samples(
     source: Source,
-    recipe: Recipe,
-    decoder: decoders.Decoder,
+    sample: SampleStages,
     indices: Sequence[int],
     batch_size: int,
 ) -> tuple[StageClock, list[SampleTime], list[str]]:
@@ -229,7 +257,7 @@ def _time_samples(
         try:  # a file damaged past its header: the loader skips it, and so does this
             data = source.read(index)
             clock.lap("read")
-            image, width, height = decode_and_augment(recipe, decoder, data, clock)
+            image, width, height = sample(data, clock)
         except UNREADABLE:
             skipped.append(source.paths[index])
             continue
@@ -259,17 +287,3 @@ def _collate(batch: list[tuple[torch.Tensor, int]], clock: StageClock) -> None:
     clock.reset()
     default_collate(batch)
     clock.lap("collate")
-
-
-def time_reads(paths: Sequence[str]) -> StageTime:
-    """Seconds per file to read ``paths`` as they are cached now (cold after an eviction)."""
-    cpu, wall = time.thread_time(), time.perf_counter()
-    for path in paths:
-        with open(path, "rb") as f:
-            f.read()
-    n = max(1, len(paths))
-    return StageTime((time.thread_time() - cpu) / n, (time.perf_counter() - wall) / n)
-
-
-def total_bytes(paths: Sequence[str]) -> int:
-    return sum(os.stat(p).st_size for p in paths)

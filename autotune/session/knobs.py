@@ -20,6 +20,7 @@ import optuna
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
+from autotune.pipeline.config import AS_IS
 from autotune.schema import KnobConfig
 
 # Every knob and the value it takes when its condition does not hold.
@@ -29,7 +30,7 @@ INACTIVE = {
     "prefetch_factor": None,
     "persistent_workers": False,
     "pin_memory": False,
-    "decoder": "pil",
+    "decoder": AS_IS,  # a space without decoders tunes the user's pipeline as it is
     "main_threads": None,
     "augment_on": "cpu",
     "transfer": "uint8",
@@ -38,6 +39,8 @@ INACTIVE = {
     "dali_num_threads": None,
     "dali_prefetch_queue_depth": None,
 }
+# the decoder knob's values: the user's pipeline as it is, or one of the tuner's decoders
+DECODER_VALUES = (AS_IS, *decoders.DECODERS)
 FEATURES = ("cuda",)
 TYPES = ("int", "choice", "bool", "fixed")
 _OPS = {
@@ -131,10 +134,9 @@ def build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[K
     if cfg.type == "fixed":
         if cfg.value is None and name not in ("prefetch_factor", "main_threads"):
             raise UsageError(f"{where}.value must be set for a fixed knob")  # None: torch's
-        if name == "decoder" and cfg.value not in decoders.DECODERS:
+        if name == "decoder" and cfg.value not in DECODER_VALUES:
             raise UsageError(
-                f"{where}.value {cfg.value!r} is not a decoder; known: "
-                f"{', '.join(decoders.DECODERS)}"
+                f"{where}.value {cfg.value!r} is not a decoder; known: {', '.join(DECODER_VALUES)}"
             )
         return Knob(name, "fixed", value=cfg.value, when=when)
     if cfg.type == "bool":
@@ -169,11 +171,11 @@ def _choices(name: str, cfg: KnobConfig, where: str) -> tuple[Any, ...]:
     if not choices:
         raise UsageError(f"{where}.choices must list at least one value")
     if name == "decoder":
-        unknown = sorted(set(choices) - set(decoders.DECODERS))
+        unknown = sorted(set(choices) - set(DECODER_VALUES))
         if unknown:
             raise UsageError(
                 f"{where}.choices has unknown decoders {unknown}; known: "
-                f"{', '.join(decoders.DECODERS)}"
+                f"{', '.join(DECODER_VALUES)}"
             )
     return choices
 

@@ -19,12 +19,29 @@ import optuna
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.schema import SearchSpaceConfig
 from autotune.session.knobs import INACTIVE, Knob, build_knob
 
 # DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
 NEED_WORKERS = ("prefetch_factor", "persistent_workers")
+# The tuner's own pipeline choices: the user's pipeline "as it is" keeps them as they are.
+AS_IS_KEEPS = (
+    "augment_on",
+    "transfer",
+    "device_prefetch",
+    "channels_last",
+    "dali_num_threads",
+    "dali_prefetch_queue_depth",
+)
+
+
+def applies(knob: Knob, values: Mapping[str, Any]) -> bool:
+    """Whether ``knob`` is tried at ``values`` (the knobs before it): its condition holds and
+    it is not one of the pipeline choices the as-is pipeline keeps."""
+    if knob.name in AS_IS_KEEPS and values.get("decoder") == AS_IS:
+        return False
+    return knob.when is None or (knob.when.knob in values and knob.when.holds(values))
 
 
 @dataclass(frozen=True)
@@ -59,23 +76,8 @@ class SearchSpace:
             if knob_cfg.requires and not features[knob_cfg.requires]:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
-            if name == "decoder" and knob.type == "fixed":
-                reason = decoders.DECODERS[knob.value].unavailable_reason()
-                if reason:
-                    raise UsageError(f"search_space.knobs.decoder: {knob.value} {reason}")
-            elif name == "decoder":
-                dropped = _unusable_decoders(knob.choices, cuda=features["cuda"])
-                kept = tuple(c for c in knob.choices if c not in dropped)
-                # one line per reason: "decoders nvjpeg, dali left out: it needs a CUDA device"
-                for reason in dict.fromkeys(dropped.values()):
-                    names = [n for n, r in dropped.items() if r == reason]
-                    plural = "decoders" if len(names) > 1 else "decoder"
-                    notes.append(f"{plural} {', '.join(names)} left out: {reason}")
-                if not kept:
-                    raise UsageError(
-                        "search_space: no decoder of the list can run on this machine"
-                    )
-                knob = dataclasses.replace(knob, choices=kept)
+            if name == "decoder":
+                knob = _usable_decoders(_with_as_is(knob, notes), features["cuda"], notes)
             knobs.append(knob)
         if left_out:
             notes.append(
@@ -83,31 +85,28 @@ class SearchSpace:
             )
         _check_worker_conditions(knobs)
         defaults = (("batch_size", batch_size), *((k.name, k.value) for k in left_out))
+        if not any(k.name == "decoder" for k in knobs):  # no decoders named: the pipeline
+            defaults = (*defaults, ("decoder", INACTIVE["decoder"]))  # as it is, tuned
         return cls(name=cfg.name, knobs=tuple(knobs), notes=tuple(notes), defaults=defaults)
 
     def suggest(self, trial: optuna.Trial) -> PipelineConfig:
         """The trial's point of the space as a ``PipelineConfig``."""
         values: dict[str, Any] = dict(self.defaults)
         for knob in self.knobs:
-            if knob.when is not None and not knob.when.holds(values):
-                values[knob.name] = INACTIVE[knob.name]
-            else:
+            if applies(knob, values):
                 values[knob.name] = knob.suggest(trial)
+            else:
+                values[knob.name] = INACTIVE[knob.name]
         return PipelineConfig(**values)
 
     def baseline_params(self, *, default_threads: int) -> dict[str, Any]:
-        """PyTorch's defaults as trial params: 0 workers, no pinning, Pillow, torch's threads,
-        and the tutorial pipeline: augment and normalize in the workers, float32 to the
-        device, no side-stream copies, NCHW."""
+        """What users run, as trial params: their pipeline as it is (the tutorial's, for a
+        folder) under PyTorch's defaults: 0 workers, no pinning, torch's threads."""
         wanted = {
             "num_workers": 0,
             "pin_memory": False,
-            "decoder": "pil",
+            "decoder": AS_IS,
             "main_threads": default_threads,
-            "augment_on": "cpu",
-            "transfer": "float",
-            "device_prefetch": False,
-            "channels_last": False,
             "batch_size": dict(self.defaults)["batch_size"],
         }
         params = {}
@@ -132,7 +131,7 @@ class SearchSpace:
             grown = []
             for point in points:
                 values = {**dict(self.defaults), **fixed, **point}
-                if knob.when is not None and not knob.when.holds(values):
+                if not applies(knob, values):
                     grown.append(point)
                 else:
                     grown += [{**point, knob.name: value} for value in knob.values()]
@@ -167,19 +166,49 @@ class SearchSpace:
 
     def _active(self, name: str, values: Mapping[str, Any]) -> bool:
         knob = next((k for k in self.knobs if k.name == name), None)
-        if knob is None or knob.when is None:
-            return True
-        return knob.when.knob in values and knob.when.holds(values)
+        return knob is None or applies(knob, values)
 
     def fingerprint(self) -> str:
         payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def _with_as_is(knob: Knob, notes: list[str]) -> Knob:
+    """The decoder knob with ``as_is`` among its values: the baseline and the loader_kwargs a
+    best.yaml hands back are the user's pipeline as it is."""
+    values = knob.values()
+    if AS_IS in values:
+        return knob
+    notes.append(f"decoder {AS_IS} added: the baseline is your pipeline as it is")
+    return dataclasses.replace(knob, type="choice", choices=(AS_IS, *values), value=None)
+
+
+def _usable_decoders(knob: Knob, cuda: bool, notes: list[str]) -> Knob:
+    """The decoder knob without the decoders this machine cannot run, each reason noted once
+    ("decoders nvjpeg, dali left out: it needs device=cuda"); none left of the listed ones
+    is an error."""
+    if knob.type == "fixed":  # as it is, alone: nothing of the tuner's to run
+        return knob
+    dropped = _unusable_decoders(knob.choices, cuda=cuda)
+    for reason in dict.fromkeys(dropped.values()):
+        names = [n for n, r in dropped.items() if r == reason]
+        plural = "decoders" if len(names) > 1 else "decoder"
+        notes.append(f"{plural} {', '.join(names)} left out: {reason}")
+    kept = tuple(c for c in knob.choices if c not in dropped)
+    if kept == (AS_IS,) and dropped:
+        reasons = "; ".join(f"{n} {r}" for n, r in dropped.items())
+        raise UsageError(
+            f"search_space.knobs.decoder: no decoder of the list can run here ({reasons})"
+        )
+    return dataclasses.replace(knob, choices=kept)
+
+
 def _unusable_decoders(choices: tuple[Any, ...], *, cuda: bool) -> dict[str, str]:
     """The decoders of ``choices`` that cannot run here, with the reason."""
     out = {}
     for name in choices:
+        if name == AS_IS:
+            continue
         reason = decoders.DECODERS[name].unavailable_reason()
         if reason is None and decoders.DECODERS[name].on_device and not cuda:
             reason = "it needs device=cuda"

@@ -7,7 +7,7 @@ import logging
 import statistics
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
@@ -26,11 +26,15 @@ Finalist = tuple[str, int | None, PipelineConfig]  # label, trial number, config
 def reduces(config: PipelineConfig) -> bool:
     """Whether the config decodes below full resolution where the recipe allows (in the
     workers: crops drawn on the device need the whole image, so this is conservative)."""
+    if config.as_is:
+        return False
     return decoders.DECODERS[config.decoder].can_reduce and config.augment_on == "cpu"
 
 
 def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Finalist]:
-    """The baseline and the ``k`` best distinct feasible configs of the search.
+    """The baseline and, for each way of applying a result, the ``k`` best distinct feasible
+    configs of the search: any pipeline (for ``build_loader``), and the user's pipeline as it
+    is (for ``loader_kwargs``; the baseline is one of these).
 
     When the finalists all decode at reduced size, the best full-resolution decode joins them:
     the report can then say, from the same interleaved rounds, what reducing was worth.
@@ -39,19 +43,24 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
     complete = sorted(feasible_complete(study), key=lambda t: t.value or 0.0, reverse=True)
     picked: list[Finalist] = [(store.BASELINE, None, baseline)]
     seen = {baseline}
-    full_decode: Finalist | None = None
-    for t in complete:
-        config = store.pipeline_of(t)
-        if config in seen:
-            continue
-        seen.add(config)
-        finalist = (f"trial {t.number}", t.number, config)
-        if len(picked) <= k:
-            picked.append(finalist)
-        elif full_decode is None and not reduces(config):
-            full_decode = finalist
-    if k and full_decode is not None and all(reduces(c) for _, _, c in picked[1:]):
-        picked.append(full_decode)
+
+    def take(trials: list[FrozenTrial], wanted: int) -> None:
+        for t in trials:
+            config = store.pipeline_of(t)
+            if wanted <= 0:
+                return
+            if config not in seen:
+                seen.add(config)
+                picked.append((f"trial {t.number}", t.number, config))
+                wanted -= 1
+
+    take(complete, k)
+    as_is_picked = sum(1 for _, _, c in picked[1:] if c.as_is)
+    take([t for t in complete if store.pipeline_of(t).as_is], k - as_is_picked)
+    tuned = [c for _, _, c in picked[1:] if not c.as_is]
+    if k and tuned and all(reduces(c) for c in tuned):
+        full = [t for t in complete if not store.pipeline_of(t).as_is]
+        take([t for t in full if not reduces(store.pipeline_of(t))], 1)
     return picked
 
 
@@ -143,7 +152,7 @@ def reduced_decode_note(winner: Confirmed, confirmed: list[Confirmed]) -> str | 
     """What decoding at reduced size bought, measured against the best full decode."""
     if not reduces(winner.config):
         return None
-    full = [c for c in confirmed if not reduces(c.config) and c.label != store.BASELINE]
+    full = [c for c in confirmed if not reduces(c.config) and not c.config.as_is]
     if not full:
         return None
     best_full = max(full, key=lambda c: c.median)

@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline.config import PipelineConfig
-from autotune.tuner.store import TrialKey
+from autotune.tuner.store import BASELINE, TrialKey
 
 # Finalists whose confirmed medians lie within this of the top are "the same speed": the
 # cheaper one (fewer buffered batches, fewer workers, less memory) wins among them.
@@ -22,10 +22,12 @@ def epoch_rate(
 ) -> float:
     """Samples/s over one epoch: the steady rate, plus worker start-up once per epoch.
 
-    ``startup_s`` is the time to first batch beyond one batch at the steady rate. Persistent
-    workers pay it once per run, not per epoch, so it is not charged to them.
+    ``startup_s`` is the time to first batch beyond one batch at the steady rate. Only
+    workers that restart with every epoch pay it per epoch: persistent workers pay it once
+    per run, and without workers there is nothing to start.
     """
-    if not epoch_samples or steady <= 0 or (config.persistent_workers and config.num_workers):
+    restarts = config.num_workers > 0 and not config.persistent_workers
+    if not epoch_samples or steady <= 0 or not restarts:
         return steady
     return epoch_samples / (epoch_samples / steady + startup_s)
 
@@ -127,3 +129,29 @@ def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
                 "is inside the winner's spread: they are equally fast on this machine"
             )
     return winner, notes
+
+
+def _pick_beating_the_baseline(
+    confirmed: list[Confirmed], way: str
+) -> tuple[Confirmed, list[str]]:
+    """``pick_winner``, but never a config slower than the baseline: then the baseline."""
+    winner, notes = pick_winner(confirmed)
+    base = next((c for c in confirmed if c.label == BASELINE), None)
+    if base is not None and winner is not base and winner.median <= base.median:
+        notes.append("nothing beat the baseline here: the baseline's settings are kept")
+        winner = base
+    return winner, [f"{way}: {n}" for n in notes]
+
+
+def pick_each_way(
+    confirmed: list[Confirmed],
+) -> tuple[Confirmed, Confirmed | None, list[str]]:
+    """The pick for the whole tuned pipeline (``build_loader``: any config), the pick for the
+    user's pipeline as it is (``loader_kwargs``: among the as-is configs, the baseline one of
+    them), and the notes that explain them. None for the second where none was confirmed."""
+    winner, notes = _pick_beating_the_baseline(confirmed, "build_loader")
+    as_is = [c for c in confirmed if c.config.as_is]
+    if not as_is:
+        return winner, None, notes
+    as_is_winner, as_is_notes = _pick_beating_the_baseline(as_is, "loader_kwargs")
+    return winner, as_is_winner, notes + as_is_notes

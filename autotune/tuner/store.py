@@ -57,7 +57,9 @@ class StudyKey:
     CEILING = "ceiling_samples_per_s"
     CPU_WORK_BOUND = "cpu_work_bound_samples_per_s"  # one figure, or one per decoder
     CONFIRMATION = "confirmation"  # the confirmed rows (Confirmed.to_dict())
-    WINNER = "winner"  # the winning row's label
+    WINNER = "winner"  # the winning row's label: the whole tuned pipeline (build_loader)
+    AS_IS_WINNER = "as_is_winner"  # the winner for the user's pipeline as it is (loader_kwargs)
+    BASELINE = "baseline"  # what the baseline runs, in one line
     NOTES = "notes"
     WORKLOAD = "workload"
     MACHINE = "machine"
@@ -242,8 +244,10 @@ class StoredResult:
     """What a finished run stored on the study: enough to rebuild its report."""
 
     confirmed: tuple[dict[str, Any], ...]  # Confirmed.to_dict() rows
-    winner: str | None  # the winning row's label
+    winner: str | None  # the winning row's label: the whole tuned pipeline
     winner_trial: FrozenTrial | None
+    as_is_winner: str | None  # the row picked for the user's pipeline as it is
+    baseline: str | None  # what the baseline runs, in one line
     ceiling: float | None
     cpu_work_bound: float | dict[str, float] | None
     notes: tuple[str, ...]
@@ -252,10 +256,18 @@ class StoredResult:
 
 
 def save_result(
-    study: optuna.Study, confirmed: list[dict[str, Any]], winner: str, notes: list[str]
+    study: optuna.Study,
+    confirmed: list[dict[str, Any]],
+    *,
+    winner: str,
+    as_is_winner: str | None,
+    baseline: str,
+    notes: list[str],
 ) -> None:
     study.set_user_attr(StudyKey.CONFIRMATION, confirmed)
     study.set_user_attr(StudyKey.WINNER, winner)
+    study.set_user_attr(StudyKey.AS_IS_WINNER, as_is_winner)
+    study.set_user_attr(StudyKey.BASELINE, baseline)
     study.set_user_attr(StudyKey.NOTES, notes)
 
 
@@ -276,6 +288,8 @@ def load_result(study: optuna.Study) -> StoredResult:
         confirmed=confirmed,
         winner=winner,
         winner_trial=trial_of_row(study, row) if row else None,
+        as_is_winner=attrs.get(StudyKey.AS_IS_WINNER),
+        baseline=attrs.get(StudyKey.BASELINE),
         ceiling=attrs.get(StudyKey.CEILING),
         cpu_work_bound=attrs.get(StudyKey.CPU_WORK_BOUND),
         notes=tuple(attrs.get(StudyKey.NOTES, ())),

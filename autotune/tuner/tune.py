@@ -14,8 +14,8 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from autotune.pipeline import decoders, recipes
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline import decoders, recipes, tutorial
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.stages import profile_stages
 from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
@@ -23,7 +23,7 @@ from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store
 from autotune.tuner.confirm import confirm, finalists, from_search, reduced_decode_note
-from autotune.tuner.metrics import Confirmed, pick_winner, speedup
+from autotune.tuner.metrics import Confirmed, pick_each_way, speedup
 from autotune.tuner.objective import Objective
 from autotune.tuner.search import search
 from autotune.tuner.store import StudyKey
@@ -37,7 +37,7 @@ BOUND_PROFILE_SAMPLES = 48  # samples profiled per decoder for the CPU-work boun
 class StudyResult:
     study_name: str
     storage: str
-    best: PipelineConfig | None  # None: no trial finished
+    best: PipelineConfig | None  # the whole tuned pipeline (build_loader); None: none finished
     best_label: str
     confirmed: tuple[Confirmed, ...]
     counts: dict[str, int]  # complete / pruned / fail
@@ -49,6 +49,8 @@ class StudyResult:
     # decoder; None until measured
     cpu_work_bound_samples_per_s: float | dict[str, float] | None = None
     search_wall_s: float = 0.0  # this run's search (TPE and polish), without the confirmation
+    baseline_text: str = ""  # what the baseline runs, in one line
+    as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
 
     def _find(self, label: str) -> Confirmed | None:
         return next((c for c in self.confirmed if c.label == label), None)
@@ -62,9 +64,16 @@ class StudyResult:
         return self._find(store.BASELINE)
 
     @property
+    def as_is_winner(self) -> Confirmed | None:
+        return self._find(self.as_is_label) if self.as_is_label else None
+
+    def speedup_of(self, picked: Confirmed | None) -> float | None:
+        base = self.baseline
+        return speedup(picked.median if picked else None, base.median if base else None)
+
+    @property
     def speedup(self) -> float | None:
-        winner, base = self.winner, self.baseline
-        return speedup(winner.median if winner else None, base.median if base else None)
+        return self.speedup_of(self.winner)
 
 
 def measure_cpu_work_bound(session: Session) -> dict[str, float]:
@@ -76,7 +85,7 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
     names = knob.values() if knob is not None else ["pil"]
     bounds = {}
     for name in names:
-        if decoders.DECODERS[name].on_device:
+        if name != AS_IS and decoders.DECODERS[name].on_device:
             continue  # decoded on the device: not a CPU-work bound of the same kind
         profile = profile_stages(
             session.source, recipe, name, BOUND_PROFILE_SAMPLES, cfg.batch_size, cfg.seed
@@ -145,13 +154,11 @@ def _confirmed(
     return confirmed, []
 
 
-def _winner(session: Session, confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
-    """The pick, and the notes that explain it."""
-    winner, notes = pick_winner(confirmed)
-    base = next((c for c in confirmed if c.label == store.BASELINE), None)
-    if base is not None and winner is not base and winner.median <= base.median:
-        notes.append("no config beat PyTorch's defaults here: the defaults are exported")
-        winner = base
+def _winners(
+    session: Session, confirmed: list[Confirmed]
+) -> tuple[Confirmed, Confirmed | None, list[str]]:
+    """The pick for each way of applying the result, and the notes that explain them."""
+    winner, as_is_winner, notes = pick_each_way(confirmed)
     reduced = reduced_decode_note(winner, confirmed)
     if reduced:
         notes.append(reduced)
@@ -160,7 +167,7 @@ def _winner(session: Session, confirmed: list[Confirmed]) -> tuple[Confirmed, li
             f"samples/s over an epoch of {session.epoch_samples} samples: worker start-up "
             "charged per epoch unless workers persist"
         )
-    return winner, notes
+    return winner, as_is_winner, notes
 
 
 def _result(
@@ -175,18 +182,32 @@ def _result(
     confirmed, notes = _confirmed(session, study, baseline, stop, run)
     interrupted = stop.is_set()
     notes = [*session.space.notes, *notes]
-    winner = None
+    winner = as_is_winner = None
+    baseline_text = tutorial.describe(
+        recipes.from_config(session.config.recipe),
+        baseline.batch_size,
+        baseline.main_threads or torch.get_num_threads(),
+    )
     if confirmed:
-        winner, winner_notes = _winner(session, confirmed)
+        winner, as_is_winner, winner_notes = _winners(session, confirmed)
         notes += winner_notes
         # what report.md is rebuilt from (mode=report): the storage alone
-        store.save_result(study, [c.to_dict() for c in confirmed], winner.label, notes)
+        store.save_result(
+            study,
+            [c.to_dict() for c in confirmed],
+            winner=winner.label,
+            as_is_winner=as_is_winner.label if as_is_winner else None,
+            baseline=baseline_text,
+            notes=notes,
+        )
     return StudyResult(
         study_name=study.study_name,
         storage=session.config.study.storage,
         best=winner.config if winner else None,
         best_label=winner.label if winner else "none",
         confirmed=tuple(confirmed),
+        baseline_text=baseline_text,
+        as_is_label=as_is_winner.label if as_is_winner else None,
         counts=dict(Counter(t.state.name.lower() for t in trials if t.state.is_finished())),
         failures=dict(
             Counter(

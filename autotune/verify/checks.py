@@ -37,6 +37,7 @@ def check(session: Session) -> Checked:
             f"study.name={config.study.name} with the same overrides, without mode=verify)"
         )
     best = best_file.read(path)
+    best_file.as_is_of(best, path)  # a file of an older autotune has no claim for it
     differences = best_file.machine_differences(best.machine, session.facts)
     if differences:
         raise UsageError(

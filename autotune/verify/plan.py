@@ -1,9 +1,8 @@
 """The three arms of ``mode=verify`` and how big an epoch is.
 
 Epochs run over every sample unless that would make verify take more than about five minutes
-at the epoch rates best.yaml measured (``measured.baseline_samples_per_s`` for the two arms
-that read with PIL, ``measured.samples_per_s`` for the tuned one): then over a seeded subset
-that fits. ``verify.samples`` sets the size instead.
+at the epoch rates best.yaml measured (the baseline's, ``loader_kwargs``' and the whole
+pipeline's): then over a seeded subset that fits. ``verify.samples`` sets the size instead.
 """
 
 from __future__ import annotations
@@ -12,9 +11,10 @@ import dataclasses
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
 
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline import best_file
+from autotune.pipeline.best_file import BestFile
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.job import EpochRun, TrialJob
 from autotune.session import Session
 from autotune.verify.checks import Checked
@@ -47,14 +47,16 @@ class Plan:
     sizing: str  # how the epoch size was chosen, in words
 
 
-def seconds_per_sample(measured: dict[str, Any]) -> tuple[float, ...] | None:
-    """Each arm's seconds per sample at best.yaml's measured epoch rates (the kwargs arm reads
-    like the baseline; its workers only make it faster); None without a rate."""
+def seconds_per_sample(best: BestFile) -> tuple[float, ...] | None:
+    """Each arm's seconds per sample at best.yaml's measured epoch rates; None without a
+    rate."""
+    measured = best.measured
     baseline = measured.get("baseline_samples_per_s") or measured.get("samples_per_s")
+    as_is = best.as_is_measured.get("samples_per_s") or baseline
     tuned = measured.get("samples_per_s") or baseline
-    if not baseline or not tuned:
+    if not baseline or not as_is or not tuned:
         return None
-    return (1 / baseline, 1 / baseline, 1 / tuned)
+    return (1 / baseline, 1 / as_is, 1 / tuned)
 
 
 def estimate_s(samples: int, rounds: int, epochs: int, per_sample: float) -> float:
@@ -93,7 +95,8 @@ def sample_paths(session: Session, samples: int) -> tuple[str, ...] | None:
 
 def _arms(session: Session, checked: Checked, run: EpochRun) -> tuple[Arm, ...]:
     config = session.config
-    baseline = PipelineConfig(batch_size=config.batch_size)
+    baseline = PipelineConfig(batch_size=config.batch_size, decoder=AS_IS)
+    as_is = best_file.as_is_of(checked.best, checked.path)
     tuned = checked.best.config
     described = (
         (
@@ -102,7 +105,7 @@ def _arms(session: Session, checked: Checked, run: EpochRun) -> tuple[Arm, ...]:
             f"`DataLoader(ds, batch_size={config.batch_size}, shuffle=True)`",
             baseline,
         ),
-        ("loader_kwargs", "`DataLoader(ds, shuffle=True, **loader_kwargs(best))`", tuned),
+        ("loader_kwargs", "`DataLoader(ds, shuffle=True, **loader_kwargs(best))`", as_is),
         ("build_loader", "`build_loader(source, best)`", tuned),
     )
     return tuple(
@@ -119,7 +122,7 @@ def make_plan(session: Session, checked: Checked) -> Plan:
     """The arms, the epoch size and the per-run timeout."""
     config, verify = session.config, session.config.verify
     total = len(session.source)
-    per_arm = seconds_per_sample(checked.best.measured)
+    per_arm = seconds_per_sample(checked.best)
     per_sample = sum(per_arm) if per_arm else None
     batch_size = max(config.batch_size, checked.best.config.batch_size)
     if verify.samples is not None:

@@ -11,7 +11,7 @@ from autotune.verify.checks import Checked
 from autotune.verify.figures import ArmFigures, arm_figures
 from autotune.verify.plan import Plan
 from autotune.verify.rounds import Rounds
-from autotune.verify.verdict import CLAIM_KEYS, Claim, claim_of
+from autotune.verify.verdict import CLAIMED_ARMS, Claim, claim_of
 
 WIDE_SPREAD = 0.5  # an IQR wider than this share of the median is pointed out
 
@@ -44,8 +44,7 @@ def summarize(session: Session, checked: Checked, plan: Plan, rounds: Rounds) ->
         for arm in plan.arms
     }
     configs = {arm.name: arm.config for arm in plan.arms}
-    measured = checked.best.measured
-    claims = tuple(claim_of(arm, figures, configs, measured) for arm in CLAIM_KEYS)
+    claims = tuple(claim_of(arm, figures, configs, checked.best) for arm in CLAIMED_ARMS)
     return Verification(
         study=session.config.study.name,
         best_path=checked.path,

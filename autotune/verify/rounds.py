@@ -75,18 +75,8 @@ def _run_once(
 
 
 def loader_label(arm: Arm) -> str:
-    """The settings the arm's DataLoader runs with, short."""
-    if arm.name == "build_loader":
-        return arm.config.short()
-    config = arm.config
-    parts = [f"w{config.num_workers}"]
-    if config.num_workers:
-        parts.append(f"pf{config.prefetch_factor or 2}")
-        if config.persistent_workers:
-            parts.append("persist")
-    if arm.name == "loader_kwargs" and config.pin_memory:
-        parts.append("pin")
-    return " ".join([*parts, "pil", f"bs{config.batch_size}"])
+    """The settings the arm's loader runs with, short."""
+    return arm.config.short()
 
 
 def progress_figures(result: ArmRun) -> str:

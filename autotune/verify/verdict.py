@@ -5,8 +5,8 @@ where the figures show one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from autotune.pipeline.best_file import BestFile
 from autotune.pipeline.config import PipelineConfig
 from autotune.verify.figures import ArmFigures
 
@@ -19,11 +19,14 @@ REFERENCE_GAP = 0.10  # an arm this far from best.yaml's own figure is named
 HOLDS, DIFFERS = "holds", "differs"
 NO_CLAIM = "no claim in best.yaml"
 NOT_MEASURED = "not measured"
-# best.yaml's claims, by arm: the key in its ``measured:`` section
-CLAIM_KEYS = {
-    "build_loader": "speedup_vs_baseline",
-    "loader_kwargs": "loader_kwargs_speedup_vs_baseline",
-}
+# the arms best.yaml makes a claim for: each one's speedup_vs_baseline
+CLAIMED_ARMS = ("loader_kwargs", "build_loader")
+
+
+def claimed_speedup(best: BestFile, arm: str) -> float | None:
+    """best.yaml's claim for ``arm``: ``loader_kwargs.measured`` or ``measured``."""
+    measured = best.as_is_measured if arm == "loader_kwargs" else best.measured
+    return measured.get("speedup_vs_baseline")
 
 
 @dataclass(frozen=True)
@@ -93,22 +96,21 @@ def page_cache_causes(*arms: ArmFigures) -> list[str]:
     ]
 
 
-def reference_causes(arm: ArmFigures, baseline: ArmFigures, measured: dict[str, Any]) -> list[str]:
+def reference_causes(arm: ArmFigures, baseline: ArmFigures, best: BestFile) -> list[str]:
     """Where an arm's rate is far from best.yaml's own figure for it."""
     causes = []
-    tuned_baseline = measured.get("baseline_samples_per_s")
+    tuned_baseline = best.measured.get("baseline_samples_per_s")
     if tuned_baseline and abs(baseline.median / tuned_baseline - 1) > REFERENCE_GAP:
         causes.append(
-            f"the tutorial baseline (ImageFolder, PIL, transforms.v2) ran at "
-            f"{baseline.median:.1f} samples/s; best.yaml's baseline (the tuner's decode under "
-            f"PyTorch's DataLoader defaults) at {tuned_baseline:.1f}: "
-            f"{baseline.median / tuned_baseline:.2f}x"
+            f"the baseline ran at {baseline.median:.1f} samples/s over real epochs; best.yaml "
+            f"says {tuned_baseline:.1f}: {baseline.median / tuned_baseline:.2f}x"
         )
-    tuned = measured.get("samples_per_s")
-    if arm.arm == "build_loader" and tuned and abs(arm.median / tuned - 1) > REFERENCE_GAP:
+    measured = best.as_is_measured if arm.arm == "loader_kwargs" else best.measured
+    own = measured.get("samples_per_s")
+    if own and abs(arm.median / own - 1) > REFERENCE_GAP:
         causes.append(
-            f"build_loader ran at {arm.median:.1f} samples/s over real epochs; best.yaml "
-            f"says {tuned:.1f}: {arm.median / tuned:.2f}x"
+            f"{arm.arm} ran at {arm.median:.1f} samples/s over real epochs; best.yaml "
+            f"says {own:.1f}: {arm.median / own:.2f}x"
         )
     return causes
 
@@ -117,7 +119,7 @@ def likely_causes(
     arm: ArmFigures,
     baseline: ArmFigures,
     configs: dict[str, PipelineConfig],
-    measured: dict[str, Any],
+    best: BestFile,
 ) -> tuple[str, ...]:
     """What the figures show that moves the arm's ratio: its own shapes and the baseline's,
     and how far each is from best.yaml's own figure."""
@@ -127,7 +129,7 @@ def likely_causes(
         *tail_cause(baseline),
         *tail_cause(arm),
         *page_cache_causes(baseline, arm),
-        *reference_causes(arm, baseline, measured),
+        *reference_causes(arm, baseline, best),
     ]
     return tuple(causes) or ("no cause shows in the figures",)
 
@@ -136,15 +138,15 @@ def claim_of(
     arm: str,
     figures: dict[str, ArmFigures | None],
     configs: dict[str, PipelineConfig],
-    measured: dict[str, Any],
+    best: BestFile,
 ) -> Claim:
     """The verdict on best.yaml's claim for ``arm`` (or its ratio, where it claims nothing);
     ``configs``: each arm's loader settings."""
-    claimed = measured.get(CLAIM_KEYS[arm])
+    claimed = claimed_speedup(best, arm)
     own, baseline = figures.get(arm), figures.get("baseline")
     if own is None or baseline is None or baseline.median <= 0:
         return Claim(arm, claimed, None, NOT_MEASURED)
     ratio = ratio_to_baseline(own, baseline)
     verdict = judge(claimed, ratio)
-    causes = likely_causes(own, baseline, configs, measured) if verdict == DIFFERS else ()
+    causes = likely_causes(own, baseline, configs, best) if verdict == DIFFERS else ()
     return Claim(arm, claimed, ratio, verdict, causes)

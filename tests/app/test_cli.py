@@ -31,6 +31,14 @@ def test_quick_study_writes_a_usable_best_yaml(quick_study):
     )
     assert measured["speedup_vs_baseline"] >= 1.0  # never exports something slower
     assert best["machine"]["usable_cpus"] >= 1 and best["machine"]["torch"]
+    # the other way: DataLoader arguments for the user's pipeline as it is, never slower
+    # than the baseline (the baseline is one of its candidates), against the same baseline
+    assert best["baseline"].startswith("ImageFolder(root) with its PIL loader")
+    as_is = best["loader_kwargs"]
+    torch.utils.data.DataLoader(list(range(64)), **as_is["loader"])
+    assert as_is["main_threads"] >= 1 and as_is["measured"]["speedup_vs_baseline"] >= 1.0
+    assert "build_loader(best.yaml), the whole tuned pipeline" in result.stdout
+    assert "loader_kwargs(best.yaml), your pipeline as it is" in result.stdout
     assert "optuna-dashboard sqlite:///studies/autotune.db" in result.stdout
     assert "baseline" in result.stdout and "ceiling" in result.stdout
 
@@ -50,7 +58,7 @@ def test_trials_carry_their_measurements(quick_study):
     trials = study.get_trials()
     assert len(trials) == 4
     baseline = trials[0]
-    assert baseline.params["num_workers"] == 0 and baseline.params["decoder"] == "pil"
+    assert baseline.params["num_workers"] == 0 and baseline.params["decoder"] == "as_is"
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert complete
     for t in complete:
@@ -216,7 +224,11 @@ def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
         if step == 1:
             break
     assert len(losses) == 2
-    kwargs = autotune.loader_kwargs(best)
+    threads = torch.get_num_threads()
+    try:
+        kwargs = autotune.loader_kwargs(best)  # sets the tuned threads, as build_loader does
+    finally:
+        torch.set_num_threads(threads)
     assert torch.utils.data.DataLoader(range(16), **kwargs).batch_size == kwargs["batch_size"]
 
 

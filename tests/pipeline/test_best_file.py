@@ -1,11 +1,10 @@
-"""Tests for autotune.pipeline.best_file: best.yaml written and read back, byte for byte the
-format studies have always written, its error lines and the other-machine comparison."""
+"""Tests for autotune.pipeline.best_file: best.yaml written and read back, a file of an older
+autotune, its error lines and the other-machine comparison."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -46,49 +45,54 @@ BEST = BestFile(
         batch_size=64, num_workers=4, prefetch_factor=2, decoder="pil_reduced", main_threads=2
     ),
     measured={"samples_per_s": 1234.5, "samples_per_s_iqr": [1200.0, 1250.0], "notes": []},
+    as_is=PipelineConfig(
+        batch_size=64, num_workers=2, prefetch_factor=4, decoder="as_is", main_threads=1
+    ),
+    as_is_measured={"samples_per_s": 600.0, "speedup_vs_baseline": 1.2, "picked": "trial 3"},
+    baseline="ImageFolder(root) ...; DataLoader(dataset, batch_size=64, shuffle=True)",
     workload={"dataset": "synthetic", "images": 512, "recipe": {"name": "imagenet_train"}},
     machine=MACHINE,
     study={"name": "s", "trials": {"complete": 3}, "interrupted": False},
 )
 
 
-def _old_writer(config: PipelineConfig, sections: dict[str, Any]) -> str:
-    """What the report layer wrote before best_file existed, for the same inputs."""
-    doc = config.to_dict()
-    for key in ("measured", "workload", "machine", "study"):
-        doc[key] = sections[key]
-    header = (
-        "# autotune: the fastest input pipeline measured on this machine.\n"
-        "# loader: torch.utils.data.DataLoader(dataset, **loader)\n"
-        "# or: autotune.build_loader(source_or_dataset, this_file) for the whole pipeline\n"
-    )
-    return header + yaml.safe_dump(doc, sort_keys=False)
-
-
-def test_write_is_byte_identical_to_the_old_writer(tmp_path: Path) -> None:
-    path = tmp_path / "best.yaml"
-    best_file.write(path, BEST)
-    sections = {
-        "measured": BEST.measured,
-        "workload": BEST.workload,
-        "machine": BEST.machine,
-        "study": BEST.study,
-    }
-    assert path.read_text() == _old_writer(BEST.config, sections)
-
-
 def test_the_header_and_the_order_of_sections(tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     best_file.write(path, BEST)
     lines = path.read_text().splitlines()
-    assert lines[:3] == [
-        "# autotune: the fastest input pipeline measured on this machine.",
-        "# loader: torch.utils.data.DataLoader(dataset, **loader)",
-        "# or: autotune.build_loader(source_or_dataset, this_file) for the whole pipeline",
+    assert lines[:5] == best_file.HEADER.splitlines()
+    assert "**autotune.loader_kwargs(this_file)" in lines[2]
+    assert "autotune.build_loader(folder_or_dataset, this_file)" in lines[4]
+    top = [line.split(":")[0] for line in lines[5:] if line and not line[0].isspace()]
+    assert top == [
+        "baseline",
+        "loader_kwargs",
+        "loader",
+        "pipeline",
+        "measured",
+        "workload",
+        "machine",
+        "study",
     ]
-    assert lines[3] == "loader:"
-    top = [line.rstrip(":") for line in lines[3:] if line and not line[0].isspace()]
-    assert top == ["loader", "pipeline", "measured", "workload", "machine", "study"]
+    doc = yaml.safe_load(path.read_text())
+    assert doc["loader_kwargs"]["main_threads"] == 1
+    assert doc["loader_kwargs"]["loader"]["num_workers"] == 2
+    assert doc["loader_kwargs"]["measured"]["speedup_vs_baseline"] == 1.2
+
+
+def test_a_file_of_an_older_autotune_keeps_build_loader_and_refuses_loader_kwargs(
+    tmp_path: Path,
+) -> None:
+    """Written before the pipeline as it is was tuned: loader and pipeline sections only."""
+    path = tmp_path / "best.yaml"
+    doc = {**BEST.config.to_dict(), "measured": BEST.measured, "machine": MACHINE}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    old = best_file.read(path)
+    assert old.config == BEST.config and old.as_is is None
+    with pytest.raises(UsageError) as info:
+        best_file.as_is_of(old, path)
+    assert str(info.value).startswith(f"{path} was written by an older autotune:")
+    assert "\n" not in str(info.value) and "tune again under a new study.name" in str(info.value)
 
 
 def test_write_then_read(tmp_path: Path) -> None:

@@ -144,36 +144,6 @@ def test_device_decoder_path_on_a_cpu_device(mixed_folder: Path) -> None:
     assert diff.max() <= 1.0, diff.max()  # TorchCodec's CPU decoder and Pillow: same libjpeg
 
 
-# --- the one-ahead prefetch -----------------------------------------------------------------
-
-
-def test_one_ahead_starts_the_next_item_before_handing_over_this_one() -> None:
-    events: list[str] = []
-
-    def start(item: int) -> int:
-        events.append(f"start {item}")
-        return item
-
-    def finish(item: int) -> int:
-        events.append(f"finish {item}")
-        return item
-
-    for item in loader.one_ahead(range(3), start, finish):
-        events.append(f"use {item}")
-    assert events == [
-        "start 0",
-        "finish 0",
-        "start 1",
-        "use 0",
-        "finish 1",
-        "start 2",
-        "use 1",
-        "finish 2",
-        "use 2",
-    ]
-    assert list(loader.one_ahead([], start, finish)) == []
-
-
 def test_device_prefetch_is_a_no_op_on_a_cpu_device(small_set: Source) -> None:
     recipe = recipes.CenterCropEval(crop_size=32)
     tuned = loader.build(

@@ -19,16 +19,28 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
 
 
-def test_loader_kwargs_warn_when_the_device_has_a_share(tmp_path: Path) -> None:
-    host_only = tmp_path / "host.yaml"
-    host_only.write_text(yaml.safe_dump(PipelineConfig(num_workers=2).to_dict()))
-    on_device = tmp_path / "device.yaml"
-    on_device.write_text(yaml.safe_dump(PipelineConfig(decoder="nvjpeg").to_dict()))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert autotune.loader_kwargs(host_only)["num_workers"] == 2
-    with pytest.warns(UserWarning, match="use autotune.build_loader"):
-        autotune.loader_kwargs(on_device)
+def test_loader_kwargs_are_those_tuned_for_the_pipeline_as_it_is(tmp_path: Path) -> None:
+    """Not the whole pipeline's: those were tuned for the tuner's decode, not the user's."""
+    as_is = PipelineConfig(num_workers=2, prefetch_factor=3, decoder="as_is", main_threads=1)
+    whole = PipelineConfig(num_workers=1, decoder="opencv", main_threads=2)
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BestFile(whole, as_is=as_is))
+    threads = torch.get_num_threads()
+    try:
+        kwargs = autotune.loader_kwargs(path)
+        assert torch.get_num_threads() == 1  # the tuned threads: part of what was measured
+    finally:
+        torch.set_num_threads(threads)
+    assert kwargs == as_is.loader_kwargs()
+    assert (kwargs["num_workers"], kwargs["prefetch_factor"], kwargs["drop_last"]) == (2, 3, False)
+
+
+def test_loader_kwargs_refuse_a_file_of_an_older_autotune(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(PipelineConfig(num_workers=2).to_dict()))
+    with pytest.raises(UsageError, match="written by an older autotune"):
+        autotune.loader_kwargs(path)
+    assert autotune.load_pipeline_config(path).num_workers == 2  # build_loader's still reads
 
 
 def test_build_loader_from_a_best_yaml_with_device_augmentation(
@@ -48,7 +60,6 @@ def test_load_pipeline_config(tmp_path: Path) -> None:
     best_file.write(path, BestFile(config, workload={"device": "cpu"}))
     assert autotune.load_pipeline_config(path) == config
     assert autotune.load_pipeline_config(str(path)) == config
-    assert autotune.loader_kwargs(path) == config.loader_kwargs()
 
 
 def test_a_file_that_is_not_a_best_yaml(tmp_path: Path) -> None:

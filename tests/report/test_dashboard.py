@@ -68,8 +68,8 @@ def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
         # the study's note: the summary table of report.md, in Markdown
         note = detail["note"]["body"]
         assert detail["note"]["version"] >= 1
-        assert "| samples/s | IQR | config |" in note and "PyTorch defaults" in note
-        assert "| ceiling |" in note and "speedup vs PyTorch defaults:" in note
+        assert "| samples/s | IQR | config |" in note and "PyTorch's defaults" in note
+        assert "| ceiling |" in note and "x the baseline" in note
         assert "studies/synthetic-tiny/report.md" in note
         assert len(detail["trials"]) >= 4
         complete = [t for t in detail["trials"] if t["state"] == "Complete"]

@@ -52,9 +52,14 @@ def test_a_study_writes_report_md_linking_legible_plots(quick_study):
     assert "report:      studies/synthetic-tiny/report.md" in result.stdout
     for heading in ("## Summary", "## Trials", "## Settings that mattered", "## Plots"):
         assert heading in text
-    assert "PyTorch defaults" in text and "| ceiling |" in text
-    assert "speedup vs PyTorch defaults:" in text and "spread of the best: IQR" in text
-    assert "(best)**" in text  # the winner is marked in the table
+    assert "baseline: your pipeline, PyTorch's defaults" in text and "| ceiling |" in text
+    assert "- baseline: ImageFolder(root) with its PIL loader" in text
+    assert "x the baseline" in text and "spread of the best: IQR" in text
+    # each way's pick is marked in the table, and each has its speedup line
+    assert "(build_loader)**" in text or "(build_loader + loader_kwargs)**" in text
+    assert "loader_kwargs)**" in text
+    assert "- build_loader(best.yaml), the whole tuned pipeline" in text
+    assert "- loader_kwargs(best.yaml), your pipeline as it is" in text
     assert "No trial failed." in text
     assert "| `num_workers` |" in text  # an importance row per searched setting
     images = linked_images(report_md)
@@ -209,7 +214,9 @@ def test_pruned_trials_one_decoder_and_no_ceiling_still_plot(tmp_path):
     assert "| ceiling |" not in text and "/ ceiling" not in text  # none measured: none shown
     assert "| CPU-work bound (pil) | 450.0 |" in text
     assert "best (steady) / CPU-work bound: 0.89" in text
-    assert "speedup vs PyTorch defaults: 2.00x" in text
+    assert (
+        "- build_loader(best.yaml), the whole tuned pipeline (trial 2): 2.00x the baseline" in text
+    )
     assert "5 trials: 3 complete, 2 pruned, 0 failed (1 of the pruned skipped" in text
     assert "| skipped (would not fit) | 1: 4 | shm |" in text
     images = linked_images(path)

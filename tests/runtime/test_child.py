@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torchvision.datasets import DatasetFolder
 
 from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.loader import EncodedImageDataset
 from autotune.pipeline.sources import synthetic
 from autotune.runtime.child import measure
 from autotune.runtime.job import TrialJob
@@ -85,3 +87,27 @@ def test_main_threads_is_set_for_the_process(source) -> None:
 def test_an_unknown_model_is_a_usage_error(source) -> None:
     with pytest.raises(UsageError, match="unknown model"):
         measure(job(source, model="resnet7"), ignore)
+
+
+def test_the_baseline_window_reads_through_the_tutorial_s_image_folder(source, monkeypatch):
+    """The baseline trial times what users run: ImageFolder's own __getitem__ (its PIL
+    loader, the tutorial's transforms), never the tuner's decode path."""
+    reads = {"imagefolder": 0, "tuner": 0}
+    folder_get, tuner_get = DatasetFolder.__getitem__, EncodedImageDataset.__getitem__
+
+    def folder(self, index):
+        reads["imagefolder"] += 1
+        return folder_get(self, index)
+
+    def tuner(self, index):
+        reads["tuner"] += 1
+        return tuner_get(self, index)
+
+    monkeypatch.setattr(DatasetFolder, "__getitem__", folder)
+    monkeypatch.setattr(EncodedImageDataset, "__getitem__", tuner)
+    baseline = PipelineConfig(batch_size=4, decoder="as_is")  # num_workers=0: read here
+    m = measure(job(source, pipeline=baseline), ignore)
+    assert m.samples_per_s > 0
+    assert reads["imagefolder"] >= 4 * (1 + 1 + 6) and reads["tuner"] == 0
+    measure(job(source), ignore)  # the tuner's own pipeline, for contrast
+    assert reads["tuner"] > 0

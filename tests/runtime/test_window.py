@@ -107,8 +107,9 @@ def test_no_warmup_reports_the_buffer_drain_as_speed() -> None:
 def test_time_to_first_batch_is_kept_apart_from_the_rate() -> None:
     slow_start, _ = window(buffered=8, startup=3.0)
     fast_start, _ = window(buffered=8, startup=0.0)
-    assert slow_start.time_to_first_batch_s == 3.0 + T_STEP  # start-up plus the first step
-    assert fast_start.time_to_first_batch_s == T_STEP
+    # the batch in hand: the first step's one-off warm-up is not start-up
+    assert slow_start.time_to_first_batch_s == 3.0
+    assert fast_start.time_to_first_batch_s == 0.0
     assert slow_start.samples_per_s == fast_start.samples_per_s == SUSTAINED
     assert slow_start.data_wait_fraction == fast_start.data_wait_fraction
 
@@ -208,7 +209,7 @@ def test_run_ceiling_measures_the_step_alone() -> None:
     )
     assert m.samples_per_s == BATCH_SIZE / T_STEP
     assert m.data_wait_fraction == 0.0
-    assert m.time_to_first_batch_s == T_STEP
+    assert m.time_to_first_batch_s == 0.0  # the batch is there: nothing to start
     assert m.timed_batches == 12
     assert m.samples_per_s > SUSTAINED  # the pipeline can never beat its ceiling
 

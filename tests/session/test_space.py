@@ -137,7 +137,7 @@ CUDA_KNOBS = (
 def test_default_space_on_cpu(default_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
     space = build(default_cfg, facts4, device="cpu")
     knobs = {k.name: k for k in space.knobs}
-    assert knobs["decoder"].choices == ("pil", "pil_reduced", "opencv", "torchvision")
+    assert knobs["decoder"].choices == ("as_is", "pil", "pil_reduced", "opencv", "torchvision")
     # one line per reason, not one per choice
     assert "decoders nvjpeg, dali left out: it needs a CUDA device" in space.notes
     assert f"{', '.join(CUDA_KNOBS)} left out: they need a CUDA device" in space.notes
@@ -265,17 +265,21 @@ def test_baseline_is_pytorchs_defaults(
     default_cfg: SearchSpaceConfig, facts4: MachineFacts
 ) -> None:
     params = build(default_cfg, facts4).baseline_params(default_threads=2)
-    assert params == {"num_workers": 0, "decoder": "pil", "main_threads": 2}
+    assert params == {"num_workers": 0, "decoder": "as_is", "main_threads": 2}
 
 
 def test_baseline_on_cuda_does_not_pin(
     default_cfg: SearchSpaceConfig, facts4: MachineFacts
 ) -> None:
-    params = build(default_cfg, facts4, device="cuda").baseline_params(default_threads=2)
+    space = build(default_cfg, facts4, device="cuda")
+    params = space.baseline_params(default_threads=2)
     assert params["pin_memory"] is False
-    # the tutorial pipeline: normalized float32 crosses the bus, no side stream, NCHW
-    assert (params["augment_on"], params["transfer"]) == ("cpu", "float")
-    assert (params["device_prefetch"], params["channels_last"]) == (False, False)
+    # the tutorial pipeline: its normalized float32 crosses the bus, no side stream, NCHW;
+    # none of these is a trial parameter of the as-is pipeline
+    assert not {"augment_on", "transfer", "device_prefetch", "channels_last"} & set(params)
+    config = space.suggest(FixedTrial(params))
+    assert config.as_is and (config.augment_on, config.transfer) == ("cpu", "float")
+    assert (config.device_prefetch, config.channels_last, config.drop_last) == (False,) * 3
 
 
 @pytest.mark.parametrize(("threads", "expected"), [(16, 4), (0, 1), (3, 3)])
@@ -289,9 +293,9 @@ def test_baseline_threads_clamped_into_range(
 def test_baseline_quick_space(quick_cfg: SearchSpaceConfig, facts4: MachineFacts) -> None:
     space = build(quick_cfg, facts4)
     params = space.baseline_params(default_threads=8)
-    assert params == {"num_workers": 0, "decoder": "pil", "main_threads": 1}
+    assert params == {"num_workers": 0, "decoder": "as_is", "main_threads": 1}
     cfg = space.suggest(FixedTrial(params))  # a baseline is a complete, valid trial
-    assert (cfg.num_workers, cfg.decoder, cfg.main_threads) == (0, "pil", 1)
+    assert (cfg.num_workers, cfg.decoder, cfg.main_threads) == (0, "as_is", 1)
 
 
 # --- fingerprint ------------------------------------------------------------------------------
@@ -366,9 +370,44 @@ def test_prefetch_factor_without_when_is_fine_when_workers_cannot_be_zero(
     assert space.suggest(FixedTrial({"num_workers": 1, "prefetch_factor": 3})).prefetch_factor == 3
 
 
-def test_fixed_decoder(facts4: MachineFacts) -> None:
+def test_a_fixed_decoder_is_tried_beside_the_pipeline_as_it_is(facts4: MachineFacts) -> None:
     cfg = SearchSpaceConfig(knobs={"decoder": KnobConfig(type="fixed", value="pil")})
-    assert build(cfg, facts4).suggest(FixedTrial({})).decoder == "pil"
+    space = build(cfg, facts4)
+    assert space.suggest(FixedTrial({"decoder": "pil"})).decoder == "pil"
+    assert space.suggest(FixedTrial({"decoder": "as_is"})).as_is
+    assert "decoder as_is added: the baseline is your pipeline as it is" in space.notes
+
+
+def test_a_space_without_decoders_tunes_the_pipeline_as_it_is(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(knobs={"num_workers": KnobConfig(type="int", low=0, high=2)})
+    assert build(cfg, facts4).suggest(FixedTrial({"num_workers": 1})).as_is
+
+
+def test_the_pipeline_as_it_is_keeps_its_own_choices(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    """As it is, only the loader's settings and threads vary: the tuner's pipeline choices
+    are not trial parameters, not grid points and not polish neighbours."""
+    space = build(default_cfg, facts4, device="cuda")
+    kept = {"augment_on", "transfer", "device_prefetch", "channels_last"}
+    as_is_points = [p for p in space.grid() if p["decoder"] == "as_is"]
+    assert as_is_points and not any(kept & set(p) for p in as_is_points)
+    assert any(kept <= set(p) for p in space.grid() if p["decoder"] == "pil")
+    params = {
+        **space.baseline_params(default_threads=2),
+        "num_workers": 1,
+        "prefetch_factor": 2,
+        "persistent_workers": False,
+    }
+    for points in space.neighbours(params):
+        for point in points:
+            assert point["decoder"] != "as_is" or not kept & set(point)
+
+
+def test_a_fixed_decoder_that_cannot_run_here_is_refused(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(knobs={"decoder": KnobConfig(type="fixed", value="nvjpeg")})
+    with pytest.raises(UsageError, match="no decoder of the list can run here"):
+        build(cfg, facts4, device="cpu")
 
 
 def test_when_on_a_knob_left_out_by_requires_uses_its_inactive_value(

@@ -13,7 +13,7 @@ from autotune.runtime.window import Measurement
 from autotune.tuner.confirm import confirm, finalists, reduced_decode_note
 from autotune.tuner.metrics import Confirmed
 
-BASELINE = PipelineConfig(batch_size=32, main_threads=2)
+BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
 
 
 def _trial(value: float, workers: int, *, constraint: float = 0.0, decoder: str = "pil"):
@@ -28,7 +28,7 @@ def _trial(value: float, workers: int, *, constraint: float = 0.0, decoder: str 
         params={"num_workers": workers, "decoder": decoder},
         distributions={
             "num_workers": IntDistribution(0, 4),
-            "decoder": CategoricalDistribution(["pil", "pil_reduced", "opencv"]),
+            "decoder": CategoricalDistribution(["as_is", "pil", "pil_reduced", "opencv"]),
         },
         value=value,
         user_attrs={"pipeline": config.to_dict(), "constraint": constraint},
@@ -50,6 +50,27 @@ def test_finalists_are_distinct_feasible_and_best_first():
     numbers = [number for _, number, _ in picked[1:]]
     assert 1 not in numbers  # over the memory budget: never a finalist, never exported
     assert numbers == [2, 3, 4]  # 310 (w2), then 250 (w1): the duplicate w2 config is dropped
+
+
+def test_each_way_of_applying_gets_its_own_finalists():
+    """The pipeline as it is is slower than the tuner's here, yet its best configs are
+    confirmed too: loader_kwargs needs a pick of its own."""
+    study = optuna.create_study(direction="maximize")
+    for trial in (
+        _trial(500, 2, decoder="opencv"),
+        _trial(480, 1, decoder="opencv"),
+        _trial(450, 2, decoder="pil"),
+        _trial(300, 2, decoder="as_is"),
+        _trial(250, 1, decoder="as_is"),
+        _trial(240, 0, decoder="as_is"),
+    ):
+        study.add_trial(trial)
+    picked = finalists(study, 2, BASELINE)
+    assert [number for _, number, _ in picked[1:]] == [0, 1, 3, 4]
+    assert [c.as_is for _, _, c in picked] == [True, False, False, True, True]
+    # an as-is config among the best overall counts for its way too
+    study.add_trial(_trial(600, 3, decoder="as_is"))
+    assert [number for _, number, _ in finalists(study, 2, BASELINE)[1:]] == [6, 0, 3]
 
 
 def test_the_best_full_decode_joins_reduced_finalists():

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from autotune.pipeline.config import PipelineConfig
-from autotune.tuner.metrics import Confirmed, epoch_rate, pick_winner
+from autotune.tuner.metrics import Confirmed, epoch_rate, pick_each_way, pick_winner
 
 
-def test_epoch_rate_charges_startup_unless_workers_persist():
+def test_epoch_rate_charges_startup_only_to_workers_that_restart_each_epoch():
     plain = PipelineConfig(num_workers=2)
     assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=100) == pytest.approx(50.0)
     persistent = PipelineConfig(num_workers=2, persistent_workers=True)
     assert epoch_rate(100.0, 1.0, config=persistent, epoch_samples=100) == 100.0
+    in_process = PipelineConfig(num_workers=0)  # nothing starts with an epoch
+    assert epoch_rate(100.0, 1.0, config=in_process, epoch_samples=100) == 100.0
     assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=None) == 100.0
 
 
@@ -36,3 +38,25 @@ def test_a_lead_inside_the_spread_is_said():
     clear = _confirmed("trial 3", 1, (300.0, 301.0, 299.0))
     winner, notes = pick_winner([a, clear])
     assert winner is a and not notes
+
+
+def _as_is(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:
+    config = PipelineConfig(
+        num_workers=workers, prefetch_factor=2 if workers else None, decoder="as_is"
+    )
+    return Confirmed(label, None, config, rates)
+
+
+def test_each_way_has_its_pick_and_loader_kwargs_never_lose_to_the_baseline():
+    base = _as_is("baseline", 0, (200.0, 200.0))
+    tuned = _confirmed("trial 1", 2, (500.0, 505.0))
+    as_is = _as_is("trial 2", 2, (300.0, 310.0))
+    winner, as_is_winner, _ = pick_each_way([base, tuned, as_is])
+    assert (winner, as_is_winner) == (tuned, as_is)
+    slower = _as_is("trial 3", 1, (150.0, 160.0))  # as it is, workers made it slower
+    assert pick_each_way([base, tuned, slower])[:2] == (tuned, base)
+    level = _as_is("trial 4", 2, (201.0, 203.0))  # as fast: the baseline needs no workers
+    winner, as_is_winner, notes = pick_each_way([base, tuned, level])
+    assert (winner, as_is_winner) == (tuned, base)
+    assert any(n.startswith("loader_kwargs: baseline is within 2%") for n in notes), notes
+    assert pick_each_way([tuned])[1] is None  # no as-is config confirmed: no pick

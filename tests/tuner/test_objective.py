@@ -77,12 +77,18 @@ def test_a_config_that_cannot_fit_is_skipped_not_run(cfg, facts, source):
 
 def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source):
     m = Measurement(200.0, (190.0, 200.0, 210.0), 0.3, 0.04 + 32 / 200.0, 8, 9)  # batch 32
-    trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
-    value = objective(cfg, facts, source, fake_run(m))(trial)
+    restarts = cli.to_config(
+        cli.compose(["search_space=quick", "search_space.knobs.persistent_workers.value=false"])
+    )
+    value = objective(restarts, facts, source, fake_run(m))(
+        optuna.trial.FixedTrial({**WORKERS, "prefetch_factor": 2})
+    )
     epoch = 40 // 32 * 32  # start-up beyond one batch (0.04 s) is charged once per epoch
     assert value == pytest.approx(epoch / (epoch / 200.0 + 0.04), rel=1e-3)
     persistent = optuna.trial.FixedTrial({**WORKERS, "prefetch_factor": 2})  # quick: persist
     assert objective(cfg, facts, source, fake_run(m))(persistent) == 200.0
+    trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    assert objective(cfg, facts, source, fake_run(m))(trial) == 200.0  # nothing to restart
     attrs = trial.user_attrs
     assert attrs["samples_per_s_steady"] == 200.0
     assert attrs["samples_per_s_sub_windows"] == [190.0, 200.0, 210.0]

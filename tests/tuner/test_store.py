@@ -67,10 +67,12 @@ def test_the_winner_is_found_by_its_trial_number_or_its_older_label() -> None:
     assert store.trial_of_row(study, rows[1]).number == 2
     assert store.trial_of_row(study, {"label": "trial 1"}).number == 1  # stored before numbers
     assert store.trial_of_row(study, {"label": "oracle"}) is None
-    store.save_result(study, rows, "trial 2", ["a note"])
+    store.save_result(
+        study, rows, winner="trial 2", as_is_winner="baseline", baseline="tutorial", notes=["n"]
+    )
     stored = store.load_result(study)
     assert stored.winner == "trial 2" and stored.winner_trial.number == 2
-    assert stored.notes == ("a note",)
+    assert (stored.as_is_winner, stored.baseline, stored.notes) == ("baseline", "tutorial", ("n",))
 
 
 def test_a_result_stored_before_the_winner_was_names_the_fastest() -> None:

@@ -15,12 +15,12 @@ from autotune.pipeline import recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader import EncodedImageDataset
 from autotune.pipeline.sources import scan_imagefolder, synthetic
+from autotune.pipeline.tutorial import tutorial_dataset
 from autotune.runtime.epochs import (
     EpochTimes,
     measure_epochs,
     subset_source,
     time_epoch,
-    tutorial_dataset,
 )
 from autotune.runtime.job import EpochRun, TrialJob
 from autotune.runtime.trial import run_trial
@@ -101,13 +101,17 @@ def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
     write_best(
         best.parent,
         fingerprint="test",
-        config=PipelineConfig(batch_size=5, drop_last=True),
+        config=PipelineConfig(batch_size=4, num_workers=1, decoder="opencv"),
+        as_is=PipelineConfig(batch_size=5, decoder="as_is", main_threads=1),
         recipe=RECIPE,
     )
     measured = measure_epochs(job(source, "loader_kwargs", best))
-    assert reads == {"imagefolder": 10, "tuner": 0}  # the last partial batch is never read
+    assert reads == {"imagefolder": 12, "tuner": 0}  # as it is: the last partial batch too
     assert measured.dataset.endswith("ImageFolder")
-    assert [e.samples for e in measured.epochs] == [10]  # batch_size 5, drop_last from best
+    # loader_kwargs: batch_size 5, as best.yaml tuned it for the pipeline as it is, and its
+    # threads; not the whole pipeline's batch of 4
+    assert [e.samples for e in measured.epochs] == [12] and measured.threads == 1
+    assert all(len(e.step_done_s) == 3 for e in measured.epochs)
 
 
 def test_build_loader_reads_through_the_tuned_pipeline(source, best, reads):

@@ -69,6 +69,11 @@ def test_data_changed_since_the_tune_is_refused(tmp_path, monkeypatch, capsys):
     _bad_input(tmp_path, monkeypatch, capsys, "the dataset changed since")
 
 
+def test_a_best_yaml_of_an_older_autotune_is_refused(tmp_path, monkeypatch, capsys):
+    write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint(), as_is=None)
+    _bad_input(tmp_path, monkeypatch, capsys, "was written by an older autotune")
+
+
 def test_another_model_than_the_tune_s_is_refused(tmp_path, monkeypatch, capsys):
     write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint(), model="resnet18")
     _bad_input(tmp_path, monkeypatch, capsys, "pass model=resnet18")
@@ -90,12 +95,12 @@ def test_a_verify_writes_the_table_the_json_and_the_study_attribute(session, tmp
     assert [j.epochs.arm for j in fake.jobs] == ["baseline", "loader_kwargs", "build_loader"] * 2
     out = capsys.readouterr().out
     assert "| build_loader | `build_loader(source, best)` | 400.0 |" in out
-    assert "| loader_kwargs |" in out and "no claim in best.yaml" in out
+    assert "| loader_kwargs |" in out and "best.yaml claims 0.95x" in out
     assert (folder / "verify.md").read_text() in out
     doc = json.loads((folder / "verify.json").read_text())
     assert doc["complete"] is True and doc["rounds_finished"] == 2
     assert {c["arm"]: c["verdict"] for c in doc["claims"]} == {
-        "loader_kwargs": "no claim in best.yaml",
+        "loader_kwargs": "holds",  # 0.95x claimed, 185 / 200 measured
         "build_loader": "holds",
     }
     assert len(doc["runs"]) == 6 and doc["samples_per_epoch"] == 48

@@ -4,8 +4,9 @@ the likely cause; the figures of an arm; how big an epoch is."""
 from __future__ import annotations
 
 import pytest
-from verify_data import TUNED, epoch, runs
+from verify_data import AS_IS, AS_IS_MEASURED, TUNED, epoch, runs
 
+from autotune.pipeline.best_file import BestFile
 from autotune.pipeline.config import PipelineConfig
 from autotune.verify.figures import arm_figures, quartiles, tail_share
 from autotune.verify.plan import BUDGET_S, RUN_OVERHEAD_S, epoch_size, estimate_s
@@ -21,9 +22,14 @@ from autotune.verify.verdict import (
 )
 
 RESTARTING = PipelineConfig(batch_size=8, num_workers=2, prefetch_factor=2)
-BASELINE = PipelineConfig(batch_size=8)
-CONFIGS = {"baseline": BASELINE, "loader_kwargs": TUNED, "build_loader": TUNED}
+BASELINE = PipelineConfig(batch_size=8, decoder="as_is")
+CONFIGS = {"baseline": BASELINE, "loader_kwargs": AS_IS, "build_loader": TUNED}
 MEASURED = {"samples_per_s": 400.0, "baseline_samples_per_s": 200.0, "speedup_vs_baseline": 2.0}
+BEST = BestFile(TUNED, measured=MEASURED, as_is=AS_IS, as_is_measured=AS_IS_MEASURED)
+
+
+def best(**measured: float) -> BestFile:
+    return BestFile(TUNED, measured={**MEASURED, **measured}, as_is=AS_IS)
 
 
 def figures(**rates_by_arm):
@@ -53,17 +59,19 @@ def test_ratio_is_over_the_baseline_median():
     assert ratio.iqr == pytest.approx((1.75, 2.25))
 
 
-def test_build_loader_claim_holds_and_kwargs_has_none():
+def test_each_way_is_judged_on_its_own_claim():
     figs = figures(
         baseline=[[200.0, 200.0], [205.0, 195.0]],
         loader_kwargs=[[180.0, 190.0], [185.0, 186.0]],
         build_loader=[[390.0, 410.0], [400.0, 405.0]],
     )
-    built = claim_of("build_loader", figs, CONFIGS, MEASURED)
+    built = claim_of("build_loader", figs, CONFIGS, BEST)
     assert built.verdict == HOLDS and built.claimed == 2.0 and built.causes == ()
-    kwargs = claim_of("loader_kwargs", figs, CONFIGS, MEASURED)
-    assert kwargs.verdict == NO_CLAIM and kwargs.claimed is None
+    kwargs = claim_of("loader_kwargs", figs, CONFIGS, BEST)  # loader_kwargs.measured's claim
+    assert kwargs.verdict == HOLDS and kwargs.claimed == 0.95
     assert kwargs.measured.value == pytest.approx(185.5 / 200.0)
+    unclaimed = claim_of("loader_kwargs", figs, CONFIGS, best())
+    assert unclaimed.verdict == NO_CLAIM and unclaimed.claimed is None
 
 
 def test_an_arm_that_never_ran_is_not_measured():
@@ -71,7 +79,7 @@ def test_an_arm_that_never_ran_is_not_measured():
         "baseline": None,
         "build_loader": arm_figures("build_loader", runs("build_loader", [[1.0]])),
     }
-    assert claim_of("build_loader", figs, CONFIGS, MEASURED).verdict == NOT_MEASURED
+    assert claim_of("build_loader", figs, CONFIGS, BEST).verdict == NOT_MEASURED
 
 
 def test_differs_names_start_up_paid_every_epoch():
@@ -81,7 +89,7 @@ def test_differs_names_start_up_paid_every_epoch():
             "build_loader", runs("build_loader", [[250.0, 250.0]], first_share=0.3)
         ),
     }
-    claim = claim_of("build_loader", figs, {**CONFIGS, "build_loader": RESTARTING}, MEASURED)
+    claim = claim_of("build_loader", figs, {**CONFIGS, "build_loader": RESTARTING}, BEST)
     assert claim.verdict == DIFFERS and claim.measured.value == pytest.approx(1.25)
     assert any(
         c.startswith("start-up not amortized: the build_loader arm's workers restart every")
@@ -89,13 +97,13 @@ def test_differs_names_start_up_paid_every_epoch():
         for c in claim.causes
     ), claim.causes
     # persistent workers do not restart: the same share is not named as per-epoch start-up
-    persistent = claim_of("build_loader", figs, CONFIGS, MEASURED)
+    persistent = claim_of("build_loader", figs, CONFIGS, BEST)
     assert not any("restart every epoch" in c for c in persistent.causes)
 
 
 def test_differs_names_a_slow_first_epoch():
     figs = figures(baseline=[[200.0, 200.0], [200.0, 200.0]], build_loader=[[150.0, 300.0]] * 2)
-    claim = claim_of("build_loader", figs, CONFIGS, MEASURED)
+    claim = claim_of("build_loader", figs, CONFIGS, BEST)
     assert claim.verdict == DIFFERS
     assert any(
         "build_loader arm's first epoch of each run is 2.00x slower" in c for c in claim.causes
@@ -104,7 +112,7 @@ def test_differs_names_a_slow_first_epoch():
 
 def test_differs_names_the_baseline_s_slow_first_epoch_too():
     figs = figures(baseline=[[100.0, 300.0]] * 2, build_loader=[[500.0, 500.0]] * 2)
-    claim = claim_of("build_loader", figs, CONFIGS, MEASURED)
+    claim = claim_of("build_loader", figs, CONFIGS, BEST)
     assert claim.verdict == DIFFERS  # 2.5x measured against 2.0x claimed
     assert any("baseline arm's first epoch of each run is 3.00x" in c for c in claim.causes)
 
@@ -113,7 +121,7 @@ def test_differs_names_a_slow_first_round_as_the_page_cache():
     figs = figures(
         baseline=[[100.0, 100.0], [200.0, 200.0], [200.0, 200.0]], build_loader=[[500.0]] * 3
     )
-    claim = claim_of("build_loader", figs, CONFIGS, MEASURED)
+    claim = claim_of("build_loader", figs, CONFIGS, BEST)
     assert claim.verdict == DIFFERS  # 2.5x measured against 2.0x claimed
     assert any(
         c.startswith("page cache: the baseline arm's first epoch in the first round was 2.00x")
@@ -123,15 +131,17 @@ def test_differs_names_a_slow_first_round_as_the_page_cache():
 
 def test_differs_names_the_gap_to_best_yaml_s_own_figures():
     figs = figures(baseline=[[100.0]], build_loader=[[300.0]])
-    claim = claim_of("build_loader", figs, CONFIGS, MEASURED)
+    claim = claim_of("build_loader", figs, CONFIGS, BEST)
     assert claim.verdict == DIFFERS
-    assert any("tutorial baseline" in c and "100.0" in c and "0.50x" in c for c in claim.causes)
+    assert any(c.startswith("the baseline ran at 100.0") and "0.50x" in c for c in claim.causes), (
+        claim.causes
+    )
     assert any(c.startswith("build_loader ran at 300.0") and "0.75x" in c for c in claim.causes)
 
 
 def test_differs_without_a_visible_cause_says_so():
     figs = figures(baseline=[[200.0]], build_loader=[[420.0]])
-    claim = claim_of("build_loader", figs, CONFIGS, {**MEASURED, "speedup_vs_baseline": 3.0})
+    claim = claim_of("build_loader", figs, CONFIGS, best(speedup_vs_baseline=3.0))
     assert claim.verdict == DIFFERS
     assert claim.causes == ("no cause shows in the figures",)
 

@@ -22,7 +22,11 @@ from autotune.verify.rounds import ArmRun
 TUNED = PipelineConfig(
     batch_size=8, num_workers=1, prefetch_factor=2, persistent_workers=True, main_threads=1
 )
+AS_IS = PipelineConfig(
+    batch_size=8, num_workers=2, prefetch_factor=2, decoder="as_is", main_threads=1
+)
 MEASURED = {"samples_per_s": 400.0, "baseline_samples_per_s": 200.0, "speedup_vs_baseline": 2.0}
+AS_IS_MEASURED = {"samples_per_s": 190.0, "speedup_vs_baseline": 0.95, "picked": "trial 4"}
 
 
 def epoch(
@@ -56,10 +60,13 @@ def write_best(
     facts: machine.MachineFacts | None = None,
     config: PipelineConfig = TUNED,
     measured: dict[str, Any] | None = None,
+    as_is: PipelineConfig | None = AS_IS,
+    as_is_measured: dict[str, Any] | None = None,
     recipe: RecipeConfig | None = None,
     model: str = "tiny",
 ) -> Path:
-    """A best.yaml as the tune writes it (``fingerprint`` None: one written before verify)."""
+    """A best.yaml as the tune writes it (``fingerprint`` None: one written before verify;
+    ``as_is`` None: one written before the pipeline as it is was tuned)."""
     facts = facts or machine.detect(want_cuda=True)
     workload: dict[str, Any] = {
         "dataset": "synthetic",
@@ -76,6 +83,8 @@ def write_best(
         best_file.BestFile(
             config=config,
             measured=dict(MEASURED if measured is None else measured),
+            as_is=as_is,
+            as_is_measured=dict(AS_IS_MEASURED if as_is_measured is None else as_is_measured),
             workload=workload,
             machine=best_file.machine_section(facts),
         ),
