@@ -119,6 +119,8 @@ class StudyConfig:
     n_startup_trials: int = 6  # TPE's random start, after the enqueued baseline
     # the last trials polish the best so far: its unmeasured one-knob neighbours, in turn
     polish_fraction: float = 0.25
+    # share of the search's trials spent on the pipeline as it is (loader_kwargs' way)
+    as_is_share: float = 0.3
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
     # objective = samples/s over an epoch: worker start-up charged once per epoch unless the
@@ -136,6 +138,7 @@ class StudyConfig:
         _require(self.trial_timeout > 0, "study.trial_timeout must be > 0 seconds")
         _require(self.confirm_top_k >= 0, "study.confirm_top_k must be >= 0")
         _require(0 <= self.polish_fraction <= 1, "study.polish_fraction must be in [0, 1]")
+        _require(0 <= self.as_is_share <= 1, "study.as_is_share must be in [0, 1]")
         _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
         for key in ("memory_budget_gb", "trial_memory_limit_gb"):
             value = getattr(self, key)

@@ -1,4 +1,5 @@
-"""The search: TPE for most of the budget, then a polish of the best so far."""
+"""The search: TPE for most of the budget (a share of it on the pipeline as it is), then a
+polish of each way's best so far."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from autotune.tuner import store
 from autotune.tuner.metrics import feasible_complete
 from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.progress import StudyProgress
+from autotune.tuner.ways import as_is_is_due, as_is_trials, is_as_is
 
 
 def search(
@@ -20,59 +22,80 @@ def search(
     objective: Objective,
     stop: threading.Event,
 ) -> None:
-    """TPE for most of the budget, then a polish: the best so far's unmeasured one-knob
-    neighbours, one at a time (a hill climb), so a step TPE missed is not left on the table."""
+    """TPE for most of the budget, ``study.as_is_share`` of its trials on the pipeline as it
+    is; then a polish: each way's best so far's unmeasured one-knob neighbours, the ways in
+    turn, one at a time (a hill climb), so a step TPE missed is not left on the table."""
     cfg = objective.session.config.study
     space = objective.session.space
     deadline = time.monotonic() + cfg.timeout if cfg.timeout else None
     polish = round(cfg.n_trials * cfg.polish_fraction)
+    decoders = next((k.values() for k in space.knobs if k.name == "decoder"), [])
+    both_ways = len(decoders) > 1  # as_is is always one of them
 
     def time_left() -> float | None:
         return None if deadline is None else deadline - time.monotonic()
 
+    def going(until: int) -> bool:
+        left = time_left()
+        return (
+            store.finished_count(study) < until
+            and not stop.is_set()
+            and (left is None or left > 0)
+        )
+
     quiet = objective.session.config.quiet
     with StudyProgress(cfg.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
-        def run_trials(n: int) -> None:
-            left = time_left()
-            if n > 0 and not stop.is_set() and (left is None or left > 0):
-                study.optimize(
-                    objective,
-                    n_trials=n,
-                    timeout=left,
-                    catch=(TrialFailed,),
-                    gc_after_trial=False,
-                    callbacks=[
-                        progress,
-                        lambda study, trial: study.stop() if stop.is_set() else None,
-                    ],
-                )
+        def run_one() -> None:
+            study.optimize(
+                objective,
+                n_trials=1,
+                timeout=time_left(),
+                catch=(TrialFailed,),
+                gc_after_trial=False,
+                callbacks=[progress],
+            )
 
-        run_trials(cfg.n_trials - polish - store.finished_count(study))
-        while store.finished_count(study) < cfg.n_trials and not stop.is_set():
-            left = time_left()
-            if left is not None and left < 0:
-                break
-            step = next_neighbour(study, space)
+        while going(cfg.n_trials - polish):
+            if both_ways and as_is_is_due(study, cfg.as_is_share):
+                with as_is_trials(study):
+                    run_one()
+            else:
+                run_one()
+        while going(cfg.n_trials):
+            polished = sum(store.role_of(t) == store.POLISH for t in study.get_trials())
+            as_is = both_ways and polished % 2 == 1  # the ways in turn, the whole one first
+            step = next_neighbour(study, space, as_is=as_is)
             if step is not None:
-                study.enqueue_trial(step, user_attrs={store.TrialKey.ROLE: store.POLISH})
-            run_trials(1)
+                attrs = {store.TrialKey.ROLE: store.POLISH, store.TrialKey.POLISHED: as_is}
+                study.enqueue_trial(step, user_attrs=attrs)
+            run_one()
 
 
-def next_neighbour(study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:
-    """The best so far's next unmeasured one-knob neighbour, the knobs taken in turn: polish
-    step i starts at knob i (mod the knobs), so a short polish moves every knob once rather
-    than spending itself on the first knob's values whenever the best changes."""
-    complete = feasible_complete(study)
+def next_neighbour(
+    study: optuna.Study, space: SearchSpace, *, as_is: bool = False
+) -> dict[str, Any] | None:
+    """The next unmeasured one-knob neighbour of the best so far (``as_is``: of the best
+    config of the pipeline as it is, staying as it is), the knobs taken in turn: polish step
+    i starts at knob i (mod the knobs), so a short polish moves every knob once rather than
+    spending itself on the first knob's values whenever the best changes."""
+    complete = [t for t in feasible_complete(study) if not as_is or is_as_is(t.params)]
     if not complete:
         return None
     best = max(complete, key=lambda t: t.value or 0.0)
     trials = study.get_trials(deepcopy=False)
     tried = [t.params for t in trials]
-    per_knob = space.neighbours(best.params)
+    per_knob = [
+        [p for p in points if not as_is or is_as_is(p)] for points in space.neighbours(best.params)
+    ]
+    per_knob = [points for points in per_knob if points]
     if not per_knob:
         return None
-    turn = sum(store.role_of(t) == store.POLISH for t in trials)  # from storage: resumable
+    turn = sum(  # from storage: resumable
+        store.role_of(t) == store.POLISH
+        and t.user_attrs.get(store.TrialKey.POLISHED, False) == as_is
+        for t in trials
+    )
     for shift in range(len(per_knob)):
         for point in per_knob[(turn + shift) % len(per_knob)]:
             if not any(point.items() <= params.items() for params in tried):

@@ -20,6 +20,7 @@ from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import TrialOutcome
 from autotune.schema import StudyConfig
+from autotune.tuner.ways import make_pruner
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class TrialKey:
     CONFIG = "config"  # the short label, e.g. "w2 pf4 persist torchvision t1 bs32"
     PIPELINE = "pipeline"  # PipelineConfig as best.yaml's loader and pipeline sections
     ROLE = "role"  # "baseline" (enqueued first) or "polish"; absent for TPE's trials
+    POLISHED = "polished_as_is"  # a polish step from the best of the pipeline as it is
     WALL_S = "wall_s"
     PEAK_MEMORY_MB = "peak_memory_mb"
     EPOCH = "samples_per_s_epoch"  # the objective when study.epoch_aware
@@ -72,13 +74,6 @@ GRID = "grid"  # a point of the benchmark's exhaustive grid
 
 
 # --- opening ------------------------------------------------------------------------------
-
-
-def make_pruner() -> optuna.pruners.BasePruner:
-    """Prunes only the clear losers: a running median (of the sub-windows so far, which
-    shrugs off one slow sub-window) in the bottom quarter of what earlier trials had reached by
-    the same sub-window, from the third sub-window on."""
-    return optuna.pruners.PercentilePruner(75.0, n_startup_trials=4, n_warmup_steps=2)
 
 
 def _constraints(trial: FrozenTrial) -> tuple[float]:

@@ -1,0 +1,82 @@
+"""The two ways a result is applied, searched side by side in one study: the user's pipeline
+as it is (``decoder=as_is``: only the DataLoader's arguments and threads vary; what
+``loader_kwargs`` hands back) and any pipeline (what ``build_loader`` builds).
+
+The as-is configs are slower than the tuner's own decoders on most machines, so each way is
+judged against its own kind: a trial is pruned only for losing to trials of its way, and a
+share of the trials is spent on the as-is way whatever TPE would prefer.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.pipeline.config import AS_IS
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def is_as_is(params: Mapping[str, Any]) -> bool:
+    """Whether trial params are the pipeline as it is (a space without a decoder knob tunes
+    nothing else: every trial is)."""
+    return params.get("decoder", AS_IS) == AS_IS
+
+
+class _TrialsOfOneWay:
+    """The study as a pruner sees it: only the trials of one way."""
+
+    def __init__(self, study: optuna.Study, as_is: bool) -> None:
+        self._study, self._as_is = study, as_is
+        self.direction = study.direction
+
+    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
+        trials = self._study.get_trials(deepcopy=deepcopy, states=states)
+        return [t for t in trials if is_as_is(t.params) == self._as_is]
+
+
+class SameWayPruner(optuna.pruners.BasePruner):
+    """``pruner``, judging each trial against the trials of its own way only."""
+
+    def __init__(self, pruner: optuna.pruners.BasePruner) -> None:
+        self._pruner = pruner
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        view = _TrialsOfOneWay(study, is_as_is(trial.params))
+        return self._pruner.prune(view, trial)  # type: ignore[arg-type]  # duck-typed study
+
+
+def make_pruner() -> optuna.pruners.BasePruner:
+    """Prunes only the clear losers: a running median (of the sub-windows so far, which
+    shrugs off one slow sub-window) in the bottom quarter of what earlier trials of the same
+    way had reached by the same sub-window, from the third sub-window on."""
+    return SameWayPruner(
+        optuna.pruners.PercentilePruner(75.0, n_startup_trials=4, n_warmup_steps=2)
+    )
+
+
+def as_is_is_due(study: optuna.Study, share: float) -> bool:
+    """Whether the next trial should be one of the pipeline as it is, for the as-is way to
+    have ``share`` of the finished trials (counted from storage: a resumed study keeps it)."""
+    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    as_is = sum(is_as_is(t.params) for t in finished)
+    return as_is < share * (len(finished) + 1)
+
+
+@contextmanager
+def as_is_trials(study: optuna.Study) -> Iterator[None]:
+    """Trials asked for in this block are of the pipeline as it is: TPE picks the rest of
+    the params, learning from every trial of the study."""
+    base = study.sampler
+    with warnings.catch_warnings():  # experimental since Optuna 2.4, and stable in use since
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.sampler = optuna.samplers.PartialFixedSampler({"decoder": AS_IS}, base)
+    try:
+        yield
+    finally:
+        study.sampler = base

@@ -1,0 +1,70 @@
+"""The two ways searched side by side: a trial judged against its own way only, the as-is
+way's share of the trials, and the as-is trials TPE is told to ask for."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
+from autotune.tuner.ways import as_is_is_due, as_is_trials, is_as_is, make_pruner
+
+DECODER = CategoricalDistribution(["as_is", "pil", "opencv"])
+WORKERS = IntDistribution(0, 4)
+
+
+def _finished(decoder: str, rate: float) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(
+        params={"decoder": decoder, "num_workers": 2},
+        distributions={"decoder": DECODER, "num_workers": WORKERS},
+        value=rate,
+        intermediate_values={0: rate, 1: rate, 2: rate},
+    )
+
+
+def _running_at(study: optuna.Study, decoder: str, rate: float) -> optuna.Trial:
+    study.enqueue_trial({"decoder": decoder, "num_workers": 1})
+    trial = study.ask({"decoder": DECODER, "num_workers": WORKERS})
+    for step in range(3):
+        trial.report(rate, step)
+    return trial
+
+
+def test_a_trial_is_pruned_only_for_losing_to_its_own_way() -> None:
+    """As it is, 420 samples/s is a fine config among configs as they are (400), though the
+    tuner's decoders (800) would have pruned it."""
+    study = optuna.create_study(direction="maximize", pruner=make_pruner())
+    for _ in range(12):
+        study.add_trial(_finished("opencv", 800.0))
+    for _ in range(4):
+        study.add_trial(_finished("as_is", 400.0))
+    assert not _running_at(study, "as_is", 420.0).should_prune()
+    assert _running_at(study, "as_is", 300.0).should_prune()  # a loser of its own way
+    assert _running_at(study, "pil", 420.0).should_prune()  # a loser of the other way
+    everyone = optuna.create_study(
+        direction="maximize", pruner=optuna.pruners.PercentilePruner(75.0, n_warmup_steps=2)
+    )
+    everyone.add_trials(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
+    assert _running_at(everyone, "as_is", 420.0).should_prune()  # what judging all would do
+
+
+def test_the_as_is_way_gets_its_share_of_the_trials() -> None:
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(_finished("as_is", 400.0))  # the baseline
+    study.add_trial(_finished("opencv", 800.0))
+    assert not as_is_is_due(study, 0.3)  # 1 of 3 would be as it is: a third already
+    study.add_trial(_finished("pil", 700.0))
+    assert as_is_is_due(study, 0.3)  # 1 of 4: below the share
+    assert not as_is_is_due(study, 0.0)
+
+
+def test_trials_asked_inside_the_block_are_as_they_are() -> None:
+    study = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0)
+    )
+    base = study.sampler
+    with as_is_trials(study):
+        asked = [study.ask({"decoder": DECODER, "num_workers": WORKERS}) for _ in range(8)]
+    assert all(t.params["decoder"] == "as_is" for t in asked)
+    assert len({t.params["num_workers"] for t in asked}) > 1  # the rest is still searched
+    assert study.sampler is base
+    assert is_as_is({}) and is_as_is({"decoder": "as_is"}) and not is_as_is({"decoder": "pil"})
