@@ -2,12 +2,13 @@
 
 One run measures, on this machine and in this order:
 
-1. the **grid oracle**: every config of a reduced space (``search_space=benchmark``, 56
+1. the **grid oracle**: every config of a reduced space (``search_space=benchmark``, 70
    configs), each one trial, no pruning: the true best of that space;
 2. the **tuner**: ``python -m autotune``'s own search and confirmation on the same space with a
    quarter of the grid's trials;
-3. the **final head-to-head**: the oracle's best, the tuner's best, PyTorch's defaults, the
-   common recipe of DataLoader guides and a cores heuristic, re-measured interleaved for
+3. the **final head-to-head**: the oracle's best, the tuner's best, the baseline (the pipeline
+   as it is under PyTorch's defaults), the common recipe of DataLoader guides and a cores
+   heuristic (both applied to the pipeline as it is), re-measured interleaved for
    ``--rounds`` rounds (drift on a shared machine hits all of them alike);
 4. the **diagnosis** of the tuner's pick (``mode=diagnose``'s measurements): its CPU-work
    bound, the most any worker count could deliver on these CPUs, and on a CPU device the
@@ -37,7 +38,7 @@ import torch
 from autotune.app import cli
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.report.benchmark_results import BenchmarkRun, markdown, results
 from autotune.runtime.lock import host_lock
 from autotune.runtime.stop import stoppable
@@ -110,15 +111,19 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
     defaults = space.suggest(
         optuna.trial.FixedTrial(space.baseline_params(default_threads=torch.get_num_threads()))
     )
-    # the DataLoader guides' recipe: workers = cores (at most 8), deep prefetch, kept alive
+    # folklore, applied as users apply it: to their own pipeline's DataLoader. The guides'
+    # recipe: workers = cores (at most 8), deep prefetch, kept alive
     recipe = PipelineConfig(
         batch_size=batch_size,
         num_workers=min(8, cpus),
         prefetch_factor=4,
         persistent_workers=True,
         pin_memory=device == "cuda",
+        decoder=AS_IS,
     )
-    heuristic = PipelineConfig(batch_size=batch_size, num_workers=max(1, int(0.75 * cpus)))
+    heuristic = PipelineConfig(
+        batch_size=batch_size, num_workers=max(1, int(0.75 * cpus)), decoder=AS_IS
+    )
     return {"defaults": defaults, "recipe": recipe, "heuristic": heuristic}
 
 

@@ -25,7 +25,7 @@ from autotune.diagnose.storage import Storage, measure_storage
 from autotune.diagnose.verdict import Diagnosis
 from autotune.errors import UsageError
 from autotune.pipeline import decoders, loader, recipes
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import load_pipeline_config
@@ -64,9 +64,10 @@ def run(session: Session, pipeline: PipelineConfig) -> int:
 
 
 def pipeline_to_diagnose(config: AutotuneConfig) -> PipelineConfig:
-    """The pipeline to diagnose: ``pipeline=best.yaml``, or PyTorch's defaults."""
+    """The pipeline to diagnose: ``pipeline=best.yaml`` (its whole tuned pipeline), or the
+    baseline: the pipeline as it is under PyTorch's defaults."""
     if config.pipeline is None:
-        return PipelineConfig(batch_size=config.batch_size)
+        return PipelineConfig(batch_size=config.batch_size, decoder=AS_IS)
     pipeline = load_pipeline_config(config.pipeline)
     if pipeline.as_is:
         return pipeline

@@ -161,7 +161,7 @@ def _history(study: optuna.Study, points: list[_Point], references: References) 
     ax.legend(handles, [names.get(label, label) for label in labels], loc="best")
     return (
         f"Each complete trial's {UNIT} (the objective) in the order run, the best so far as a "
-        "line, PyTorch's defaults dotted. Pruned and failed trials are not shown here.",
+        "line, the baseline dotted. Pruned and failed trials are not shown here.",
         ax.figure,
     )
 

@@ -9,13 +9,13 @@ the whole process.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler
+from torch.utils.data import Sampler
 
-from autotune.pipeline import loader, recipes
+from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.runtime.epochs import EpochTimes, measure_epochs
@@ -27,6 +27,30 @@ from autotune.runtime.workload import TrainStep, build_model
 ENDLESS = 10**9  # samples: the window stops the loader long before
 
 Report = Callable[[int, float], None]  # (sub-window index, running median) as each one ends
+
+
+class UntilEnded(Sampler[int]):
+    """Shuffled passes over ``range(n)`` without end, until ``end_epoch()``: the window runs
+    without an epoch boundary, then makes one on purpose to time what a new epoch costs.
+    Each ``iter()`` is a new epoch, endless again."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.ended = n, False
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def end_epoch(self) -> None:
+        self.ended = True
+
+    def __iter__(self) -> Iterator[int]:
+        self.ended = False
+        while not self.ended:
+            for index in torch.randperm(self.n, generator=self.generator).tolist():
+                if self.ended:  # read as the loader hands out work: stops within one batch
+                    return
+                yield index
+
+    def __len__(self) -> int:
+        return ENDLESS
 
 
 def measure(job: TrialJob, report: Report) -> Measurement | EpochTimes:
@@ -87,12 +111,11 @@ def _time_window(
 ) -> Measurement:
     """The step fed by the job's loader, and the device memory it peaked at."""
     device = step.device
-    # an endless sampler: no epoch ends inside the window (start-up is timed on its own)
-    sampler = RandomSampler(
-        range(len(job.source)),
-        num_samples=ENDLESS,
-        generator=torch.Generator().manual_seed(job.seed),
-    )
+    # no epoch ends inside the window (start-up is timed on its own); one ends after it
+    sampler = UntilEnded(len(job.source), job.seed)
+    # DALI reads the sampler ahead on its own: no boundary is made there
+    own_loader = decoders.DECODERS.get(job.pipeline.decoder)
+    makes_epochs = own_loader is None or not own_loader.replaces_loader
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     tuned = loader.build(
@@ -106,6 +129,7 @@ def _time_window(
         sync=step.sync,
         on_sub_window=report,
         gpu=gpu,
+        end_epoch=sampler.end_epoch if makes_epochs else None,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

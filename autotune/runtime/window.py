@@ -35,6 +35,10 @@ class Measurement:
     # CPU seconds of the measuring process (all its threads, not its DataLoader workers) per
     # timed sample: with num_workers=0, the loader's own CPU cost, whatever else ran
     process_cpu_s_per_sample: float | None = None
+    # to the first batch of a next epoch in hand, after an epoch ended (workers idle, buffer
+    # empty): what every epoch's start costs, workers respawned or (persistent) refilled;
+    # None where the window made no epoch boundary
+    epoch_start_s: float | None = None
 
     @property
     def spread(self) -> float:
@@ -70,8 +74,10 @@ def run_window(
     cpu_clock: Callable[[], float] = time.process_time,
     on_sub_window: Callable[[int, float], None] | None = None,
     gpu: UtilizationSampler | None = None,
+    end_epoch: Callable[[], None] | None = None,
 ) -> Measurement:
-    """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans.
+    """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans;
+    then, given ``end_epoch``, an epoch boundary.
 
     Each sub-window has at least ``batches_per_window`` batches, more if the rate seen at the
     end of the warm-up says it would last under ``min_sub_window_s``, rounded up to a multiple
@@ -79,7 +85,9 @@ def run_window(
     window of whole rounds does not depend on where in a round it starts).
     ``on_sub_window(index, running_median)`` sees each sub-window as it ends (a pruner may
     raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
-    sub-windows only. ``batches`` must not run out (an endless sampler).
+    sub-windows only. ``batches`` must not run out (an endless sampler) until ``end_epoch()``
+    makes its epoch end: the batches still in flight are drained untimed, and a new
+    ``iter(batches)`` is timed to its first batch in hand (``epoch_start_s``).
     """
     it = iter(batches)
     time_to_first_batch = _start_up(it, step, sync=sync, clock=clock)
@@ -102,6 +110,12 @@ def run_window(
         )
         if on_sub_window is not None:
             on_sub_window(index, statistics.median(tally.rates))
+    epoch_start_s = None
+    if end_epoch is not None:
+        end_epoch()
+        for _ in it:  # the rest of the epoch: in flight when it was told to end
+            pass
+        epoch_start_s = _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
     return Measurement(
         samples_per_s=statistics.median(tally.rates),
         sub_window_samples_per_s=tuple(tally.rates),
@@ -111,7 +125,19 @@ def run_window(
         timed_batches=len(tally.rates) * batches_per_window,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
+        epoch_start_s=epoch_start_s,
     )
+
+
+def _first_batch_in_hand(
+    it: Iterator[Batch], *, sync: Callable[[], None], clock: Callable[[], float]
+) -> float:
+    """Seconds from here to the next batch of ``it`` in hand (an iterator starting: worker
+    spawn or refill, and the first fill)."""
+    sync()
+    start = clock()
+    next(it)
+    return clock() - start
 
 
 def _start_up(

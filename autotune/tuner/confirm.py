@@ -15,7 +15,7 @@ from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store
-from autotune.tuner.metrics import Confirmed, feasible_complete, startup_beyond_one_batch
+from autotune.tuner.metrics import Confirmed, feasible_complete, startup_per_epoch
 from autotune.tuner.store import TrialKey
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,11 @@ def confirm(
                 config=config,
                 sub_windows=tuple(v for m in measured for v in m.sub_window_samples_per_s),
                 startup_s=statistics.median(
-                    startup_beyond_one_batch(
-                        m.time_to_first_batch_s, config.batch_size, m.samples_per_s
+                    startup_per_epoch(
+                        config,
+                        steady=m.samples_per_s,
+                        epoch_start_s=m.epoch_start_s,
+                        time_to_first_batch_s=m.time_to_first_batch_s,
                     )
                     for m in measured
                 ),
@@ -126,10 +129,11 @@ def from_search(
         if not values:
             continue
         startup = statistics.median(
-            startup_beyond_one_batch(
-                t.user_attrs[TrialKey.TIME_TO_FIRST_BATCH],
-                config.batch_size,
-                t.user_attrs[TrialKey.STEADY],
+            startup_per_epoch(
+                config,
+                steady=t.user_attrs[TrialKey.STEADY],
+                epoch_start_s=t.user_attrs.get(TrialKey.EPOCH_START),
+                time_to_first_batch_s=t.user_attrs[TrialKey.TIME_TO_FIRST_BATCH],
             )
             for t in trials
         )

@@ -17,17 +17,10 @@ from autotune.tuner.store import BASELINE, TrialKey
 SAME_SPEED = 0.02
 
 
-def epoch_rate(
-    steady: float, startup_s: float, *, config: PipelineConfig, epoch_samples: int | None
-) -> float:
-    """Samples/s over one epoch: the steady rate, plus worker start-up once per epoch.
-
-    ``startup_s`` is the time to first batch beyond one batch at the steady rate. Only
-    workers that restart with every epoch pay it per epoch: persistent workers pay it once
-    per run, and without workers there is nothing to start.
-    """
-    restarts = config.num_workers > 0 and not config.persistent_workers
-    if not epoch_samples or steady <= 0 or not restarts:
+def epoch_rate(steady: float, startup_s: float, *, epoch_samples: int | None) -> float:
+    """Samples/s over one epoch: the steady rate, plus each epoch's start (``startup_s``,
+    beyond one batch at the steady rate) once per epoch."""
+    if not epoch_samples or steady <= 0:
         return steady
     return epoch_samples / (epoch_samples / steady + startup_s)
 
@@ -37,6 +30,27 @@ def startup_beyond_one_batch(
 ) -> float:
     """Start-up cost: the time to first batch less one batch at the steady rate."""
     return max(0.0, time_to_first_batch_s - batch_size / steady)
+
+
+def startup_per_epoch(
+    config: PipelineConfig,
+    *,
+    steady: float,
+    epoch_start_s: float | None,
+    time_to_first_batch_s: float,
+) -> float:
+    """What each epoch's start costs beyond one batch at the steady rate: measured at a real
+    epoch boundary where the trial made one (workers respawned, or refilled when they
+    persist: a new epoch starts with an empty buffer either way). Else (DALI's own loader, a
+    trial of an older autotune) the run's first start, charged only to workers that restart
+    with every epoch."""
+    if steady <= 0:
+        return 0.0
+    if epoch_start_s is not None:
+        return startup_beyond_one_batch(epoch_start_s, config.batch_size, steady)
+    if config.num_workers > 0 and not config.persistent_workers:
+        return startup_beyond_one_batch(time_to_first_batch_s, config.batch_size, steady)
+    return 0.0
 
 
 def feasible(trial: FrozenTrial) -> bool:
@@ -67,15 +81,13 @@ class Confirmed:
     trial_number: int | None
     config: PipelineConfig
     sub_windows: tuple[float, ...]  # steady rates of every sub-window of every round
-    startup_s: float = 0.0  # median start-up beyond one batch
+    startup_s: float = 0.0  # median cost of an epoch's start beyond one batch
     epoch_samples: int | None = None
     peak_memory_bytes: int | None = None
     rounds: int = 0
 
     def _project(self, steady: float) -> float:
-        return epoch_rate(
-            steady, self.startup_s, config=self.config, epoch_samples=self.epoch_samples
-        )
+        return epoch_rate(steady, self.startup_s, epoch_samples=self.epoch_samples)
 
     @property
     def steady(self) -> float:

@@ -13,7 +13,7 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store
-from autotune.tuner.metrics import epoch_rate, startup_beyond_one_batch
+from autotune.tuner.metrics import epoch_rate, startup_per_epoch
 from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
 
@@ -89,12 +89,13 @@ class Objective:
             log.info("%s FAILED %s: %s%s", head, failure.kind, failure.message, best_so_far(trial))
             raise TrialFailed(f"{failure.kind}: {failure.message}")
         m = outcome.measurement
-        value = epoch_rate(
-            m.samples_per_s,
-            startup_beyond_one_batch(m.time_to_first_batch_s, config.batch_size, m.samples_per_s),
-            config=config,
-            epoch_samples=self.session.epoch_samples,
+        startup = startup_per_epoch(
+            config,
+            steady=m.samples_per_s,
+            epoch_start_s=m.epoch_start_s,
+            time_to_first_batch_s=m.time_to_first_batch_s,
         )
+        value = epoch_rate(m.samples_per_s, startup, epoch_samples=self.session.epoch_samples)
         trial.set_user_attr(TrialKey.EPOCH, round(value, 1))
         log.info(
             "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)%s",

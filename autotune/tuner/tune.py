@@ -164,8 +164,8 @@ def _winners(
         notes.append(reduced)
     if session.epoch_samples:
         notes.append(
-            f"samples/s over an epoch of {session.epoch_samples} samples: worker start-up "
-            "charged per epoch unless workers persist"
+            f"samples/s over an epoch of {session.epoch_samples} samples: each epoch's start "
+            "(workers respawned, or refilled when they persist) charged once per epoch"
         )
     return winner, as_is_winner, notes
 

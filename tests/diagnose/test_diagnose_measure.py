@@ -89,8 +89,9 @@ def test_diagnosis_reports_every_stage_and_the_tail(diagnosed: tuple[int, str, s
 
 
 def test_pipeline_to_diagnose(tmp_path: Path) -> None:
+    # the baseline: the pipeline as it is under PyTorch's defaults
     assert diagnose.pipeline_to_diagnose(AutotuneConfig(batch_size=16)) == PipelineConfig(
-        batch_size=16
+        batch_size=16, decoder="as_is"
     )
     best = tmp_path / "best.yaml"
     tuned = PipelineConfig(num_workers=2, prefetch_factor=3, decoder="opencv", main_threads=1)

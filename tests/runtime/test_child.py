@@ -11,7 +11,7 @@ from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader import EncodedImageDataset
 from autotune.pipeline.sources import synthetic
-from autotune.runtime.child import measure
+from autotune.runtime.child import UntilEnded, measure
 from autotune.runtime.job import TrialJob
 from autotune.runtime.window import WindowStopped
 from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
@@ -111,3 +111,28 @@ def test_the_baseline_window_reads_through_the_tutorial_s_image_folder(source, m
     assert reads["imagefolder"] >= 4 * (1 + 1 + 6) and reads["tuner"] == 0
     measure(job(source), ignore)  # the tuner's own pipeline, for contrast
     assert reads["tuner"] > 0
+
+
+def test_the_sampler_runs_on_until_its_epoch_is_ended() -> None:
+    """In a real DataLoader with a persistent worker: no end for many passes over the data,
+    then an end within the batches in flight, then a new epoch from the same workers."""
+    sampler = UntilEnded(6, seed=0)
+    loader = torch.utils.data.DataLoader(
+        range(6), batch_size=2, sampler=sampler, num_workers=1, persistent_workers=True
+    )
+    it = iter(loader)
+    seen = [next(it) for _ in range(9)]  # three passes over 6 samples
+    assert sorted(torch.cat(seen[:3]).tolist()) == list(range(6))  # each pass a permutation
+    sampler.end_epoch()
+    rest = list(it)
+    assert len(rest) <= 2 + 1  # the worker's prefetch (2 batches) and the one being cut
+    again = iter(loader)
+    assert len(next(again)) == 2  # a new epoch, endless again
+
+
+def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:
+    persistent = PipelineConfig(
+        batch_size=4, num_workers=1, prefetch_factor=2, persistent_workers=True
+    )
+    m = measure(job(source, pipeline=persistent), ignore)
+    assert m.epoch_start_s is not None and m.epoch_start_s > 0

@@ -272,3 +272,44 @@ def test_process_cpu_time_per_timed_sample() -> None:
     )
     # a sample costs (T_BATCH + T_STEP) / BATCH_SIZE seconds of wall time at the steady rate
     assert m.process_cpu_s_per_sample == (T_BATCH + T_STEP) / BATCH_SIZE / 2
+
+
+class EpochLoader:
+    """Epochs that end when told: each ``iter()`` starts one after ``restart`` seconds, then
+    hands out ``in_flight`` more batches once told to end, then stops."""
+
+    def __init__(self, clock: FakeClock, restart: float, in_flight: int) -> None:
+        self.clock, self.restart, self.in_flight = clock, restart, in_flight
+        self.ended, self.epochs, self.after_end = False, 0, 0
+
+    def end(self) -> None:
+        self.ended = True
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.epochs += 1
+        self.ended = False
+        self.clock.now += self.restart
+        while not self.ended or self.after_end < self.in_flight:
+            if self.ended:
+                self.after_end += 1
+            self.clock.now += T_BATCH
+            yield torch.zeros(BATCH_SIZE, 1), torch.zeros(BATCH_SIZE, dtype=torch.int64)
+
+
+def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() -> None:
+    clock = FakeClock()
+    epochs = EpochLoader(clock, restart=1.5, in_flight=3)
+    m = run_window(
+        epochs,
+        make_step(clock),
+        warmup=2,
+        sub_windows=3,
+        batches_per_window=4,
+        clock=clock,
+        end_epoch=epochs.end,
+    )
+    assert epochs.epochs == 2 and epochs.after_end == 3  # the in-flight batches drained
+    assert m.epoch_start_s == 1.5 + T_BATCH  # the restart and the next epoch's first batch
+    assert m.samples_per_s == SUSTAINED  # the boundary is not in the timed windows
+    without, _ = window()
+    assert without.epoch_start_s is None  # no boundary asked for: none made

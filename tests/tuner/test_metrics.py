@@ -5,17 +5,43 @@ from __future__ import annotations
 import pytest
 
 from autotune.pipeline.config import PipelineConfig
-from autotune.tuner.metrics import Confirmed, epoch_rate, pick_each_way, pick_winner
+from autotune.tuner.metrics import (
+    Confirmed,
+    epoch_rate,
+    pick_each_way,
+    pick_winner,
+    startup_per_epoch,
+)
 
 
-def test_epoch_rate_charges_startup_only_to_workers_that_restart_each_epoch():
-    plain = PipelineConfig(num_workers=2)
-    assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=100) == pytest.approx(50.0)
-    persistent = PipelineConfig(num_workers=2, persistent_workers=True)
-    assert epoch_rate(100.0, 1.0, config=persistent, epoch_samples=100) == 100.0
-    in_process = PipelineConfig(num_workers=0)  # nothing starts with an epoch
-    assert epoch_rate(100.0, 1.0, config=in_process, epoch_samples=100) == 100.0
-    assert epoch_rate(100.0, 1.0, config=plain, epoch_samples=None) == 100.0
+def test_epoch_rate_charges_the_epoch_start_once_per_epoch():
+    assert epoch_rate(100.0, 1.0, epoch_samples=100) == pytest.approx(50.0)
+    assert epoch_rate(100.0, 1.0, epoch_samples=None) == 100.0  # the steady rate alone
+
+
+def test_an_epoch_start_measured_at_a_boundary_is_charged_to_every_loader():
+    """Persistent workers are not respawned, but a new epoch starts them with an empty buffer:
+    the refill is what the boundary measured, and it is charged like any start."""
+    persistent = PipelineConfig(num_workers=2, persistent_workers=True, batch_size=10)
+    charge = startup_per_epoch(
+        persistent, steady=100.0, epoch_start_s=0.5, time_to_first_batch_s=2.0
+    )
+    assert charge == pytest.approx(0.5 - 10 / 100.0)  # beyond one batch at the steady rate
+    in_process = PipelineConfig(num_workers=0, batch_size=10)  # one batch read: no extra
+    assert (
+        startup_per_epoch(in_process, steady=100.0, epoch_start_s=0.08, time_to_first_batch_s=0.08)
+        == 0.0
+    )
+
+
+def test_without_a_boundary_only_workers_that_restart_pay_the_first_start():
+    """DALI's own loader, or a trial stored by an older autotune: no boundary was timed."""
+    plain = PipelineConfig(num_workers=2, batch_size=10)
+    persistent = PipelineConfig(num_workers=2, persistent_workers=True, batch_size=10)
+    first = {"steady": 100.0, "epoch_start_s": None, "time_to_first_batch_s": 1.1}
+    assert startup_per_epoch(plain, **first) == pytest.approx(1.0)
+    assert startup_per_epoch(persistent, **first) == 0.0
+    assert startup_per_epoch(PipelineConfig(num_workers=0), **first) == 0.0
 
 
 def _confirmed(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:

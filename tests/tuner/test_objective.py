@@ -89,6 +89,11 @@ def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source
     assert objective(cfg, facts, source, fake_run(m))(persistent) == 200.0
     trial = optuna.trial.FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
     assert objective(cfg, facts, source, fake_run(m))(trial) == 200.0  # nothing to restart
+    # a boundary the window made: the next epoch's start is charged, persistent or not
+    bounded = dataclasses.replace(m, epoch_start_s=0.05 + 32 / 200.0)
+    persistent = optuna.trial.FixedTrial({**WORKERS, "prefetch_factor": 2})
+    value = objective(cfg, facts, source, fake_run(bounded))(persistent)
+    assert value == pytest.approx(epoch / (epoch / 200.0 + 0.05), rel=1e-3)
     attrs = trial.user_attrs
     assert attrs["samples_per_s_steady"] == 200.0
     assert attrs["samples_per_s_sub_windows"] == [190.0, 200.0, 210.0]
