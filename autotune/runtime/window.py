@@ -112,10 +112,7 @@ def run_window(
             on_sub_window(index, statistics.median(tally.rates))
     epoch_start_s = None
     if end_epoch is not None:
-        end_epoch()
-        for _ in it:  # the rest of the epoch: in flight when it was told to end
-            pass
-        epoch_start_s = _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
+        epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=statistics.median(tally.rates),
         sub_window_samples_per_s=tuple(tally.rates),
@@ -127,6 +124,22 @@ def run_window(
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
         epoch_start_s=epoch_start_s,
     )
+
+
+def _next_epoch_start(
+    it: Iterator[Batch],
+    batches: Iterable[Batch],
+    end_epoch: Callable[[], None],
+    *,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+) -> float:
+    """Ends ``it``'s epoch, drains the batches in flight (untimed), and times a new epoch of
+    ``batches`` to its first batch in hand."""
+    end_epoch()
+    for _ in it:
+        pass
+    return _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
 
 
 def _first_batch_in_hand(
