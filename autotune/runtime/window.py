@@ -85,15 +85,13 @@ def run_window(
     window of whole rounds does not depend on where in a round it starts).
     ``on_sub_window(index, running_median)`` sees each sub-window as it ends (a pruner may
     raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
-    sub-windows only. ``batches`` must not run out (an endless sampler) until ``end_epoch()``
-    makes its epoch end: the batches still in flight are drained untimed, and a new
-    ``iter(batches)`` is timed to its first batch in hand (``epoch_start_s``).
+    sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
+    batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
     """
     it = iter(batches)
     time_to_first_batch = _start_up(it, step, sync=sync, clock=clock)
     needed = _warm_up(it, step, warmup, min_sub_window_s, sync=sync, clock=clock)
-    if needed is not None:
-        batches_per_window = max(batches_per_window, needed)
+    batches_per_window = max(batches_per_window, needed or 0)
     batches_per_window = -(-batches_per_window // align) * align
 
     tally = _Tally()
@@ -110,9 +108,7 @@ def run_window(
         )
         if on_sub_window is not None:
             on_sub_window(index, statistics.median(tally.rates))
-    epoch_start_s = None
-    if end_epoch is not None:
-        epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
+    epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=statistics.median(tally.rates),
         sub_window_samples_per_s=tuple(tally.rates),
@@ -129,13 +125,15 @@ def run_window(
 def _next_epoch_start(
     it: Iterator[Batch],
     batches: Iterable[Batch],
-    end_epoch: Callable[[], None],
+    end_epoch: Callable[[], None] | None,
     *,
     sync: Callable[[], None],
     clock: Callable[[], float],
-) -> float:
+) -> float | None:
     """Ends ``it``'s epoch, drains the batches in flight (untimed), and times a new epoch of
-    ``batches`` to its first batch in hand."""
+    ``batches`` to its first batch in hand; None without ``end_epoch``."""
+    if end_epoch is None:
+        return None
     end_epoch()
     for _ in it:
         pass
