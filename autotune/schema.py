@@ -123,8 +123,8 @@ class StudyConfig:
     as_is_share: float = 0.3
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
-    # objective = samples/s over an epoch: worker start-up charged once per epoch unless the
-    # workers persist (the steady rate is stored beside it)
+    # objective = samples/s over an epoch: each epoch's start (measured at a real boundary)
+    # charged once per epoch (the steady rate is stored beside it)
     epoch_aware: bool = True
     memory_budget_gb: float | None = None  # peak memory of the process tree; over = infeasible
     trial_memory_limit_gb: float | None = None  # hard cap per trial process (RLIMIT_DATA)
@@ -210,7 +210,7 @@ class AutotuneConfig:
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     mode: str = "tune"  # tune | diagnose | report | verify
-    # diagnose: the best.yaml whose pipeline is diagnosed (default: PyTorch's defaults)
+    # diagnose: the best.yaml whose pipeline is diagnosed (default: the baseline)
     pipeline: str | None = None
     quiet: bool = False  # results only: no per-trial progress lines, no progress bar
     device: str = "auto"  # auto | cpu | cuda

@@ -37,10 +37,11 @@ class BestFile:
     config: PipelineConfig  # the whole tuned pipeline
     measured: dict[str, Any] = field(default_factory=dict)  # its figures
     # the user's pipeline as it is: the loader settings picked for it, and their figures;
-    # None in a file written before both ways were tuned
+    # None when no config of it was confirmed, or in a file of an older autotune (``older``)
     as_is: PipelineConfig | None = None
     as_is_measured: dict[str, Any] = field(default_factory=dict)
     baseline: str = ""  # what the speedups are ratios to, in words
+    older: bool = False  # read from a file written before both ways were tuned
     workload: dict[str, Any] = field(default_factory=dict)  # dataset, model, recipe, device
     machine: dict[str, Any] = field(default_factory=dict)  # machine_section()
     study: dict[str, Any] = field(default_factory=dict)  # name, storage, trial counts
@@ -59,7 +60,7 @@ def machine_section(facts: MachineFacts) -> dict[str, Any]:
 
 
 def write(path: Path, best: BestFile) -> None:
-    doc: dict[str, Any] = {"baseline": best.baseline}
+    doc: dict[str, Any] = {"baseline": best.baseline, "loader_kwargs": None}
     if best.as_is is not None:
         doc["loader_kwargs"] = {
             "loader": best.as_is.loader_kwargs(),
@@ -90,6 +91,7 @@ def read(path: str | Path) -> BestFile:
         as_is=_as_is_config(as_is, path) if as_is else None,
         as_is_measured=as_is.get("measured") or {},
         baseline=doc.get("baseline") or "",
+        older="loader_kwargs" not in doc,
         workload=doc.get("workload") or {},
         machine=doc.get("machine") or {},
         study=doc.get("study") or {},
@@ -108,11 +110,17 @@ def _as_is_config(section: dict[str, Any], path: Path) -> PipelineConfig:
 def as_is_of(best: BestFile, path: str | Path) -> PipelineConfig:
     """The loader settings tuned for the user's pipeline as it is; a file written before they
     were tuned is refused in one line."""
-    if best.as_is is None:
+    if best.older:
         raise UsageError(
             f"{path} was written by an older autotune: it has no DataLoader arguments tuned "
             "for your own Dataset as it is (no `loader_kwargs:`); tune again under a new "
             "study.name, or use autotune.build_loader with this file"
+        )
+    if best.as_is is None:
+        raise UsageError(
+            f"{path} has no DataLoader arguments for your pipeline as it is: none of its "
+            "configs finished the confirmation (see report.md for why); use "
+            "autotune.build_loader with this file, or tune again"
         )
     return best.as_is
 

@@ -35,7 +35,7 @@ DEVICE_DECODERS = ("nvjpeg", "dali")
 # process's threads are tuned. The baseline is this with PyTorch's defaults.
 AS_IS = "as_is"
 # what "as it is" keeps: the Dataset's own output crosses as it comes, copied with .to(device)
-_AS_IS_FIXED = {
+AS_IS_FIXED = {
     "augment_on": "cpu",
     "transfer": "float",
     "device_prefetch": False,
@@ -86,7 +86,7 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         if self.as_is:
-            for key, value in _AS_IS_FIXED.items():
+            for key, value in AS_IS_FIXED.items():
                 object.__setattr__(self, key, value)
         # a device decoder hands the device whole images: augmentation can only follow there,
         # and device-side augmentation needs the uint8 images, not normalized floats
@@ -129,6 +129,11 @@ class PipelineConfig:
     def as_is(self) -> bool:
         """The user's own Dataset as it is, with only the loader's settings tuned."""
         return self.decoder == AS_IS
+
+    @property
+    def workers_restart(self) -> bool:
+        """Whether each epoch spawns its workers anew (``persistent_workers`` off)."""
+        return self.num_workers > 0 and not self.persistent_workers
 
     @property
     def buffered_batches(self) -> int:

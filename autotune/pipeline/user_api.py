@@ -21,8 +21,9 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
 
 
 def loader_kwargs(path: str | Path) -> dict[str, Any]:
-    """The ``torch.utils.data.DataLoader`` arguments a best.yaml tuned for your own Dataset
-    as it is (``loader_kwargs:``). Sets the process's torch threads to the tuned
+    """The ``torch.utils.data.DataLoader`` arguments a best.yaml tuned for your pipeline as
+    it is (``loader_kwargs:``; measured on your Dataset, for a folder the tutorial's
+    ImageFolder with the recipe's transforms.v2). Sets the process's torch threads to the tuned
     ``main_threads``: part of what was measured.
 
     Example:

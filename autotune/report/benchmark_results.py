@@ -161,7 +161,7 @@ def markdown(results: dict[str, Any]) -> str:
         )
         + f"Binding limit: {results['binding_limit']}.",
         f"Head-to-head: {results['rounds']} interleaved rounds; samples/s over an epoch "
-        "(worker start-up charged once per epoch unless workers persist).",
+        "(each epoch's start charged once per epoch).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -11,7 +11,7 @@ import optuna
 from autotune.machine import MachineFacts
 from autotune.pipeline import best_file
 from autotune.report import markdown
-from autotune.tuner import store
+from autotune.tuner import stored_result
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.tune import StudyResult
 
@@ -90,6 +90,7 @@ def export(
     )
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
     # the file list of skipped files stays in best.yaml; the study keeps their count
-    store.save_context(study, {k: v for k, v in workload.items() if k != "skipped"}, machine)
+    counted = {k: v for k, v in workload.items() if k != "skipped"}
+    stored_result.save_context(study, counted, machine)
     markdown.write_report(result.storage, result.study_name, folder)
     return path

@@ -16,7 +16,7 @@ from autotune.report import dashboard, importances, plots
 from autotune.report.summary import UNIT, Summary
 from autotune.runtime.failures import HINTS
 from autotune.schema import AutotuneConfig
-from autotune.tuner import store
+from autotune.tuner import store, stored_result
 from autotune.tuner.store import TrialKey
 
 
@@ -47,7 +47,7 @@ def render(
 ) -> str:
     """The whole report.md (no timestamps: a rebuild from the same storage is identical)."""
     trials = study.get_trials(deepcopy=False)
-    stored = store.load_result(study)
+    stored = stored_result.load_result(study)
     parts = [f"# autotune study `{study.study_name}`\n", _workload_line(stored)]
     parts += ["## Summary\n", _summary_markdown(summary)]
     parts += ["## Trials\n", _counts_line(trials), _failures_markdown(trials)]
@@ -63,7 +63,7 @@ def render(
     return "\n".join(p for p in parts if p)
 
 
-def _workload_line(stored: store.StoredResult) -> str:
+def _workload_line(stored: stored_result.StoredResult) -> str:
     work, machine = stored.workload, stored.machine
     if not work or not machine:
         return ""

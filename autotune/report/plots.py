@@ -48,7 +48,7 @@ class Figure:
 class References:
     """Horizontal reference lines, samples/s; None where not measured."""
 
-    baseline: float | None = None  # PyTorch's defaults
+    baseline: float | None = None  # the pipeline as it is under PyTorch's defaults
     ceiling: float | None = None  # the train step fed a batch already on the device
     cpu_work_bound: float | dict[str, float] | None = None  # one, or one per decoder
 
@@ -129,7 +129,7 @@ def _reference_lines(ax: Any, references: References, colours: dict[str, Any], t
     lines: list[tuple[float, str, dict[str, Any]]] = []
     if references.baseline:
         style = {"color": "0.35", "linestyle": ":"}
-        lines.append((references.baseline, "baseline (PyTorch defaults), re-measured", style))
+        lines.append((references.baseline, "baseline, re-measured", style))
     if references.ceiling:
         style = {"color": "black", "linestyle": "--"}
         lines.append((references.ceiling, "ceiling: train step on a ready batch", style))

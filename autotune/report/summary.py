@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.runtime.failures import HINTS
-from autotune.tuner import store
+from autotune.tuner import store, stored_result
 from autotune.tuner.metrics import speedup
 from autotune.tuner.tune import StudyResult
 
@@ -49,7 +49,7 @@ class Summary:
 
     @classmethod
     def of_study(cls, study: optuna.Study) -> Summary:
-        stored = store.load_result(study)
+        stored = stored_result.load_result(study)
         trial = stored.winner_trial
         return cls(
             stored.confirmed,

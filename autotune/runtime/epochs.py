@@ -9,8 +9,8 @@ Three arms, each what a user would write:
 - ``loader_kwargs``: the same Dataset, ``DataLoader(ds, shuffle=True, **loader_kwargs(best))``.
 - ``build_loader``: ``build_loader(source, best)``, the whole tuned pipeline.
 
-An epoch is a full shuffled pass from a fresh iterator: worker start-up (unless the workers
-persist) and the epoch's tail are inside its time.
+An epoch is a full shuffled pass from a fresh iterator: its start (workers spawned, or
+refilled when they persist) and its tail are inside its time.
 """
 
 from __future__ import annotations

@@ -130,14 +130,21 @@ def _next_epoch_start(
     sync: Callable[[], None],
     clock: Callable[[], float],
 ) -> float | None:
-    """Ends ``it``'s epoch, drains the batches in flight (untimed), and times a new epoch of
-    ``batches`` to its first batch in hand; None without ``end_epoch``."""
+    """Ends ``it``'s epoch, drains the batches in flight (untimed), and times what a user's
+    epoch pays at the boundary: the end itself (workers that do not persist are shut down
+    then) and a new epoch of ``batches`` to its first batch in hand. None without
+    ``end_epoch``."""
     if end_epoch is None:
         return None
     end_epoch()
-    for _ in it:
-        pass
-    return _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
+    while True:
+        before = clock()
+        try:
+            next(it)
+        except StopIteration:
+            ending = clock() - before
+            break
+    return ending + _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
 
 
 def _first_batch_in_hand(

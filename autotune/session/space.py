@@ -19,21 +19,14 @@ import optuna
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
-from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.config import AS_IS, AS_IS_FIXED, PipelineConfig
 from autotune.schema import SearchSpaceConfig
 from autotune.session.knobs import INACTIVE, Knob, build_knob
 
 # DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
 NEED_WORKERS = ("prefetch_factor", "persistent_workers")
 # The tuner's own pipeline choices: the user's pipeline "as it is" keeps them as they are.
-AS_IS_KEEPS = (
-    "augment_on",
-    "transfer",
-    "device_prefetch",
-    "channels_last",
-    "dali_num_threads",
-    "dali_prefetch_queue_depth",
-)
+AS_IS_KEEPS = (*AS_IS_FIXED, "dali_num_threads", "dali_prefetch_queue_depth")
 
 
 def applies(knob: Knob, values: Mapping[str, Any]) -> bool:
@@ -77,6 +70,7 @@ class SearchSpace:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
             if name == "decoder":
+                _check_declared_before_its_choices(knobs)
                 knob = _usable_decoders(_with_as_is(knob, notes), features["cuda"], notes)
             knobs.append(knob)
         if left_out:
@@ -171,6 +165,17 @@ class SearchSpace:
     def fingerprint(self) -> str:
         payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _check_declared_before_its_choices(declared: list[Knob]) -> None:
+    """The pipeline choices as it is keeps must follow the decoder: whether they apply is
+    decided by the decoder's value."""
+    early = [k.name for k in declared if k.name in AS_IS_KEEPS]
+    if early:
+        raise UsageError(
+            f"search_space.knobs: declare decoder before {', '.join(early)} (they do not "
+            "apply to decoder=as_is, which the decoder decides first)"
+        )
 
 
 def _with_as_is(knob: Knob, notes: list[str]) -> Knob:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner.store import BASELINE, TrialKey
 
@@ -41,14 +42,15 @@ def startup_per_epoch(
 ) -> float:
     """What each epoch's start costs beyond one batch at the steady rate: measured at a real
     epoch boundary where the trial made one (workers respawned, or refilled when they
-    persist: a new epoch starts with an empty buffer either way). Else (DALI's own loader, a
-    trial of an older autotune) the run's first start, charged only to workers that restart
-    with every epoch."""
+    persist: a new epoch starts with an empty buffer either way). Else the run's first start:
+    for DALI's own loader (it resets and refills its queue every epoch) and, in a trial of an
+    older autotune, for workers that restart with every epoch."""
     if steady <= 0:
         return 0.0
     if epoch_start_s is not None:
         return startup_beyond_one_batch(epoch_start_s, config.batch_size, steady)
-    if config.num_workers > 0 and not config.persistent_workers:
+    own_loader = decoders.DECODERS.get(config.decoder)
+    if config.workers_restart or (own_loader is not None and own_loader.replaces_loader):
         return startup_beyond_one_batch(time_to_first_batch_s, config.batch_size, steady)
     return 0.0
 

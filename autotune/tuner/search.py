@@ -8,13 +8,14 @@ import time
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.session import SearchSpace
 from autotune.tuner import store
 from autotune.tuner.metrics import feasible_complete
 from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.progress import StudyProgress
-from autotune.tuner.ways import as_is_is_due, as_is_trials, is_as_is
+from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is
 
 
 def search(
@@ -47,6 +48,8 @@ def search(
     with StudyProgress(cfg.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
         def run_one() -> None:
+            if stop.is_set():  # Ctrl-C since the check: start no trial, enqueue nothing
+                return
             study.optimize(
                 objective,
                 n_trials=1,
@@ -57,19 +60,36 @@ def search(
             )
 
         while going(cfg.n_trials - polish):
-            if both_ways and as_is_is_due(study, cfg.as_is_share):
-                with as_is_trials(study):
-                    run_one()
-            else:
-                run_one()
-        while going(cfg.n_trials):
-            polished = sum(store.role_of(t) == store.POLISH for t in study.get_trials())
-            as_is = both_ways and polished % 2 == 1  # the ways in turn, the whole one first
-            step = next_neighbour(study, space, as_is=as_is)
-            if step is not None:
-                attrs = {store.TrialKey.ROLE: store.POLISH, store.TrialKey.POLISHED: as_is}
-                study.enqueue_trial(step, user_attrs=attrs)
+            finished = study.get_trials(deepcopy=False, states=store.FINISHED)
+            if both_ways and not _waiting(study) and as_is_is_due(finished, cfg.as_is_share):
+                ask_for_as_is(study)
             run_one()
+        while going(cfg.n_trials):
+            if not _waiting(study):
+                _enqueue_polish_step(study, space, both_ways)
+            run_one()
+
+
+def _waiting(study: optuna.Study) -> bool:
+    """Whether a trial is already enqueued (a run stopped before it ran: it runs first)."""
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def _enqueue_polish_step(study: optuna.Study, space: SearchSpace, both_ways: bool) -> None:
+    """The next polish step, the ways in turn (the whole pipeline's first); a way with no
+    unmeasured neighbour left gives its turn to the other. None left in either: TPE's turn."""
+    polished = [
+        t
+        for t in study.get_trials(deepcopy=False, states=store.FINISHED)
+        if store.role_of(t) == store.POLISH
+    ]
+    as_is_turn = both_ways and len(polished) % 2 == 1
+    for as_is in (as_is_turn, not as_is_turn) if both_ways else (False,):
+        step = next_neighbour(study, space, as_is=as_is)
+        if step is not None:
+            attrs = {store.TrialKey.ROLE: store.POLISH, store.TrialKey.POLISHED: as_is}
+            study.enqueue_trial(step, user_attrs=attrs)
+            return
 
 
 def next_neighbour(

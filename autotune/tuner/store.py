@@ -1,4 +1,5 @@
-"""The study store: the Optuna study in its storage, and the record kept on it.
+"""The study store: the Optuna study in its storage, and the record kept on its trials (a
+finished run's own record is in ``stored_result``).
 
 Every trial and study attribute the tool writes is named here, with the functions that write
 and read it: the dashboard, ``mode=report`` and the report read what the search wrote through
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ class StudyKey:
     """The study's user attributes: what ``mode=report`` rebuilds the report from."""
 
     FINGERPRINT = "fingerprint"
+    FORMAT = "format"  # STUDY_FORMAT of the autotune that made the study
     CEILING = "ceiling_samples_per_s"
     CPU_WORK_BOUND = "cpu_work_bound_samples_per_s"  # one figure, or one per decoder
     CONFIRMATION = "confirmation"  # the confirmed rows (Confirmed.to_dict())
@@ -71,6 +72,9 @@ class StudyKey:
 
 BASELINE = "baseline"
 POLISH = "polish"
+# What a study's trials mean: 2 since the baseline is the pipeline as it is and every epoch's
+# start is measured. A study of another format resumes nothing: its figures are not these.
+STUDY_FORMAT = 2
 GRID = "grid"  # a point of the benchmark's exhaustive grid
 
 
@@ -82,10 +86,12 @@ def _constraints(trial: FrozenTrial) -> tuple[float]:
 
 
 def open_study(cfg: StudyConfig, fingerprint: str) -> optuna.Study:
-    """Creates or resumes the study; refuses to resume one whose workload or space changed."""
+    """Creates or resumes the study; refuses to resume one whose workload or space changed,
+    or that an older autotune made."""
     if cfg.storage.startswith("sqlite:///"):
         Path(cfg.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # multivariate, group and constraints are "experimental"
+    # multivariate, group, constraints and metric names are "experimental" in Optuna
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(
             seed=cfg.seed,
@@ -94,24 +100,29 @@ def open_study(cfg: StudyConfig, fingerprint: str) -> optuna.Study:
             group=True,  # conditional knobs (prefetch only with workers) form groups
             constraints_func=_constraints if cfg.memory_budget_gb else None,
         )
-    study = optuna.create_study(
-        study_name=cfg.name,
-        storage=cfg.storage,
-        direction="maximize",
-        sampler=sampler,
-        pruner=make_pruner(),
-        load_if_exists=True,
-    )
-    stored = study.user_attrs.get(StudyKey.FINGERPRINT)
-    if stored is None:
-        study.set_user_attr(StudyKey.FINGERPRINT, fingerprint)
-        with warnings.catch_warnings():  # "experimental" since Optuna 3.2
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study = optuna.create_study(
+            study_name=cfg.name,
+            storage=cfg.storage,
+            direction="maximize",
+            sampler=sampler,
+            pruner=make_pruner(),
+            load_if_exists=True,
+        )
+        stored = study.user_attrs.get(StudyKey.FINGERPRINT)
+        if stored is None:
+            study.set_user_attr(StudyKey.FINGERPRINT, fingerprint)
+            study.set_user_attr(StudyKey.FORMAT, STUDY_FORMAT)
             study.set_metric_names([METRIC])
-    elif stored != fingerprint:
+    where = f"study {cfg.name!r} in {cfg.storage}"
+    if study.user_attrs.get(StudyKey.FORMAT) != STUDY_FORMAT:
         raise UsageError(
-            f"study {cfg.name!r} in {cfg.storage} was made with another dataset, "
-            "model, recipe, window or search space: pick a new study.name=... to start afresh"
+            f"{where} was made by an older autotune, whose trials measured another baseline "
+            "and epoch: pick a new study.name=... to start afresh"
+        )
+    if stored is not None and stored != fingerprint:
+        raise UsageError(
+            f"{where} was made with another dataset, model, recipe, window or search space: "
+            "pick a new study.name=... to start afresh"
         )
     _fail_stale(study)
     return study
@@ -220,77 +231,3 @@ def best_value(study: optuna.Study) -> float | None:
         if t.value is not None
     ]
     return max(values) if values else None
-
-
-def trial_of_row(study: optuna.Study, row: dict[str, Any]) -> FrozenTrial | None:
-    """The trial a confirmed row stands for: the baseline by its role, any other by its
-    ``trial_number`` (rows stored before they carried one name it in their label)."""
-    trials = study.get_trials(deepcopy=False)
-    if row["label"] == BASELINE:
-        return next((t for t in trials if role_of(t) == BASELINE), None)
-    number = row.get("trial_number")
-    if number is None:
-        number = row["label"].removeprefix("trial ")
-    return next((t for t in trials if str(t.number) == str(number)), None)
-
-
-# --- the study's result -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoredResult:
-    """What a finished run stored on the study: enough to rebuild its report."""
-
-    confirmed: tuple[dict[str, Any], ...]  # Confirmed.to_dict() rows
-    winner: str | None  # the winning row's label: the whole tuned pipeline
-    winner_trial: FrozenTrial | None
-    as_is_winner: str | None  # the row picked for the user's pipeline as it is
-    baseline: str | None  # what the baseline runs, in one line
-    ceiling: float | None
-    cpu_work_bound: float | dict[str, float] | None
-    notes: tuple[str, ...]
-    workload: dict[str, Any] | None
-    machine: dict[str, Any] | None
-
-
-def save_result(
-    study: optuna.Study,
-    confirmed: list[dict[str, Any]],
-    *,
-    winner: str,
-    as_is_winner: str | None,
-    baseline: str,
-    notes: list[str],
-) -> None:
-    study.set_user_attr(StudyKey.CONFIRMATION, confirmed)
-    study.set_user_attr(StudyKey.WINNER, winner)
-    study.set_user_attr(StudyKey.AS_IS_WINNER, as_is_winner)
-    study.set_user_attr(StudyKey.BASELINE, baseline)
-    study.set_user_attr(StudyKey.NOTES, notes)
-
-
-def save_context(study: optuna.Study, workload: dict[str, Any], machine: dict[str, Any]) -> None:
-    """The workload and machine, so the report can be rebuilt from the storage alone."""
-    study.set_user_attr(StudyKey.WORKLOAD, workload)
-    study.set_user_attr(StudyKey.MACHINE, machine)
-
-
-def load_result(study: optuna.Study) -> StoredResult:
-    attrs = study.user_attrs
-    confirmed = tuple(attrs.get(StudyKey.CONFIRMATION, ()))
-    winner = attrs.get(StudyKey.WINNER)
-    if winner is None and confirmed:  # stored before the winner was: the fastest
-        winner = max(confirmed, key=lambda r: r["samples_per_s"])["label"]
-    row = next((r for r in confirmed if r["label"] == winner), None)
-    return StoredResult(
-        confirmed=confirmed,
-        winner=winner,
-        winner_trial=trial_of_row(study, row) if row else None,
-        as_is_winner=attrs.get(StudyKey.AS_IS_WINNER),
-        baseline=attrs.get(StudyKey.BASELINE),
-        ceiling=attrs.get(StudyKey.CEILING),
-        cpu_work_bound=attrs.get(StudyKey.CPU_WORK_BOUND),
-        notes=tuple(attrs.get(StudyKey.NOTES, ())),
-        workload=attrs.get(StudyKey.WORKLOAD),
-        machine=attrs.get(StudyKey.MACHINE),
-    )

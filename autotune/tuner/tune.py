@@ -21,7 +21,7 @@ from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import store
+from autotune.tuner import store, stored_result
 from autotune.tuner.confirm import confirm, finalists, from_search, reduced_decode_note
 from autotune.tuner.metrics import Confirmed, pick_each_way, speedup
 from autotune.tuner.objective import Objective
@@ -82,7 +82,7 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
     cfg = session.config
     recipe = recipes.from_config(cfg.recipe)
     knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
-    names = knob.values() if knob is not None else ["pil"]
+    names = knob.values() if knob is not None else [AS_IS]  # no decoders: as it is
     bounds = {}
     for name in names:
         if name != AS_IS and decoders.DECODERS[name].on_device:
@@ -192,7 +192,7 @@ def _result(
         winner, as_is_winner, winner_notes = _winners(session, confirmed)
         notes += winner_notes
         # what report.md is rebuilt from (mode=report): the storage alone
-        store.save_result(
+        stored_result.save_result(
             study,
             [c.to_dict() for c in confirmed],
             winner=winner.label,

@@ -5,21 +5,20 @@ as it is (``decoder=as_is``: only the DataLoader's arguments and threads vary; w
 The as-is configs are slower than the tuner's own decoders on most machines, so each way is
 judged against its own kind: a trial is pruned only for losing to trials of its way, and a
 share of the trials is spent on the as-is way whatever TPE would prefer.
+
+(Optuna's PartialFixedSampler would fix the decoder too, but before Optuna 5 it breaks under
+a multivariate, grouped TPE: an enqueued decoder does the same with any version.)
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.pipeline.config import AS_IS
-
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def is_as_is(params: Mapping[str, Any]) -> bool:
@@ -60,23 +59,14 @@ def make_pruner() -> optuna.pruners.BasePruner:
     )
 
 
-def as_is_is_due(study: optuna.Study, share: float) -> bool:
+def ask_for_as_is(study: optuna.Study) -> None:
+    """The next trial is one of the pipeline as it is: its decoder is fixed, TPE picks the
+    rest of the params (an enqueued value wins over any sampler's)."""
+    study.enqueue_trial({"decoder": AS_IS})
+
+
+def as_is_is_due(finished: list[FrozenTrial], share: float) -> bool:
     """Whether the next trial should be one of the pipeline as it is, for the as-is way to
-    have ``share`` of the finished trials (counted from storage: a resumed study keeps it)."""
-    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    have ``share`` of the ``finished`` trials (from storage: a resumed study keeps it)."""
     as_is = sum(is_as_is(t.params) for t in finished)
     return as_is < share * (len(finished) + 1)
-
-
-@contextmanager
-def as_is_trials(study: optuna.Study) -> Iterator[None]:
-    """Trials asked for in this block are of the pipeline as it is: TPE picks the rest of
-    the params, learning from every trial of the study."""
-    base = study.sampler
-    with warnings.catch_warnings():  # experimental since Optuna 2.4, and stable in use since
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.sampler = optuna.samplers.PartialFixedSampler({"decoder": AS_IS}, base)
-    try:
-        yield
-    finally:
-        study.sampler = base

@@ -61,8 +61,7 @@ def judge(claimed: float | None, measured: Ratio) -> str:
 
 def startup_causes(arm: ArmFigures, config: PipelineConfig) -> list[str]:
     causes = []
-    restarts = config.num_workers > 0 and not config.persistent_workers
-    if restarts and arm.startup_share >= STARTUP_SHARE:
+    if config.workers_restart and arm.startup_share >= STARTUP_SHARE:
         causes.append(
             f"start-up not amortized: the {arm.arm} arm's workers restart every epoch "
             f"(persistent_workers off) and its first batch takes {arm.startup_share:.0%} of "

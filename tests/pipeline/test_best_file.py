@@ -80,6 +80,16 @@ def test_the_header_and_the_order_of_sections(tmp_path: Path) -> None:
     assert doc["loader_kwargs"]["measured"]["speedup_vs_baseline"] == 1.2
 
 
+def test_a_new_file_without_an_as_is_pick_says_so_not_that_it_is_older(tmp_path: Path) -> None:
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BestFile(BEST.config, baseline="b"))  # no as-is config confirmed
+    assert "loader_kwargs: null" in path.read_text()
+    read = best_file.read(path)
+    assert read.as_is is None and not read.older
+    with pytest.raises(UsageError, match="none of its configs finished the confirmation"):
+        best_file.as_is_of(read, path)
+
+
 def test_a_file_of_an_older_autotune_keeps_build_loader_and_refuses_loader_kwargs(
     tmp_path: Path,
 ) -> None:
@@ -105,7 +115,7 @@ def test_write_then_read(tmp_path: Path) -> None:
 def test_read_a_file_with_the_loader_sections_only(tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     path.write_text(yaml.safe_dump(PipelineConfig(num_workers=2).to_dict()))
-    assert best_file.read(path) == BestFile(PipelineConfig(num_workers=2))
+    assert best_file.read(path) == BestFile(PipelineConfig(num_workers=2), older=True)
 
 
 def test_read_a_missing_file(tmp_path: Path) -> None:

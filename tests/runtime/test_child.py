@@ -125,7 +125,8 @@ def test_the_sampler_runs_on_until_its_epoch_is_ended() -> None:
     assert sorted(torch.cat(seen[:3]).tolist()) == list(range(6))  # each pass a permutation
     sampler.end_epoch()
     rest = list(it)
-    assert len(rest) <= 2 + 1  # the worker's prefetch (2 batches) and the one being cut
+    # what was in flight: the worker's prefetch (2 batches), one maybe cut short
+    assert 1 <= len(rest) <= 3 and all(len(batch) <= 2 for batch in rest)
     again = iter(loader)
     assert len(next(again)) == 2  # a new epoch, endless again
 
@@ -136,3 +137,5 @@ def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:
     )
     m = measure(job(source, pipeline=persistent), ignore)
     assert m.epoch_start_s is not None and m.epoch_start_s > 0
+    # the same workers refill: no fork, so less than the run's first start
+    assert m.epoch_start_s < m.time_to_first_batch_s

@@ -446,3 +446,14 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
     no_workers = next(p for p in points if p["num_workers"] == 0)
     assert "prefetch_factor" not in no_workers and "persistent_workers" not in no_workers
     assert {"decoder": "pil"}.items() <= next(p for p in points if p["decoder"] == "pil").items()
+
+
+def test_the_decoder_comes_before_the_choices_it_decides(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(
+        knobs={
+            "augment_on": KnobConfig(type="choice", choices=["cpu", "gpu"]),
+            "decoder": KnobConfig(type="choice", choices=["as_is", "pil"]),
+        }
+    )
+    with pytest.raises(UsageError, match="declare decoder before augment_on"):
+        build(cfg, facts4, device="cuda")

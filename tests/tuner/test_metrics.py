@@ -42,6 +42,9 @@ def test_without_a_boundary_only_workers_that_restart_pay_the_first_start():
     assert startup_per_epoch(plain, **first) == pytest.approx(1.0)
     assert startup_per_epoch(persistent, **first) == 0.0
     assert startup_per_epoch(PipelineConfig(num_workers=0), **first) == 0.0
+    # DALI's own loader resets and refills its queue each epoch: it pays its first start
+    dali = PipelineConfig(decoder="dali", batch_size=10)
+    assert startup_per_epoch(dali, **first) == pytest.approx(1.0)
 
 
 def _confirmed(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:

@@ -1,17 +1,24 @@
-"""The search's polish: the best so far's one-knob neighbours, the knobs taken in turn."""
+"""The search: the as-is way's share of the trials, the polish of each way's best (one-knob
+neighbours, the knobs taken in turn), and a stop that starts nothing."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import optuna
-from helpers import ask
+from helpers import ask, make_session
 from optuna.distributions import BaseDistribution
 
 from autotune import machine
 from autotune.app.cli import compose, to_config
+from autotune.runtime.trial import TrialOutcome
+from autotune.runtime.window import Measurement
 from autotune.session import SearchSpace
-from autotune.tuner.search import next_neighbour
+from autotune.tuner import store
+from autotune.tuner.objective import Objective
+from autotune.tuner.search import next_neighbour, search
+from autotune.tuner.ways import is_as_is
 
 
 def test_the_polish_takes_the_knobs_in_turn() -> None:
@@ -88,3 +95,50 @@ def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
     assert len({tuple(sorted(s.items())) for s in steps}) == 4  # each step a new point
     whole = next_neighbour(study, space)  # the other way starts from the best of all
     assert whole is not None and (whole["decoder"], whole["main_threads"]) == ("opencv", 1)
+
+
+def _fake_run(job, *, timeout_s, should_prune=lambda i, v: False):
+    """Every config measured at once: the as-is ones slower, more workers faster."""
+    config = job.pipeline
+    rate = (300.0 if config.as_is else 600.0) + 50.0 * config.num_workers
+    m = Measurement(rate, (rate, rate, rate), 0.5, 0.01, 2, 6, epoch_start_s=0.01)
+    for index in range(3):
+        should_prune(index, rate)
+    return TrialOutcome("ok", measurement=m, wall_s=0.0)
+
+
+def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_ways(
+    tmp_path,
+) -> None:
+    """The real study, TPE and pruner, with more trials than TPE's random start: the as-is
+    way gets its share (as-is configs lose to the tuner's decoders on every trial here, so
+    TPE alone would starve it), and the polish moves from each way's best in turn."""
+    session = make_session(
+        [
+            "study.n_trials=16",
+            "study.n_startup_trials=3",
+            f"study.storage=sqlite:///{tmp_path}/s.db",
+            "study.name=ways",
+            "study.epoch_aware=false",
+        ]
+    )
+    study = store.open_study(session.config.study, session.fingerprint)
+    search(study, Objective(session, run=_fake_run), threading.Event())
+    trials = study.get_trials()
+    assert len(trials) == 16
+    searched = [t for t in trials if store.role_of(t) != store.POLISH]
+    assert sum(is_as_is(t.params) for t in searched) >= 0.3 * len(searched) - 1
+    polish = [t for t in trials if store.role_of(t) == store.POLISH]
+    assert len(polish) == 4
+    assert [t.user_attrs["polished_as_is"] for t in polish] == [False, True, False, True]
+    assert all(is_as_is(t.params) for t in polish if t.user_attrs["polished_as_is"])
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)  # none pruned
+
+
+def test_a_stopped_search_starts_no_trial(tmp_path) -> None:
+    session = make_session([f"study.storage=sqlite:///{tmp_path}/s.db", "study.name=stop"])
+    study = store.open_study(session.config.study, session.fingerprint)
+    stop = threading.Event()
+    stop.set()
+    search(study, Objective(session, run=_fake_run), stop)
+    assert study.get_trials() == []

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.distributions import IntDistribution
 
+from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.runtime.trial import TrialOutcome
 from autotune.runtime.window import Measurement
-from autotune.tuner import store
+from autotune.schema import StudyConfig
+from autotune.tuner import store, stored_result
 from autotune.tuner.store import StudyKey, TrialKey
 
 CONFIG = PipelineConfig(num_workers=2, prefetch_factor=4, decoder="opencv", main_threads=1)
@@ -63,14 +66,15 @@ def test_the_winner_is_found_by_its_trial_number_or_its_older_label() -> None:
         {"label": "baseline", "trial_number": None, "samples_per_s": 100.0},
         {"label": "trial 2", "trial_number": 2, "samples_per_s": 300.0},
     ]
-    assert store.trial_of_row(study, rows[0]).number == 0
-    assert store.trial_of_row(study, rows[1]).number == 2
-    assert store.trial_of_row(study, {"label": "trial 1"}).number == 1  # stored before numbers
-    assert store.trial_of_row(study, {"label": "oracle"}) is None
-    store.save_result(
+    assert stored_result.trial_of_row(study, rows[0]).number == 0
+    assert stored_result.trial_of_row(study, rows[1]).number == 2
+    older = {"label": "trial 1"}  # stored before rows carried their trial numbers
+    assert stored_result.trial_of_row(study, older).number == 1
+    assert stored_result.trial_of_row(study, {"label": "oracle"}) is None
+    stored_result.save_result(
         study, rows, winner="trial 2", as_is_winner="baseline", baseline="tutorial", notes=["n"]
     )
-    stored = store.load_result(study)
+    stored = stored_result.load_result(study)
     assert stored.winner == "trial 2" and stored.winner_trial.number == 2
     assert (stored.as_is_winner, stored.baseline, stored.notes) == ("baseline", "tutorial", ("n",))
 
@@ -81,4 +85,17 @@ def test_a_result_stored_before_the_winner_was_names_the_fastest() -> None:
         StudyKey.CONFIRMATION,
         [{"label": "trial 0", "samples_per_s": 50.0}, {"label": "trial 1", "samples_per_s": 90.0}],
     )
-    assert store.load_result(study).winner == "trial 1"
+    assert stored_result.load_result(study).winner == "trial 1"
+
+
+def test_a_study_resumes_only_with_its_own_fingerprint_and_format(tmp_path) -> None:
+    cfg = StudyConfig(name="s", storage=f"sqlite:///{tmp_path}/a.db")
+    store.open_study(cfg, "abc")
+    assert store.open_study(cfg, "abc").user_attrs["format"] == store.STUDY_FORMAT  # resumed
+    with pytest.raises(UsageError, match="another dataset, model, recipe, window or search"):
+        store.open_study(cfg, "xyz")
+    older = StudyConfig(name="old", storage=cfg.storage)
+    made = optuna.create_study(study_name="old", storage=cfg.storage)
+    made.set_user_attr("fingerprint", "abc")  # as an older autotune left it: no format
+    with pytest.raises(UsageError, match="made by an older autotune"):
+        store.open_study(older, "abc")

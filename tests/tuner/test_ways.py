@@ -1,12 +1,13 @@
 """The two ways searched side by side: a trial judged against its own way only, the as-is
-way's share of the trials, and the as-is trials TPE is told to ask for."""
+way's share of the trials, and an as-is trial asked of the study's own TPE."""
 
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from autotune.tuner.ways import as_is_is_due, as_is_trials, is_as_is, make_pruner
+from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is, make_pruner
 
 DECODER = CategoricalDistribution(["as_is", "pil", "opencv"])
 WORKERS = IntDistribution(0, 4)
@@ -48,23 +49,29 @@ def test_a_trial_is_pruned_only_for_losing_to_its_own_way() -> None:
 
 
 def test_the_as_is_way_gets_its_share_of_the_trials() -> None:
-    study = optuna.create_study(direction="maximize")
-    study.add_trial(_finished("as_is", 400.0))  # the baseline
-    study.add_trial(_finished("opencv", 800.0))
-    assert not as_is_is_due(study, 0.3)  # 1 of 3 would be as it is: a third already
-    study.add_trial(_finished("pil", 700.0))
-    assert as_is_is_due(study, 0.3)  # 1 of 4: below the share
-    assert not as_is_is_due(study, 0.0)
+    finished = [_finished("as_is", 400.0), _finished("opencv", 800.0)]  # the baseline, one
+    assert not as_is_is_due(finished, 0.3)  # 1 of 3 would be as it is: a third already
+    finished.append(_finished("pil", 700.0))
+    assert as_is_is_due(finished, 0.3)  # 1 of 4: below the share
+    assert not as_is_is_due(finished, 0.0)
 
 
-def test_trials_asked_inside_the_block_are_as_they_are() -> None:
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # multivariate
+def test_the_trial_asked_for_is_as_it_is_and_the_rest_still_searched() -> None:
+    """With the study's own TPE (multivariate, grouped) past its random start."""
     study = optuna.create_study(
-        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0)
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(
+            seed=0, n_startup_trials=2, multivariate=True, group=True
+        ),
     )
-    base = study.sampler
-    with as_is_trials(study):
-        asked = [study.ask({"decoder": DECODER, "num_workers": WORKERS}) for _ in range(8)]
-    assert all(t.params["decoder"] == "as_is" for t in asked)
-    assert len({t.params["num_workers"] for t in asked}) > 1  # the rest is still searched
-    assert study.sampler is base
+    for _ in range(4):
+        study.add_trial(_finished("opencv", 800.0))
+    asked = []
+    for _ in range(4):
+        ask_for_as_is(study)
+        trial = study.ask({"decoder": DECODER, "num_workers": WORKERS})
+        asked.append(trial.params)
+        study.tell(trial, 400.0)
+    assert all(p["decoder"] == "as_is" for p in asked)
     assert is_as_is({}) and is_as_is({"decoder": "as_is"}) and not is_as_is({"decoder": "pil"})

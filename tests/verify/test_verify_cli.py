@@ -70,8 +70,16 @@ def test_data_changed_since_the_tune_is_refused(tmp_path, monkeypatch, capsys):
 
 
 def test_a_best_yaml_of_an_older_autotune_is_refused(tmp_path, monkeypatch, capsys):
-    write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint(), as_is=None)
+    path = write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint())
+    doc = yaml.safe_load(path.read_text())
+    del doc["loader_kwargs"], doc["baseline"]  # as files were before both ways were tuned
+    path.write_text(yaml.safe_dump(doc))
     _bad_input(tmp_path, monkeypatch, capsys, "was written by an older autotune")
+
+
+def test_a_best_yaml_without_an_as_is_pick_is_refused(tmp_path, monkeypatch, capsys):
+    write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint(), as_is=None)
+    _bad_input(tmp_path, monkeypatch, capsys, "none of its configs finished the confirmation")
 
 
 def test_another_model_than_the_tune_s_is_refused(tmp_path, monkeypatch, capsys):
