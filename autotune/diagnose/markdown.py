@@ -93,7 +93,7 @@ def stage_lines(d: Diagnosis) -> list[str]:
         lines.append(row)
     lines.append(f"| **loader total** | {_ms(p.cpu_s(stages))} | {_ms(p.wall_s(stages))} | |")
     lines.append(
-        f"| host→device copy, normalize (one thread) | {_ms(d.copy.cpu_s)} | "
+        f"| host→device copy{_normalized_there(d)} (one thread) | {_ms(d.copy.cpu_s)} | "
         f"{_ms(d.copy.wall_s)} | |"
     )
     if d.step is not None:
@@ -193,3 +193,10 @@ def tail_lines(profile: StageProfile, slowest: int) -> list[str]:
         more = f" and {len(profile.skipped) - 5} more" if len(profile.skipped) > 5 else ""
         lines += ["", f"{len(profile.skipped)} files could not be decoded: {shown}{more}"]
     return lines
+
+
+def _normalized_there(d: Diagnosis) -> str:
+    """The device stage normalizes uint8 crops; floats (the tutorial's) come normalized."""
+    return (
+        ", normalize" if d.pipeline.transfer == "uint8" or d.pipeline.augment_on == "gpu" else ""
+    )

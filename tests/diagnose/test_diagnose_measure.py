@@ -76,10 +76,12 @@ def test_diagnose_names_the_binding_limit(diagnosed: tuple[int, str, str]) -> No
 @pytest.mark.slow
 def test_diagnosis_reports_every_stage_and_the_tail(diagnosed: tuple[int, str, str]) -> None:
     _, _, report = diagnosed
-    for row in ("read bytes", "decode (pil)", "augment", "collate", "host→device copy", "train"):
+    # the default: the baseline, whose decode is the tutorial's (ImageFolder's PIL loader)
+    for row in ("read bytes", "decode (as_is)", "augment", "collate", "host→device copy", "train"):
         match = re.search(rf"^\| {re.escape(row)}[^|]* \| ([\d.]+) \| ([\d.]+) \|", report, re.M)
         assert match, row
-        assert float(match.group(2)) > 0, row
+        # as it is on a CPU device, the tutorial's .to("cpu") moves nothing: no time
+        assert float(match.group(2)) > 0 or row == "host→device copy", row
     assert re.search(r"^p50 [\d.]+ ms · p90 [\d.]+ ms · p99 [\d.]+ ms$", report, re.M)
     listed = re.findall(r"^\| (/\S+\.jpg) \|", report, re.M)
     assert len(listed) == 10 and all(Path(p).is_file() for p in listed)
