@@ -25,6 +25,11 @@ class DatasetConfig:
     name: str = "synthetic"
     kind: str = "synthetic"  # synthetic | imagefolder
     root: str | None = None
+    # your own Dataset: dataset._target_=pkg.module.Class (or a factory), built with kwargs;
+    # then kind, root and the synthetic keys are not used
+    _target_: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    collate_fn: str | None = None  # a dotted path; None: DataLoader's default collate
     # synthetic only: generated once from the seed, cached
     count: int = 512
     num_classes: int = 8
@@ -34,6 +39,8 @@ class DatasetConfig:
     quality: int = 90
 
     def __post_init__(self) -> None:
+        if self._target_:
+            return  # the user's own Dataset: checked when it is built
         _require(
             self.kind in ("synthetic", "imagefolder"),
             f"dataset.kind must be 'synthetic' or 'imagefolder', got {self.kind!r}",

@@ -30,6 +30,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from autotune.diagnose.measure import pipeline_to_diagnose
 from autotune.diagnose.measure import run as run_diagnosis
 from autotune.errors import UsageError
+from autotune.pipeline.user_data import UserData
 from autotune.report import dashboard, markdown, summary
 from autotune.report.export import export
 from autotune.runtime.lock import host_lock
@@ -52,9 +53,28 @@ Common overrides: study.n_trials=N study.timeout=SECONDS study.name=NAME
 """
 
 
+# keyword arguments of the user's own classes: any key, set without Hydra's "+"
+OPEN_KEYS = ("dataset.kwargs.", "model.kwargs.")
+
+
+def _open_keys(overrides: list[str]) -> list[str]:
+    """``dataset.kwargs.root=/data`` as ``++dataset.kwargs.root=/data``: added or replaced."""
+    return [f"++{o}" if o.startswith(OPEN_KEYS) else o for o in overrides]
+
+
+def _own_names(cfg: DictConfig, overrides: list[str]) -> None:
+    """A custom model or Dataset gets its own name (and so its own study), not the default's."""
+    for group, default in (("model", "tiny"), ("dataset", "synthetic")):
+        section = cfg[group]
+        named = any(o.lstrip("+").startswith(f"{group}.name=") for o in overrides)
+        if section.get("_target_") and section.name == default and not named:
+            section.name = section._target_.rsplit(".", 1)[-1].lower()
+
+
 def compose(overrides: list[str]) -> DictConfig:
     """The composed config (``conf/`` of the package, then ``./conf`` of the working dir)."""
 
+    overrides = _open_keys(list(overrides))
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_module(version_base="1.3", config_module="autotune.conf"):
@@ -67,12 +87,7 @@ def compose(overrides: list[str]) -> DictConfig:
             )
             overrides = [*overrides, f"hydra.searchpath=[file://{user_conf}]"]
         cfg = hydra_compose(config_name="autotune", overrides=overrides)
-    if (
-        cfg.model.get("_target_")
-        and cfg.model.name == "tiny"
-        and not any(o.startswith("model.name=") for o in overrides)
-    ):  # a custom model gets its own study name, not the default model's
-        cfg.model.name = cfg.model._target_.rsplit(".", 1)[-1].lower()
+    _own_names(cfg, overrides)
     return cfg
 
 
@@ -146,11 +161,15 @@ def _describe(session: Session) -> None:
         log.info("search space: %s", note)
     if session.device == "cpu":
         log.info("device cpu: pin_memory and other CUDA-only knobs are not searched")
+    what = (
+        f"{len(source)} samples of {source.describe()}"
+        if isinstance(source, UserData)
+        else f"{len(source)} images in {len(source.classes)} classes"
+    )
     log.info(
-        "study %s: %d images in %d classes, model %s, %d usable CPUs, device %s",
+        "study %s: %s, model %s, %d usable CPUs, device %s",
         config.study.name,
-        len(source),
-        len(source.classes),
+        what,
         config.model.name,
         session.facts.usable_cpus,
         session.device,
@@ -178,6 +197,12 @@ def run_tune(session: Session) -> int:
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
     }
+    if isinstance(source, UserData):  # its names, never its contents
+        workload["dataset_target"] = {
+            "_target_": source.target,
+            "kwargs": source.kwargs,
+            "collate_fn": source.collate_fn,
+        }
     best = export(
         result, session.facts, workload, folder, source_fingerprint=session.source_fingerprint
     )

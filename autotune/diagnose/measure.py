@@ -49,6 +49,11 @@ def run(session: Session, pipeline: PipelineConfig) -> int:
     """``mode=diagnose``: measures, prints the diagnosis and writes it to
     ``studies/<study.name>/diagnosis.md``. Returns the exit code."""
     config = session.config
+    if not isinstance(session.source, Source):
+        raise UsageError(
+            "mode=diagnose times an image folder's stages (read, decode, augment): it does "
+            "not take dataset._target_ yet; tune your own Dataset with mode=tune"
+        )
     with host_lock(Path(config.studies_dir)):
         d = diagnose(session, pipeline)
     if d.full is None and d.loader_only is None:

@@ -26,12 +26,14 @@ import cv2
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
+from autotune.errors import UsageError
 from autotune.pipeline import decoders, tutorial
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.dali import DaliLoader
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.side_stream import prefetch_on_side_stream
 from autotune.pipeline.sources import Source
+from autotune.pipeline.user_data import UserData
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +204,7 @@ class TunedLoader:
 
 
 def build(
-    dataset: Dataset | Source,
+    dataset: Dataset | Source | UserData,
     config: PipelineConfig,
     *,
     recipe: Recipe,
@@ -227,6 +229,11 @@ def build(
     device = torch.device(device)
     if config.as_is:
         return _as_is(dataset, config, recipe=recipe, device=device, seed=seed, sampler=sampler)
+    if isinstance(dataset, UserData):
+        raise UsageError(
+            f"decoder={config.decoder}: the tuner's decoders read image folders; your own "
+            f"Dataset ({dataset.target}) is read as it is (decoder=as_is)"
+        )
     if decoders.DECODERS[config.decoder].replaces_loader:
         if not isinstance(dataset, Source):
             raise TypeError("decoder=dali reads the files itself: pass a Source or a folder")
@@ -250,7 +257,7 @@ def build(
 
 
 def _as_is(
-    dataset: Dataset | Source,
+    dataset: Dataset | Source | UserData,
     config: PipelineConfig,
     *,
     recipe: Recipe,
@@ -260,7 +267,10 @@ def _as_is(
 ) -> TunedLoader:
     """The Dataset as it is (a folder: the tutorial's) in a DataLoader of ``config``'s
     arguments: its own collate, no worker hook (DataLoader gives each worker one thread)."""
-    if isinstance(dataset, Source):
+    collate_fn = None
+    if isinstance(dataset, UserData):
+        dataset, collate_fn = dataset.build(), dataset.collate()
+    elif isinstance(dataset, Source):
         dataset = tutorial.tutorial_dataset(dataset, recipe)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     dataloader = DataLoader(
@@ -268,6 +278,7 @@ def _as_is(
         shuffle=sampler is None,
         sampler=sampler,
         generator=generator,
+        collate_fn=collate_fn,
         **{**config.loader_kwargs(), "pin_memory": config.pin_memory and device.type == "cuda"},
     )
     return TunedLoader(dataloader, DeviceStage(recipe, device, config, seed=seed), config)

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Sampler
 
 from autotune.pipeline import decoders, loader, recipes
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.pipeline.recipes import Recipe
 from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
@@ -74,7 +74,7 @@ def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
     device = torch.device(job.device)
     recipe = recipes.from_config(job.recipe)
     step = TrainStep(
-        build_model(job.model, num_classes=len(job.source.classes)),
+        build_model(job.model, num_classes=len(job.source.classes) or None),
         device,
         lr=job.model.lr,
         channels_last=job.pipeline.channels_last,
@@ -97,7 +97,7 @@ def _time_ceiling(
     job: TrialJob, recipe: Recipe, step: TrainStep, gpu: UtilizationSampler | None
 ) -> Measurement:
     """The step alone, fed one batch already on the device."""
-    config = PipelineConfig(batch_size=job.pipeline.batch_size, decoder="pil")
+    config = PipelineConfig(batch_size=job.pipeline.batch_size, decoder=AS_IS)
     batch = next(iter(loader.build(job.source, config, recipe=recipe, device=step.device)))
     return run_ceiling(batch, step, **_timing(job), sync=step.sync, gpu=gpu)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.sources import Source
+from autotune.pipeline.user_data import Data
 from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 
@@ -27,7 +27,7 @@ class TrialJob:
     """Everything one measurement needs (pickled to the child)."""
 
     pipeline: PipelineConfig
-    source: Source
+    source: Data  # an image folder, or the user's own Dataset (by name)
     model: ModelConfig
     recipe: RecipeConfig
     window: WindowConfig

@@ -56,8 +56,9 @@ def _import_class(target: str) -> Callable[..., nn.Module]:
         ) from None
 
 
-def build_model(cfg: ModelConfig, *, num_classes: int) -> nn.Module | None:
-    """The model, randomly initialised (never a download); None for ``model=none``."""
+def build_model(cfg: ModelConfig, *, num_classes: int | None) -> nn.Module | None:
+    """The model, randomly initialised (never a download); None for ``model=none``.
+    ``num_classes`` is passed where the data knows its classes and the model takes it."""
     if cfg._target_:
         factory = _import_class(cfg._target_)
     elif cfg.name == "none":
@@ -74,7 +75,8 @@ def build_model(cfg: ModelConfig, *, num_classes: int) -> nn.Module | None:
     kwargs = dict(cfg.kwargs)
     try:
         params = inspect.signature(factory).parameters
-        if "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        takes = "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        if takes and num_classes is not None:
             kwargs.setdefault("num_classes", num_classes)
     except (TypeError, ValueError):  # builtins without a signature: pass only what was given
         pass

@@ -22,7 +22,7 @@ from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import recipes, sources
 from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.sources import Source
+from autotune.pipeline.user_data import Data, UserData
 from autotune.runtime.job import TrialJob
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.window import Measurement
@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 Run = Callable[..., TrialOutcome]  # run_trial, or a wrapper of it (a stop event, a fake)
 
 
-def load_source(cfg: DatasetConfig) -> Source:
-    """The dataset's samples: generated (and cached) synthetic JPEGs, or an image folder."""
+def load_source(cfg: DatasetConfig) -> Data:
+    """The dataset's samples: the user's own Dataset (checked), generated (and cached)
+    synthetic JPEGs, or an image folder."""
+    if cfg._target_:
+        return UserData.check(cfg._target_, cfg.kwargs, cfg.collate_fn)
     if cfg.kind == "synthetic":
         size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
         return sources.synthetic(
@@ -69,7 +72,7 @@ class Session:
     config: AutotuneConfig
     facts: MachineFacts
     device: str
-    source: Source
+    source: Data
     space: SearchSpace
     source_fingerprint: str
     # the ceiling and why its runs failed: empty until measured, once per train step
@@ -84,10 +87,15 @@ class Session:
         facts = machine.detect(want_cuda=config.device != "cpu")
         device = resolve_device(config.device, facts.cuda_available)
         source = load_source(config.dataset)
-        build_model(config.model, num_classes=len(source.classes))  # a bad model fails now
+        # a bad model fails now
+        build_model(config.model, num_classes=len(source.classes) or None)
         recipes.from_config(config.recipe)  # and so does an unknown recipe
         space = SearchSpace.from_config(
-            config.search_space, facts, device=device, batch_size=config.batch_size
+            config.search_space,
+            facts,
+            device=device,
+            batch_size=config.batch_size,
+            own_dataset=isinstance(source, UserData),
         )
         return cls(config, facts, device, source, space, source.fingerprint())
 

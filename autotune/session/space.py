@@ -27,6 +27,8 @@ from autotune.session.knobs import INACTIVE, Knob, build_knob
 NEED_WORKERS = ("prefetch_factor", "persistent_workers")
 # The tuner's own pipeline choices: the user's pipeline "as it is" keeps them as they are.
 AS_IS_KEEPS = (*AS_IS_FIXED, "dali_num_threads", "dali_prefetch_queue_depth")
+# What a Dataset of the user's own does not have: the tuner's decode and augmentation
+IMAGE_PIPELINE = ("decoder", *AS_IS_KEEPS)
 
 
 def applies(knob: Knob, values: Mapping[str, Any]) -> bool:
@@ -59,8 +61,13 @@ class SearchSpace:
         *,
         device: str,
         batch_size: int,
+        own_dataset: bool = False,
     ) -> SearchSpace:
+        """The space of ``cfg`` on this machine; ``own_dataset``: the user's own Dataset,
+        read as it is, for which only the DataLoader's arguments and threads are tuned."""
         notes: list[str] = []
+        if own_dataset:
+            cfg = _without_image_pipeline(cfg, notes)
         knobs: list[Knob] = []
         left_out: list[Knob] = []  # by `requires`: they keep their inactive value
         features = {"cuda": device == "cuda"}
@@ -75,7 +82,8 @@ class SearchSpace:
             knobs.append(knob)
         if left_out:
             notes.append(
-                f"{', '.join(k.name for k in left_out)} left out: they need a CUDA device"
+                f"{', '.join(k.name for k in left_out)} left out: "
+                f"{'they need' if len(left_out) > 1 else 'it needs'} a CUDA device"
             )
         _check_worker_conditions(knobs)
         defaults = (("batch_size", batch_size), *((k.name, k.value) for k in left_out))
@@ -165,6 +173,19 @@ class SearchSpace:
     def fingerprint(self) -> str:
         payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _without_image_pipeline(cfg: SearchSpaceConfig, notes: list[str]) -> SearchSpaceConfig:
+    """The space for a Dataset of the user's own: the image-pipeline knobs left out, noted
+    once (with no decoder knob, every trial is as it is)."""
+    dropped = [name for name in cfg.knobs if name in IMAGE_PIPELINE]
+    if dropped:
+        notes.append(
+            f"{', '.join(dropped)} left out: your own Dataset is read as it is (only the "
+            "DataLoader's arguments and threads are tuned)"
+        )
+    kept = {name: knob for name, knob in cfg.knobs.items() if name not in IMAGE_PIPELINE}
+    return dataclasses.replace(cfg, knobs=kept)
 
 
 def _check_declared_before_its_choices(declared: list[Knob]) -> None:

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from autotune.pipeline import decoders, recipes, tutorial
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.sources import Source
 from autotune.runtime.stages import profile_stages
 from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
@@ -80,6 +81,9 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
     """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
     augment and collate (``runtime.stages``): what no worker count can exceed."""
     cfg = session.config
+    if not isinstance(session.source, Source):
+        log.info("no CPU-work bound: the stages of your own Dataset are its own")
+        return {}
     recipe = recipes.from_config(cfg.recipe)
     knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
     names = knob.values() if knob is not None else [AS_IS]  # no decoders: as it is
@@ -154,6 +158,18 @@ def _confirmed(
     return confirmed, []
 
 
+def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
+    """What the baseline runs, in one line: the tutorial's pipeline, or the user's Dataset."""
+    threads = baseline.main_threads or torch.get_num_threads()
+    if isinstance(session.source, Source):
+        recipe = recipes.from_config(session.config.recipe)
+        return tutorial.describe(recipe, baseline.batch_size, threads)
+    return (
+        f"{session.source.describe()} as it is; DataLoader(dataset, "
+        f"batch_size={baseline.batch_size}, shuffle=True); torch's {threads} threads"
+    )
+
+
 def _winners(
     session: Session, confirmed: list[Confirmed]
 ) -> tuple[Confirmed, Confirmed | None, list[str]]:
@@ -183,11 +199,7 @@ def _result(
     interrupted = stop.is_set()
     notes = [*session.space.notes, *notes]
     winner = as_is_winner = None
-    baseline_text = tutorial.describe(
-        recipes.from_config(session.config.recipe),
-        baseline.batch_size,
-        baseline.main_threads or torch.get_num_threads(),
-    )
+    baseline_text = _baseline_text(session, baseline)
     if confirmed:
         winner, as_is_winner, winner_notes = _winners(session, confirmed)
         notes += winner_notes

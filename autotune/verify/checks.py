@@ -10,6 +10,7 @@ from pathlib import Path
 from autotune.errors import UsageError
 from autotune.pipeline import best_file
 from autotune.pipeline.best_file import BestFile
+from autotune.pipeline.sources import Source
 from autotune.schema import AutotuneConfig, RecipeConfig
 from autotune.session import Session
 
@@ -30,6 +31,11 @@ def best_yaml_path(config: AutotuneConfig) -> Path:
 def check(session: Session) -> Checked:
     """Reads the study's best.yaml and checks that it was made here, on this data."""
     config = session.config
+    if not isinstance(session.source, Source):
+        raise UsageError(
+            "mode=verify times the tutorial pipeline of an image folder as its baseline: it "
+            "does not take dataset._target_ yet"
+        )
     path = best_yaml_path(config)
     if not path.is_file():
         raise UsageError(

@@ -148,6 +148,13 @@ def _image_folder(root: Path, per_class: int = 3) -> Path:
         (["dataset=mine"], "dataset.root"),
         (["model=nope"], "model/nope"),
         (["model._target_=no.such.Model"], "cannot be imported"),
+        (["dataset._target_=no.such.Data"], "dataset._target_=no.such.Data cannot be imported"),
+        (
+            ["dataset._target_=userdata_example.Spectrograms", "dataset.kwargs.vary=true"],
+            "pass dataset.collate_fn=module.function",
+        ),
+        (["dataset._target_=userdata_example.Spectrograms", "mode=verify"], "mode=verify"),
+        (["dataset._target_=userdata_example.Spectrograms", "mode=diagnose"], "mode=diagnose"),
         (["study.n_trials=0"], "study.n_trials must be >= 1"),
         (["study.n_trials=many"], "n_trials"),
         (["study.nope=1"], "nope"),

@@ -1,0 +1,63 @@
+"""The user's own Dataset by name: checked once (each bad input one line naming the class and
+the fix), built in the process that reads it, read as it is in real DataLoader workers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.errors import UsageError
+from autotune.pipeline import loader, recipes
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.user_data import UserData
+from autotune.schema import RecipeConfig
+
+SPECS = "userdata_example.Spectrograms"
+
+
+def test_a_checked_dataset_knows_its_length_and_classes() -> None:
+    data = UserData.check(SPECS, {"count": 12}, None)
+    assert (len(data), data.classes) == (12, ("tone0", "tone1", "tone2", "tone3"))
+    assert data.describe() == "userdata_example.Spectrograms(count=12)"
+    assert data.build() is not data.build()  # built anew where it is read
+    factory = UserData.check("userdata_example.spectrograms", {"count": 6})
+    assert len(factory) == 6  # a factory function is a target too
+    assert data.fingerprint() != UserData.check(SPECS, {"count": 13}).fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("target", "kwargs", "collate", "expected"),
+    [
+        ("nowhere.Data", {}, None, "dataset._target_=nowhere.Data cannot be imported (No "),
+        ("userdata_example.Broken", {}, None, "RuntimeError: no such folder: /nowhere"),
+        ("userdata_example.Stream", {}, None, "is an IterableDataset"),
+        ("userdata_example.NotADataset", {}, None, "not a Dataset with __getitem__ and __len__"),
+        (SPECS, {"vary": True}, None, "cannot be batched (RuntimeError"),
+        (SPECS, {"vary": True}, "nowhere.pad", "dataset.collate_fn=nowhere.pad cannot be"),
+        (SPECS, {"count": 1}, None, "has 1 samples: it needs 2+"),
+        (SPECS, {"colour": "red"}, None, "unexpected keyword argument 'colour'"),
+    ],
+)
+def test_each_bad_dataset_is_one_line_naming_the_fix(
+    target: str, kwargs: dict, collate: str | None, expected: str
+) -> None:
+    with pytest.raises(UsageError) as info:
+        UserData.check(target, kwargs, collate)
+    message = str(info.value)
+    assert expected in message and "\n" not in message, message
+
+
+def test_the_dataset_is_read_as_it_is_with_its_collate_in_real_workers() -> None:
+    data = UserData.check(SPECS, {"count": 16, "vary": True}, "userdata_example.pad_collate")
+    config = PipelineConfig(batch_size=4, num_workers=2, prefetch_factor=2, decoder="as_is")
+    recipe = recipes.from_config(RecipeConfig())
+    built = loader.build(data, config, recipe=recipe, sampler=list(range(16)))
+    batches = list(built)
+    assert len(batches) == 4
+    specs, labels = batches[0]
+    assert specs.shape[:2] == (4, 1) and specs.dtype == torch.float32
+    assert labels.tolist() == [0, 1, 2, 3]
+    expected = data.build()[2][0]
+    assert torch.equal(specs[2, :, :, : expected.shape[-1]], expected)  # padded, else as is
+    with pytest.raises(UsageError, match="read as it is"):
+        loader.build(data, PipelineConfig(batch_size=4, decoder="pil"), recipe=recipe)

@@ -1,0 +1,94 @@
+"""A user's own project, as the tests use it: a Dataset whose ``__getitem__`` does real CPU
+work (a spectrogram of a generated audio clip, torch.stft), a padding collate, and a small
+model. Importable as ``userdata_example`` (the tests' folder is on the path)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, IterableDataset
+
+
+class Spectrograms(Dataset):
+    """``count`` seeded clips of a tone per class in noise; each read computes its log
+    spectrogram ``(1, freq, time)``. ``vary``: clips of different lengths (needs a padding
+    collate)."""
+
+    def __init__(
+        self,
+        count: int = 64,
+        num_classes: int = 4,
+        seconds: float = 0.5,
+        rate: int = 16_000,
+        vary: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.count, self.seconds, self.rate, self.vary, self.seed = (
+            count,
+            seconds,
+            rate,
+            vary,
+            seed,
+        )
+        self.classes = [f"tone{i}" for i in range(num_classes)]
+        self.window = torch.hann_window(512)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        label = index % len(self.classes)
+        scale = 0.5 + torch.rand(1, generator=generator).item() if self.vary else 1.0
+        samples = int(self.seconds * self.rate * scale)
+        t = torch.arange(samples) / self.rate
+        wave = torch.sin(2 * math.pi * (200 + 150 * label) * t)
+        wave = wave + 0.3 * torch.randn(samples, generator=generator)
+        spec = torch.stft(wave, 512, 128, window=self.window, return_complex=True)
+        return spec.abs().log1p().unsqueeze(0), label
+
+
+def pad_collate(samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pads each spectrogram's time axis to the batch's longest."""
+    longest = max(spec.shape[-1] for spec, _ in samples)
+    padded = [nn.functional.pad(spec, (0, longest - spec.shape[-1])) for spec, _ in samples]
+    return torch.stack(padded), torch.tensor([label for _, label in samples])
+
+
+class SpecNet(nn.Module):
+    def __init__(self, num_classes: int = 4, width: int = 16) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(1, width, 5, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=2),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(width, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def spectrograms(count: int = 64) -> Spectrograms:
+    """A factory: ``dataset._target_`` may name a function that returns the Dataset."""
+    return Spectrograms(count=count)
+
+
+class Broken(Dataset):
+    def __init__(self) -> None:
+        raise RuntimeError("no such folder: /nowhere")
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield from range(8)
+
+
+class NotADataset:
+    def __init__(self) -> None:
+        self.items = [1, 2, 3]
