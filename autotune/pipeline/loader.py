@@ -19,7 +19,7 @@ decoder=as_is                     the Dataset's output    copy (``.to(device)``)
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import cv2
@@ -211,6 +211,7 @@ def build(
     device: torch.device | str = "cpu",
     seed: int | None = 0,
     sampler: Sampler[int] | Sequence[int] | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> TunedLoader:
     """Builds the loader a ``PipelineConfig`` describes.
 
@@ -225,10 +226,12 @@ def build(
         device: where batches are delivered.
         seed: seeds shuffling and the augmentation (None: not reproducible).
         sampler: overrides shuffling (the trial runner passes one that never ends an epoch).
+        collate_fn: your Dataset's own collate, read as it is (``decoder=as_is``).
     """
     device = torch.device(device)
+    reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
     if config.as_is:
-        return _as_is(dataset, config, recipe=recipe, device=device, seed=seed, sampler=sampler)
+        return _as_is(dataset, config, collate_fn=collate_fn, **reading)
     if isinstance(dataset, UserData):
         raise UsageError(
             f"decoder={config.decoder}: the tuner's decoders read image folders; your own "
@@ -237,9 +240,7 @@ def build(
     if decoders.DECODERS[config.decoder].replaces_loader:
         if not isinstance(dataset, Source):
             raise TypeError("decoder=dali reads the files itself: pass a Source or a folder")
-        return DaliLoader(  # type: ignore[return-value]
-            dataset, config, recipe=recipe, device=device, seed=seed, sampler=sampler
-        )
+        return DaliLoader(dataset, config, **reading)  # type: ignore[return-value]
     if isinstance(dataset, Source):
         dataset = EncodedImageDataset(dataset, recipe=recipe, config=config)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -264,10 +265,10 @@ def _as_is(
     device: torch.device,
     seed: int | None,
     sampler: Sampler[int] | Sequence[int] | None,
+    collate_fn: Callable[[list[Any]], Any] | None,
 ) -> TunedLoader:
     """The Dataset as it is (a folder: the tutorial's) in a DataLoader of ``config``'s
     arguments: its own collate, no worker hook (DataLoader gives each worker one thread)."""
-    collate_fn = None
     if isinstance(dataset, UserData):
         dataset, collate_fn = dataset.build(), dataset.collate()
     elif isinstance(dataset, Source):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +45,21 @@ def build_loader(
     recipe: str | recipes.Recipe | None = None,
     device: str | torch.device | None = None,
     seed: int | None = 0,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
     **recipe_settings: Any,
 ) -> loader.TunedLoader:
     """The tuned pipeline, built the same way the trials measured it.
 
     Args:
-        data: a folder of class sub-folders, a ``Source``, or your own Dataset returning
-            ``(uint8 CHW tensor, label)``.
+        data: a folder of class sub-folders, a ``Source``, or your own Dataset: read as it
+            is when the best.yaml was tuned on it (``decoder: as_is``), else returning
+            ``(uint8 CHW tensor, label)`` for the tuned pipeline's device stage.
         best: a best.yaml path (or a ``PipelineConfig``).
         recipe: ``imagenet_train`` / ``center_crop_eval`` or a Recipe; default: the recipe the
             study measured (from best.yaml).
         device: where batches arrive; default: the study's device if usable here, else cpu.
         seed: seeds shuffling and the workers' augmentation.
+        collate_fn: your Dataset's own collate (read as it is).
         recipe_settings: overrides of the recipe's settings, e.g. ``crop_size=160``.
 
     Batches come out on ``device``, augmented and normalized, ready for the model. The
@@ -84,4 +88,6 @@ def build_loader(
         device = wanted if wanted != "cuda" or torch.cuda.is_available() else "cpu"
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
-    return loader.build(data, config, recipe=recipe, device=device, seed=seed)
+    return loader.build(
+        data, config, recipe=recipe, device=device, seed=seed, collate_fn=collate_fn
+    )

@@ -61,3 +61,24 @@ def test_the_dataset_is_read_as_it_is_with_its_collate_in_real_workers() -> None
     assert torch.equal(specs[2, :, :, : expected.shape[-1]], expected)  # padded, else as is
     with pytest.raises(UsageError, match="read as it is"):
         loader.build(data, PipelineConfig(batch_size=4, decoder="pil"), recipe=recipe)
+
+
+def test_build_loader_reads_a_dataset_object_as_it_is_with_its_collate(tmp_path) -> None:
+    """What a user's script does with the best.yaml of their own Dataset."""
+    from userdata_example import Spectrograms, pad_collate
+
+    import autotune
+    from autotune.pipeline import best_file
+
+    as_is = PipelineConfig(batch_size=4, num_workers=1, prefetch_factor=2, decoder="as_is")
+    path = tmp_path / "best.yaml"
+    best_file.write(path, best_file.BestFile(as_is, as_is=as_is))
+    threads = torch.get_num_threads()
+    try:
+        built = autotune.build_loader(
+            Spectrograms(count=8, vary=True), path, collate_fn=pad_collate
+        )
+        specs, labels = next(iter(built))
+    finally:
+        torch.set_num_threads(threads)
+    assert specs.shape[:2] == (4, 1) and labels.shape == (4,)
