@@ -10,6 +10,10 @@ import yaml
 from helpers import run_cli
 from userdata_example import Spectrograms, pad_collate
 
+from autotune.app import cli
+from autotune.pipeline.user_data import UserData
+from autotune.session import Session
+
 OWN = [
     "window=quick",
     "study.n_trials=5",
@@ -55,3 +59,17 @@ def test_a_dataset_of_the_user_s_own_is_tuned_as_it_is(tmp_path) -> None:
     specs, labels = next(iter(loader))
     assert specs.shape[0] == labels.shape[0] == 8
     assert best["loader_kwargs"]["measured"]["speedup_vs_baseline"] >= 1.0
+
+
+def test_the_same_keys_in_the_user_s_own_conf_file(tmp_path, monkeypatch) -> None:
+    own = tmp_path / "conf" / "dataset" / "mine.yaml"
+    own.parent.mkdir(parents=True)
+    own.write_text(
+        "name: mine\n_target_: userdata_example.Spectrograms\nkwargs: {count: 24, vary: true}\n"
+        "collate_fn: userdata_example.pad_collate\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    session = Session.build(cli.to_config(cli.compose(["dataset=mine"])))
+    assert isinstance(session.source, UserData) and len(session.source) == 24
+    assert session.source.collate_fn == "userdata_example.pad_collate"
+    assert session.config.study.name == "mine-tiny"  # its own name, from its file
