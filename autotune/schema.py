@@ -66,6 +66,18 @@ class ModelConfig:
 
 
 @dataclass
+class OptimizerConfig:
+    """The optimizer of the timed step: any ``torch.optim.Optimizer`` by ``_target_``, built
+    on the model's parameters with ``kwargs`` (``lr`` defaults to ``model.lr``)."""
+
+    _target_: str = "torch.optim.SGD"
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"momentum": 0.9})
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass
 class RecipeConfig:
     name: str = "imagenet_train"  # imagenet_train | center_crop_eval
     crop_size: int = 224
@@ -216,6 +228,9 @@ class AutotuneConfig:
     window: WindowConfig = field(default_factory=WindowConfig)
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    # the step's precision: fp32, or autocast to bf16 / fp16 (a GradScaler with fp16 on CUDA)
+    precision: str = "fp32"
     mode: str = "tune"  # tune | diagnose | report | verify
     # diagnose: the best.yaml whose pipeline is diagnosed (default: the baseline)
     pipeline: str | None = None
@@ -231,6 +246,10 @@ class AutotuneConfig:
             f"device must be auto, cpu or cuda, got {self.device!r}",
         )
         _require(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        _require(
+            self.precision in PRECISIONS,
+            f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
+        )
         _require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
 
 

@@ -54,7 +54,7 @@ Common overrides: study.n_trials=N study.timeout=SECONDS study.name=NAME
 
 
 # keyword arguments of the user's own classes: any key, set without Hydra's "+"
-OPEN_KEYS = ("dataset.kwargs.", "model.kwargs.")
+OPEN_KEYS = ("dataset.kwargs.", "model.kwargs.", "optimizer.kwargs.")
 
 
 def _open_keys(overrides: list[str]) -> list[str]:

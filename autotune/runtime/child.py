@@ -78,6 +78,8 @@ def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
         device,
         lr=job.model.lr,
         channels_last=job.pipeline.channels_last,
+        optimizer=job.optimizer,
+        precision=job.precision,
     )
     return recipe, step
 

@@ -174,6 +174,8 @@ def measure_epochs(job: TrialJob) -> EpochTimes:
         torch.device(job.device),
         lr=job.model.lr,
         channels_last=spec.arm == "build_loader" and job.pipeline.channels_last,
+        optimizer=job.optimizer,
+        precision=job.precision,
     )
     kind, reader, transform = describe_dataset(dataset)
     timed = tuple(

@@ -9,7 +9,7 @@ from typing import Literal
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.user_data import Data
-from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
+from autotune.schema import ModelConfig, OptimizerConfig, RecipeConfig, WindowConfig
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class TrialJob:
     seed: int = 0
     kind: Literal["window", "ceiling", "epochs"] = "window"
     memory_limit_bytes: int | None = None  # per process, beyond what it holds at start
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    precision: str = "fp32"  # fp32 | bf16 | fp16: autocast in the step
     epochs: EpochRun | None = None  # kind="epochs" only
     # how DataLoader workers start: the default of the process that asked for the trial,
     # which is what the user's training script gets (not the fork server's)

@@ -1,16 +1,18 @@
-"""The work a trial times: a model by name and its training step (forward, backward, step)."""
+"""The work a trial times: a model by name and its training step (forward under the chosen
+precision, backward, the optimizer by name)."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torchvision
+from hydra.utils import get_class
 from torch import nn
 
 from autotune.errors import UsageError
-from autotune.schema import ModelConfig
+from autotune.schema import ModelConfig, OptimizerConfig
 
 TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small")
 BUILTIN_MODELS = ("tiny", "none", *TORCHVISION_MODELS)
@@ -86,8 +88,36 @@ def build_model(cfg: ModelConfig, *, num_classes: int | None) -> nn.Module | Non
     return model
 
 
+def build_optimizer(
+    cfg: OptimizerConfig, params: Iterable[nn.Parameter], *, lr: float
+) -> torch.optim.Optimizer:
+    """``cfg._target_(params, lr=lr, **cfg.kwargs)`` (the kwargs' own ``lr`` wins); a target
+    that cannot be imported or built is one line."""
+    where = f"optimizer._target_={cfg._target_}"
+    try:
+        factory = get_class(cfg._target_)
+    except Exception as exc:  # noqa: BLE001 - Hydra raises ImportError or ValueError
+        cause = " ".join(str(exc.__cause__ or exc).split())
+        raise UsageError(
+            f"{where} cannot be imported ({cause}): give the full path of a torch.optim "
+            "class, e.g. optimizer._target_=torch.optim.AdamW"
+        ) from None
+    try:
+        return factory(params, **{"lr": lr, **cfg.kwargs})
+    except Exception as exc:  # noqa: BLE001 - the kwargs the optimizer refuses
+        raise UsageError(
+            f"{where}: building it with {cfg.kwargs} failed: {type(exc).__name__}: {exc} "
+            "(check optimizer.kwargs)"
+        ) from None
+
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 class TrainStep:
-    """One optimizer step on a batch: forward, cross-entropy, backward, SGD with momentum.
+    """One optimizer step on a batch: forward (under autocast at ``precision``), cross-entropy,
+    backward, the optimizer (SGD with momentum unless told otherwise); with fp16 on CUDA, a
+    GradScaler as an AMP training loop has.
 
     With no model (``model=none``) the step does nothing: the loop measures the loader alone.
     """
@@ -99,6 +129,8 @@ class TrainStep:
         *,
         lr: float,
         channels_last: bool = False,
+        optimizer: OptimizerConfig | None = None,
+        precision: str = "fp32",
     ) -> None:
         self.device = device
         if model is not None:
@@ -107,17 +139,30 @@ class TrainStep:
             model = model.to(device, memory_format=memory_format).train()
         self.model = model
         self.optimizer = (
-            torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
-            if self.model is not None
+            build_optimizer(optimizer or OptimizerConfig(), model.parameters(), lr=lr)
+            if model is not None
             else None
         )
         self.criterion = nn.CrossEntropyLoss()
+        self.autocast_dtype = _AUTOCAST.get(precision)
+        scales = precision == "fp16" and device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if scales else None
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         if self.model is None or self.optimizer is None:
             return
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.criterion(self.model(images), labels)
+        with torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+        ):
+            loss = self.criterion(self.model(images), labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            return
         loss.backward()
         self.optimizer.step()
 

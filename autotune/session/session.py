@@ -26,13 +26,23 @@ from autotune.pipeline.user_data import Data, UserData
 from autotune.runtime.job import TrialJob
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.window import Measurement
-from autotune.runtime.workload import build_model
+from autotune.runtime.workload import build_model, build_optimizer
 from autotune.schema import AutotuneConfig, DatasetConfig
 from autotune.session.space import SearchSpace
 
 log = logging.getLogger(__name__)
 
 Run = Callable[..., TrialOutcome]  # run_trial, or a wrapper of it (a stop event, a fake)
+# what the train step is made of: a ceiling measured for one holds for the same keys only
+STEP_KEYS = (
+    "model",
+    "recipe",
+    "window",
+    "batch_size",
+    "seed",
+    "optimizer",
+    "precision",
+)
 
 
 def load_source(cfg: DatasetConfig) -> Data:
@@ -87,8 +97,10 @@ class Session:
         facts = machine.detect(want_cuda=config.device != "cpu")
         device = resolve_device(config.device, facts.cuda_available)
         source = load_source(config.dataset)
-        # a bad model fails now
-        build_model(config.model, num_classes=len(source.classes) or None)
+        # a bad model or optimizer fails now
+        model = build_model(config.model, num_classes=len(source.classes) or None)
+        if model is not None:
+            build_optimizer(config.optimizer, model.parameters(), lr=config.model.lr)
         recipes.from_config(config.recipe)  # and so does an unknown recipe
         space = SearchSpace.from_config(
             config.search_space,
@@ -105,7 +117,15 @@ class Session:
         # the ceiling is the train step's: shared only while the step is the same
         same_step = all(
             getattr(config, key) == getattr(self.config, key)
-            for key in ("model", "recipe", "window", "batch_size", "seed")
+            for key in (
+                "model",
+                "recipe",
+                "window",
+                "batch_size",
+                "seed",
+                "optimizer",
+                "precision",
+            )
         )
         return dataclasses.replace(
             self, config=config, _ceiling=self._ceiling if same_step else []
@@ -124,6 +144,8 @@ class Session:
             "window": asdict(cfg.window),
             "batch_size": cfg.batch_size,
             "seed": cfg.seed,
+            "optimizer": asdict(cfg.optimizer),
+            "precision": cfg.precision,
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -149,6 +171,8 @@ class Session:
             seed=cfg.seed,
             kind=kind,  # type: ignore[arg-type]
             memory_limit_bytes=int(limit * 2**30) if limit else None,
+            optimizer=cfg.optimizer,
+            precision=cfg.precision,
         )
 
     def measure_ceiling(

@@ -149,6 +149,9 @@ def _image_folder(root: Path, per_class: int = 3) -> Path:
         (["model=nope"], "model/nope"),
         (["model._target_=no.such.Model"], "cannot be imported"),
         (["dataset._target_=no.such.Data"], "dataset._target_=no.such.Data cannot be imported"),
+        (["optimizer._target_=no.such.Opt"], "optimizer._target_=no.such.Opt cannot be"),
+        (["optimizer.kwargs.momentum=-1"], "check optimizer.kwargs"),
+        (["precision=fp64"], "precision must be one of fp32, bf16, fp16"),
         (
             ["dataset._target_=userdata_example.Spectrograms", "dataset.kwargs.vary=true"],
             "pass dataset.collate_fn=module.function",

@@ -1,0 +1,51 @@
+"""The timed step: the optimizer by name, autocast at the chosen precision, bad input in one
+line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from autotune.errors import UsageError
+from autotune.runtime.workload import TinyCNN, TrainStep, build_optimizer
+from autotune.schema import OptimizerConfig
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+
+
+def test_the_optimizer_by_name_with_its_kwargs_and_model_lr() -> None:
+    adamw = OptimizerConfig("torch.optim.AdamW", {"weight_decay": 0.05})
+    step = TrainStep(TinyCNN(num_classes=4), torch.device("cpu"), lr=0.003, optimizer=adamw)
+    assert isinstance(step.optimizer, torch.optim.AdamW)
+    group = step.optimizer.param_groups[0]
+    assert (group["lr"], group["weight_decay"]) == (0.003, 0.05)
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step(*_batch())
+    assert any(not torch.equal(a, b) for a, b in zip(before, step.model.parameters(), strict=True))
+
+
+def test_bf16_autocast_runs_the_forward_in_bf16_on_the_cpu() -> None:
+    seen: list[torch.dtype] = []
+    model = TinyCNN(num_classes=4)
+    linear = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    TrainStep(model, torch.device("cpu"), lr=0.01, precision="bf16")(*_batch())
+    TrainStep(TinyCNN(num_classes=4), torch.device("cpu"), lr=0.01)(*_batch())
+    assert seen == [torch.bfloat16]  # the fp32 step's model had no hook: one entry
+    assert TrainStep(model, torch.device("cpu"), lr=0.01, precision="fp16").scaler is None
+
+
+@pytest.mark.parametrize(
+    ("cfg", "expected"),
+    [
+        (OptimizerConfig("torch.optim.Nope"), "optimizer._target_=torch.optim.Nope cannot be"),
+        (OptimizerConfig("torch.optim.SGD", {"momentum": -1}), "check optimizer.kwargs"),
+    ],
+)
+def test_a_bad_optimizer_is_one_line(cfg: OptimizerConfig, expected: str) -> None:
+    with pytest.raises(UsageError) as info:
+        build_optimizer(cfg, TinyCNN().parameters(), lr=0.01)
+    assert expected in str(info.value) and "\n" not in str(info.value)
