@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import userdata_example
 from torchvision.datasets import DatasetFolder
 
 from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader import EncodedImageDataset
 from autotune.pipeline.sources import synthetic
+from autotune.pipeline.user_data import UserData
 from autotune.runtime.child import UntilEnded, measure
 from autotune.runtime.job import TrialJob
 from autotune.runtime.window import WindowStopped
@@ -139,3 +141,37 @@ def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:
     assert m.epoch_start_s is not None and m.epoch_start_s > 0
     # the same workers refill: no fork, so less than the run's first start
     assert m.epoch_start_s < m.time_to_first_batch_s
+
+
+def test_a_trial_of_a_dataset_of_the_user_s_own_runs_its_getitem(monkeypatch) -> None:
+    """The baseline trial (and every trial as it is) of a tutorial-style Dataset of the
+    user's own reads through that Dataset's __getitem__, never the tuner's decode path."""
+    reads = {"own": 0, "tuner": 0}
+    own_get, tuner_get = userdata_example.Spectrograms.__getitem__, EncodedImageDataset.__getitem__
+
+    def own(self, index):
+        reads["own"] += 1
+        return own_get(self, index)
+
+    def tuner(self, index):
+        reads["tuner"] += 1
+        return tuner_get(self, index)
+
+    monkeypatch.setattr(userdata_example.Spectrograms, "__getitem__", own)
+    monkeypatch.setattr(EncodedImageDataset, "__getitem__", tuner)
+    data = UserData.check("userdata_example.Spectrograms", {"count": 16})
+    baseline = PipelineConfig(batch_size=4, decoder="as_is")  # num_workers=0: read here
+    model = ModelConfig(_target_="userdata_example.SpecNet")
+    m = measure(
+        TrialJob(
+            pipeline=baseline,
+            source=data,
+            model=model,
+            recipe=RecipeConfig(crop_size=32),
+            window=WINDOW,
+            device="cpu",
+        ),
+        ignore,
+    )
+    assert m.samples_per_s > 0 and reads["tuner"] == 0
+    assert reads["own"] >= 4 * (1 + 1 + 6)  # start-up, warm-up and the timed batches
