@@ -230,8 +230,9 @@ def build(
     """
     device = torch.device(device)
     reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
-    if config.as_is:
-        return _as_is(dataset, config, collate_fn=collate_fn, **reading)
+    if config.as_is:  # no worker hook: DataLoader gives each worker one thread
+        dataset, collate_fn = _as_it_is(dataset, recipe, collate_fn)
+        return _tuned(dataset, config, collate_fn=collate_fn, worker_init_fn=None, **reading)
     if isinstance(dataset, UserData):
         raise UsageError(
             f"decoder={config.decoder}: the tuner's decoders read image folders; your own "
@@ -243,36 +244,42 @@ def build(
         return DaliLoader(dataset, config, **reading)  # type: ignore[return-value]
     if isinstance(dataset, Source):
         dataset = EncodedImageDataset(dataset, recipe=recipe, config=config)
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    dataloader = DataLoader(
+    return _tuned(
         dataset,
-        shuffle=sampler is None,
-        sampler=sampler,
-        generator=generator,
+        config,
         collate_fn=collate_list if config.augment_on == "gpu" else default_collate,
         worker_init_fn=worker_init if config.num_workers else None,
-        **{**config.loader_kwargs(), "pin_memory": config.pin_memory and device.type == "cuda"},
+        **reading,
     )
-    stage = DeviceStage(recipe, device, config, seed=seed)
-    return TunedLoader(dataloader, stage, config)
 
 
-def _as_is(
+def _as_it_is(
     dataset: Dataset | Source | UserData,
+    recipe: Recipe,
+    collate_fn: Callable[[list[Any]], Any] | None,
+) -> tuple[Dataset, Callable[[list[Any]], Any] | None]:
+    """What is read as it is, and its collate: the Dataset and the collate it came with (a
+    folder: the tutorial's ImageFolder and DataLoader's default)."""
+    if isinstance(dataset, UserData):
+        return dataset.build(), dataset.collate()
+    if isinstance(dataset, Source):
+        return tutorial.tutorial_dataset(dataset, recipe), collate_fn
+    return dataset, collate_fn
+
+
+def _tuned(
+    dataset: Dataset,
     config: PipelineConfig,
     *,
+    collate_fn: Callable[[list[Any]], Any] | None,
+    worker_init_fn: Callable[[int], None] | None,
     recipe: Recipe,
     device: torch.device,
     seed: int | None,
     sampler: Sampler[int] | Sequence[int] | None,
-    collate_fn: Callable[[list[Any]], Any] | None,
 ) -> TunedLoader:
-    """The Dataset as it is (a folder: the tutorial's) in a DataLoader of ``config``'s
-    arguments: its own collate, no worker hook (DataLoader gives each worker one thread)."""
-    if isinstance(dataset, UserData):
-        dataset, collate_fn = dataset.build(), dataset.collate()
-    elif isinstance(dataset, Source):
-        dataset = tutorial.tutorial_dataset(dataset, recipe)
+    """A DataLoader of ``config``'s arguments over ``dataset`` (shuffled from ``seed`` unless
+    a sampler is given; pinned only for a CUDA device), and the device stage after it."""
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     dataloader = DataLoader(
         dataset,
@@ -280,6 +287,7 @@ def _as_is(
         sampler=sampler,
         generator=generator,
         collate_fn=collate_fn,
+        worker_init_fn=worker_init_fn,
         **{**config.loader_kwargs(), "pin_memory": config.pin_memory and device.type == "cuda"},
     )
     return TunedLoader(dataloader, DeviceStage(recipe, device, config, seed=seed), config)

@@ -115,18 +115,7 @@ class Session:
         """The same machine, data and space under other study or window settings (the
         benchmark's studies, the diagnosis's loader-only runs)."""
         # the ceiling is the train step's: shared only while the step is the same
-        same_step = all(
-            getattr(config, key) == getattr(self.config, key)
-            for key in (
-                "model",
-                "recipe",
-                "window",
-                "batch_size",
-                "seed",
-                "optimizer",
-                "precision",
-            )
-        )
+        same_step = all(getattr(config, key) == getattr(self.config, key) for key in STEP_KEYS)
         return dataclasses.replace(
             self, config=config, _ceiling=self._ceiling if same_step else []
         )
