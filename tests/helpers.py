@@ -101,3 +101,18 @@ def ask(space: SearchSpace, fixed: dict | None = None) -> optuna.Trial:
     trial = study.ask()
     space.suggest(trial)
     return trial
+
+
+def count_reads(monkeypatch, **classes: type) -> dict[str, int]:
+    """Counts the ``__getitem__`` calls of each class in this process (a name per class);
+    the counts grow as the patched methods run."""
+    counts = dict.fromkeys(classes, 0)
+    for name, cls in classes.items():
+        original = cls.__getitem__
+
+        def counted(self, index, _name=name, _original=original):
+            counts[_name] += 1
+            return _original(self, index)
+
+        monkeypatch.setattr(cls, "__getitem__", counted)
+    return counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import userdata_example
+from helpers import count_reads
 from torchvision.datasets import DatasetFolder
 
 from autotune.errors import UsageError
@@ -94,19 +95,7 @@ def test_an_unknown_model_is_a_usage_error(source) -> None:
 def test_the_baseline_window_reads_through_the_tutorial_s_image_folder(source, monkeypatch):
     """The baseline trial times what users run: ImageFolder's own __getitem__ (its PIL
     loader, the tutorial's transforms), never the tuner's decode path."""
-    reads = {"imagefolder": 0, "tuner": 0}
-    folder_get, tuner_get = DatasetFolder.__getitem__, EncodedImageDataset.__getitem__
-
-    def folder(self, index):
-        reads["imagefolder"] += 1
-        return folder_get(self, index)
-
-    def tuner(self, index):
-        reads["tuner"] += 1
-        return tuner_get(self, index)
-
-    monkeypatch.setattr(DatasetFolder, "__getitem__", folder)
-    monkeypatch.setattr(EncodedImageDataset, "__getitem__", tuner)
+    reads = count_reads(monkeypatch, imagefolder=DatasetFolder, tuner=EncodedImageDataset)
     baseline = PipelineConfig(batch_size=4, decoder="as_is")  # num_workers=0: read here
     m = measure(job(source, pipeline=baseline), ignore)
     assert m.samples_per_s > 0
@@ -146,19 +135,7 @@ def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:
 def test_a_trial_of_a_dataset_of_the_user_s_own_runs_its_getitem(monkeypatch) -> None:
     """The baseline trial (and every trial as it is) of a tutorial-style Dataset of the
     user's own reads through that Dataset's __getitem__, never the tuner's decode path."""
-    reads = {"own": 0, "tuner": 0}
-    own_get, tuner_get = userdata_example.Spectrograms.__getitem__, EncodedImageDataset.__getitem__
-
-    def own(self, index):
-        reads["own"] += 1
-        return own_get(self, index)
-
-    def tuner(self, index):
-        reads["tuner"] += 1
-        return tuner_get(self, index)
-
-    monkeypatch.setattr(userdata_example.Spectrograms, "__getitem__", own)
-    monkeypatch.setattr(EncodedImageDataset, "__getitem__", tuner)
+    reads = count_reads(monkeypatch, own=userdata_example.Spectrograms, tuner=EncodedImageDataset)
     data = UserData.check("userdata_example.Spectrograms", {"count": 16})
     baseline = PipelineConfig(batch_size=4, decoder="as_is")  # num_workers=0: read here
     model = ModelConfig(_target_="userdata_example.SpecNet")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import count_reads
 from PIL import Image
 from torch.utils.data import Subset
 from torchvision.datasets import DatasetFolder, ImageFolder
@@ -54,20 +55,7 @@ def _threads_kept():
 @pytest.fixture
 def reads(monkeypatch):
     """Counts the samples read through ImageFolder and through the tuner's Dataset."""
-    counts = {"imagefolder": 0, "tuner": 0}
-    folder_get, tuner_get = DatasetFolder.__getitem__, EncodedImageDataset.__getitem__
-
-    def folder(self, index):
-        counts["imagefolder"] += 1
-        return folder_get(self, index)
-
-    def tuner(self, index):
-        counts["tuner"] += 1
-        return tuner_get(self, index)
-
-    monkeypatch.setattr(DatasetFolder, "__getitem__", folder)
-    monkeypatch.setattr(EncodedImageDataset, "__getitem__", tuner)
-    return counts
+    return count_reads(monkeypatch, imagefolder=DatasetFolder, tuner=EncodedImageDataset)
 
 
 def job(source, arm, best=None, *, epochs=1, sample_paths=None, batch_size=4):
