@@ -21,11 +21,16 @@ from autotune.tuner.search import next_neighbour, search
 from autotune.tuner.ways import is_as_is
 
 
-def test_the_polish_takes_the_knobs_in_turn() -> None:
+def _default_space() -> SearchSpace:
+    """The default space on a 4-CPU machine without CUDA."""
     facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
-    space = SearchSpace.from_config(
+    return SearchSpace.from_config(
         to_config(compose([])).search_space, facts, device="cpu", batch_size=32
     )
+
+
+def test_the_polish_takes_the_knobs_in_turn() -> None:
+    space = _default_space()
     best = {
         "num_workers": 2,
         "prefetch_factor": 2,
@@ -64,10 +69,7 @@ def test_the_polish_takes_the_knobs_in_turn() -> None:
 
 
 def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
-    facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
-    space = SearchSpace.from_config(
-        to_config(compose([])).search_space, facts, device="cpu", batch_size=32
-    )
+    space = _default_space()
     tuned = {
         "num_workers": 2,
         "prefetch_factor": 2,
