@@ -74,6 +74,15 @@ class OptimizerConfig:
     kwargs: dict[str, Any] = field(default_factory=lambda: {"momentum": 0.9})
 
 
+@dataclass
+class StepConfig:
+    """The loss of the timed step: ``_target_`` names a function ``(model, batch) -> loss``
+    (a dotted path); None: cross-entropy of ``model(inputs)`` against ``labels`` for batches
+    of ``(inputs, labels)``."""
+
+    _target_: str | None = None
+
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -229,6 +238,7 @@ class AutotuneConfig:
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    step: StepConfig = field(default_factory=StepConfig)
     # the step's precision: fp32, or autocast to bf16 / fp16 (a GradScaler with fp16 on CUDA)
     precision: str = "fp32"
     mode: str = "tune"  # tune | diagnose | report | verify

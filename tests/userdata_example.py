@@ -5,10 +5,11 @@ model. Importable as ``userdata_example`` (the tests' folder is on the path)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 
 class Spectrograms(Dataset):
@@ -57,6 +58,19 @@ def pad_collate(samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, 
     return torch.stack(padded), torch.tensor([label for _, label in samples])
 
 
+def pad_dict_collate(samples: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor]:
+    """Pads as ``pad_collate`` does, into a dict that also keeps each clip's true length."""
+    specs, labels = pad_collate(samples)
+    lengths = torch.tensor([spec.shape[-1] for spec, _ in samples])
+    return {"spec": specs, "lengths": lengths, "label": labels}
+
+
+def smoothed_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A loss of the user's own, on the dict batches of ``pad_dict_collate``."""
+    logits = model(batch["spec"])
+    return nn.functional.cross_entropy(logits.float(), batch["label"], label_smoothing=0.1)
+
+
 class SpecNet(nn.Module):
     def __init__(self, num_classes: int = 4, width: int = 16) -> None:
         super().__init__()
@@ -84,9 +98,23 @@ class Broken(Dataset):
         raise RuntimeError("no such folder: /nowhere")
 
 
-class Stream(IterableDataset):
-    def __iter__(self):
-        yield from range(8)
+class ToneStream(IterableDataset):
+    """The same clips as a stream, ``count`` per epoch. ``split``: each DataLoader worker reads
+    its own share (``get_worker_info``); without it every worker reads them all. ``sized``:
+    it states its length (``samples``); without, it has none."""
+
+    def __init__(self, count: int = 64, split: bool = True, sized: bool = True) -> None:
+        self.clips, self.split = Spectrograms(count=count), split
+        if sized:
+            self.samples = count  # an epoch's length, as a stream may state it
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, int]]:
+        indices = range(len(self.clips))
+        info = get_worker_info()
+        if self.split and info is not None:
+            indices = indices[info.id :: info.num_workers]
+        for index in indices:
+            yield self.clips[index]
 
 
 class NotADataset:

@@ -24,32 +24,21 @@ from typing import Any
 
 import cv2
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, default_collate
 
 from autotune.errors import UsageError
 from autotune.pipeline import decoders, tutorial
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.dali import DaliLoader
+from autotune.pipeline.device_stage import DeviceStage, Normalize
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.side_stream import prefetch_on_side_stream
 from autotune.pipeline.sources import Source
-from autotune.pipeline.user_data import UserData
+from autotune.pipeline.user_data import Repeating, UserData
 
 log = logging.getLogger(__name__)
 
 Batch = tuple[Any, torch.Tensor]
-
-
-class Normalize:
-    """``(x - mean) / std`` for 0-255 values, with the recipe's 0-1 mean and std."""
-
-    def __init__(self, recipe: Recipe, device: torch.device | str = "cpu") -> None:
-        shape = (-1, 1, 1)
-        self.mean = torch.tensor(recipe.mean, device=device).mul(255).view(shape)
-        self.inv_std = torch.tensor(recipe.std, device=device).mul(255).reciprocal().view(shape)
-
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        return images.float().sub_(self.mean).mul_(self.inv_std)
 
 
 class EncodedImageDataset(Dataset):
@@ -111,72 +100,6 @@ def worker_init(worker_id: int) -> None:
     cv2.setNumThreads(0)
 
 
-class DeviceStage:
-    """The training process's share: the copy to the device and what follows it there."""
-
-    def __init__(
-        self,
-        recipe: Recipe,
-        device: torch.device,
-        config: PipelineConfig,
-        *,
-        seed: int | None = 0,
-    ) -> None:
-        self.device, self.config = device, config
-        # as it is: the tutorial's loop copies with a plain .to(device)
-        self.non_blocking = config.pin_memory and device.type == "cuda" and not config.as_is
-        self.normalize = Normalize(recipe, device)
-        self.augment = recipe.device_form(seed=seed) if config.augment_on == "gpu" else None
-        self.device_decoder = decoders.DECODERS.get(config.decoder)
-        if self.device_decoder is not None and not self.device_decoder.on_device:
-            self.device_decoder = None
-
-    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(self.device, non_blocking=self.non_blocking)
-
-    def __call__(self, images: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        labels = self._to_device(labels)
-        if self.augment is not None:
-            # encoded bytes (1-D) stay on the host: the device decoder reads them from there
-            moved = [i if i.dim() == 1 else self._to_device(i) for i in images]
-            batch = self.augment(self._decode(moved))
-        else:
-            batch = self._to_device(images)
-        if batch.dtype == torch.uint8 or self.augment is not None:
-            batch = self.normalize(batch)  # float from the workers: normalized there already
-        if self.config.channels_last:
-            batch = batch.contiguous(memory_format=torch.channels_last)
-        return batch, labels
-
-    def _decode_one(self, encoded: torch.Tensor) -> torch.Tensor:
-        assert self.device_decoder is not None
-        try:
-            return self.device_decoder.decode_batch([encoded], self.device)[0]
-        except RuntimeError as exc:
-            log.warning("the device decoder rejected an image (%s): decoded on the CPU", exc)
-            cpu = decoders.get("pil").decode(encoded.numpy().tobytes())
-            return self._to_device(cpu)
-
-    def _decode(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Decodes the encoded (1-D) images of a batch in one device call."""
-        if self.device_decoder is None:
-            return images
-        encoded = [i for i, image in enumerate(images) if image.dim() == 1]
-        if not encoded:
-            return images
-        data = [images[i] for i in encoded]
-        try:
-            decoded = self.device_decoder.decode_batch(data, self.device)
-        except RuntimeError:
-            # one image the device decoder rejects (damaged past its header, CMYK, 12-bit)
-            # must not end the run: decode one by one, the rejected ones on the CPU
-            decoded = [self._decode_one(image) for image in data]
-        out = list(images)
-        for i, image in zip(encoded, decoded, strict=True):
-            out[i] = image
-        return out
-
-
 class TunedLoader:
     """A DataLoader plus the device stage: yields batches ready for the model.
 
@@ -196,8 +119,8 @@ class TunedLoader:
         if self.prefetches:
             yield from prefetch_on_side_stream(self.dataloader, self.stage)
             return
-        for images, labels in self.dataloader:
-            yield self.stage(images, labels)
+        for batch in self.dataloader:
+            yield self.stage(batch)
 
     def __len__(self) -> int:
         return len(self.dataloader)
@@ -212,6 +135,7 @@ def build(
     seed: int | None = 0,
     sampler: Sampler[int] | Sequence[int] | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
+    repeat: bool = False,
 ) -> TunedLoader:
     """Builds the loader a ``PipelineConfig`` describes.
 
@@ -227,11 +151,15 @@ def build(
         seed: seeds shuffling and the augmentation (None: not reproducible).
         sampler: overrides shuffling (the trial runner passes one that never ends an epoch).
         collate_fn: your Dataset's own collate, read as it is (``decoder=as_is``).
+        repeat: an iterable Dataset is read again and again, each worker its own share (the
+            trial runner's window, where no epoch ends; a map-style one gets a sampler).
     """
     device = torch.device(device)
     reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
     if config.as_is:  # no worker hook: DataLoader gives each worker one thread
         dataset, collate_fn = _as_it_is(dataset, recipe, collate_fn)
+        if repeat and isinstance(dataset, IterableDataset):
+            dataset = Repeating(dataset)
         return _tuned(dataset, config, collate_fn=collate_fn, worker_init_fn=None, **reading)
     if isinstance(dataset, UserData):
         raise UsageError(
@@ -279,11 +207,13 @@ def _tuned(
     sampler: Sampler[int] | Sequence[int] | None,
 ) -> TunedLoader:
     """A DataLoader of ``config``'s arguments over ``dataset`` (shuffled from ``seed`` unless
-    a sampler is given; pinned only for a CUDA device), and the device stage after it."""
+    a sampler is given or it is a stream; pinned only for a CUDA device), and the device
+    stage after it."""
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    ordered = {} if isinstance(dataset, IterableDataset) else {"shuffle": sampler is None}
     dataloader = DataLoader(
         dataset,
-        shuffle=sampler is None,
+        **ordered,
         sampler=sampler,
         generator=generator,
         collate_fn=collate_fn,

@@ -8,13 +8,15 @@ from typing import Any, Protocol
 
 import torch
 
+from autotune.pipeline import batches
+
 
 class Stage(Protocol):
-    """What moves a host batch to the device (``loader.DeviceStage``)."""
+    """What moves a host batch to the device (``device_stage.DeviceStage``)."""
 
     device: torch.device
 
-    def __call__(self, images: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def __call__(self, batch: Any) -> Any: ...
 
 
 def one_ahead(
@@ -35,24 +37,22 @@ def one_ahead(
     yield finish(pending)
 
 
-def prefetch_on_side_stream(
-    batches: Iterable[Any], stage: Stage
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def prefetch_on_side_stream(host_batches: Iterable[Any], stage: Stage) -> Iterator[Any]:
     """``device_prefetch``: batch N+1's copy (and device decode/augment) is queued on a side
     CUDA stream while step N runs on the current one."""
     side = torch.cuda.Stream(device=stage.device)
 
-    def start(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def start(batch: Any) -> Any:
         with torch.cuda.stream(side):
-            return stage(*batch)
+            return stage(batch)
 
-    def finish(ready: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def finish(ready: Any) -> Any:
         current = torch.cuda.current_stream(stage.device)
         current.wait_stream(side)
-        for tensor in ready:
+        for tensor in batches.tensors(ready):
             # made on the side stream, used on the current one: the caching allocator must
             # not hand its memory out again until the current stream is done with it
             tensor.record_stream(current)
         return ready
 
-    return one_ahead(batches, start, finish)
+    return one_ahead(host_batches, start, finish)

@@ -10,15 +10,16 @@ arguments and the training process's threads (``decoder=as_is``).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.utils import get_method, get_object, instantiate
-from torch.utils.data import Dataset, IterableDataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
 
 from autotune.errors import UsageError
 from autotune.pipeline.sources import Source
@@ -38,6 +39,7 @@ class UserData:
     collate_fn: str | None = None
     length: int = 0  # samples per epoch
     classes: tuple[str, ...] = ()  # the Dataset's ``classes``, where it has them
+    iterable: bool = False  # an IterableDataset: each worker reads its own share
     skipped: tuple[tuple[str, str], ...] = ()  # nothing is skipped: the Dataset decides
 
     def __len__(self) -> int:
@@ -88,45 +90,117 @@ class UserData:
 
     @classmethod
     def check(cls, target: str, kwargs: dict[str, Any], collate_fn: str | None = None) -> UserData:
+        """``inspect`` without the batch."""
+        return cls.inspect(target, kwargs, collate_fn)[0]
+
+    @classmethod
+    def inspect(
+        cls, target: str, kwargs: dict[str, Any], collate_fn: str | None = None
+    ) -> tuple[UserData, Any]:
         """Imports, builds and samples the Dataset once, here: each way it can fail is one
-        line naming the class and the fix, before anything is measured."""
+        line naming the class and the fix, before anything is measured. Returns what names
+        it, with its length and classes, and a batch of its first two samples."""
         data = cls(target, dict(kwargs), collate_fn)
         dataset = data.build()
-        if isinstance(dataset, IterableDataset):
+        where = f"dataset._target_={target}"
+        iterable = isinstance(dataset, IterableDataset)
+        if not iterable and not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
             raise UsageError(
-                f"dataset._target_={target} is an IterableDataset: only map-style Datasets "
-                "(__getitem__ and __len__) are tuned for now"
+                f"{where} built a {type(dataset).__name__}, not a Dataset (__getitem__ and "
+                "__len__, or an IterableDataset)"
             )
-        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-            raise UsageError(
-                f"dataset._target_={target} built a {type(dataset).__name__}, not a Dataset "
-                "with __getitem__ and __len__"
-            )
-        length = len(dataset)
-        if length < 2:
-            raise UsageError(f"dataset._target_={target} has {length} samples: it needs 2+")
-        _check_batches(data, dataset)
         _check_pickles(target, dataset)
+        length = _epoch_length(where, dataset) if iterable else len(dataset)
+        if length < 2:
+            raise UsageError(f"{where} has {length} samples: it needs 2+")
+        batch = _check_batches(data, _first_two(where, dataset, iterable))
         classes = tuple(str(c) for c in getattr(dataset, "classes", ()) or ())
-        return cls(target, dict(kwargs), collate_fn, length, classes)
+        return cls(target, dict(kwargs), collate_fn, length, classes, iterable=iterable), batch
+
+
+def _epoch_length(where: str, dataset: IterableDataset) -> int:
+    """An iterable's samples per epoch, from ``__len__`` or ``samples``, checked against one
+    epoch read by two DataLoader workers: an iterable that does not split its stream by
+    ``get_worker_info()`` yields every sample once per worker."""
+    stated = _stated_length(dataset)
+    one = stated if stated is not None else _count(dataset, workers=0)
+    two = _count(dataset, workers=2)
+    if two > one:
+        raise UsageError(
+            f"{where} yields its samples once per DataLoader worker (two workers read "
+            f"{two} samples, one epoch has {one}): in __iter__, read only this worker's "
+            "share, e.g. itertools.islice(samples, info.id, None, info.num_workers) with "
+            "info = torch.utils.data.get_worker_info() (None: no workers, read all)"
+        )
+    return one
+
+
+def _stated_length(dataset: IterableDataset) -> int | None:
+    for read in (len, lambda d: d.samples):
+        try:
+            value = read(dataset)
+        except (TypeError, AttributeError, NotImplementedError):
+            continue
+        if isinstance(value, int):
+            return value
+        if hasattr(value, "__len__"):
+            return len(value)
+    return None
+
+
+def _count(dataset: IterableDataset, *, workers: int) -> int:
+    """Samples in one epoch of ``dataset`` read by ``workers`` DataLoader workers."""
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_keep)
+    try:
+        return sum(1 for _ in loader)
+    except Exception as exc:  # noqa: BLE001 - the user's __iter__, in this process or a worker
+        raise UsageError(
+            f"reading an epoch of {type(dataset).__name__} with {workers} worker(s) failed: "
+            f"{_one_line(exc)}"
+        ) from None
+
+
+def _keep(sample: Any) -> None:
+    return None  # counted, never kept: nothing crosses from the workers but a None
+
+
+def _first_two(where: str, dataset: Dataset, iterable: bool) -> list[Any]:
+    try:
+        if iterable:
+            return list(itertools.islice(iter(dataset), 2))
+        return [dataset[0], dataset[1]]
+    except Exception as exc:  # noqa: BLE001 - the user's __getitem__ or __iter__
+        raise UsageError(
+            f"{where}: reading sample 0 failed: {type(exc).__name__}: {_one_line(exc)}"
+        ) from None
+
+
+class Repeating(IterableDataset):
+    """An iterable Dataset read again and again, each worker its own share every pass: a
+    timed window that never meets the end of an epoch (the trial's endless sampler, for a
+    stream)."""
+
+    def __init__(self, dataset: IterableDataset) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            yield from self.dataset
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
+    """The error's message on one line (of a worker's error, the original's last line)."""
+    text = str(exc)
+    if "Original Traceback" in text:
+        text = text.strip().splitlines()[-1]
+    return " ".join(text.split())
 
 
-def _check_batches(data: UserData, dataset: Dataset) -> None:
-    """Two samples must batch with the collate the DataLoader will use."""
-    try:
-        samples = [dataset[0], dataset[1]]
-    except Exception as exc:  # noqa: BLE001 - the user's __getitem__
-        raise UsageError(
-            f"dataset._target_={data.target}: reading sample 0 failed: "
-            f"{type(exc).__name__}: {_one_line(exc)}"
-        ) from None
+def _check_batches(data: UserData, samples: list[Any]) -> Any:
+    """Two samples must batch with the collate the DataLoader will use: their batch."""
     collate = data.collate() or default_collate
     try:
-        collate(samples)
+        return collate(samples)
     except Exception as exc:  # noqa: BLE001 - the collate cannot batch these samples
         fix = (
             f"fix dataset.collate_fn={data.collate_fn}"

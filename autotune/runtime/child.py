@@ -16,8 +16,10 @@ import torch
 from torch.utils.data import Sampler
 
 from autotune.pipeline import decoders, loader, recipes
+from autotune.pipeline.batches import samples_in
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.pipeline.recipes import Recipe
+from autotune.pipeline.user_data import UserData
 from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.runtime.job import TrialJob
@@ -80,6 +82,7 @@ def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
         channels_last=job.pipeline.channels_last,
         optimizer=job.optimizer,
         precision=job.precision,
+        loss=job.step,
     )
     return recipe, step
 
@@ -113,15 +116,24 @@ def _time_window(
 ) -> Measurement:
     """The step fed by the job's loader, and the device memory it peaked at."""
     device = step.device
-    # no epoch ends inside the window (start-up is timed on its own); one ends after it
-    sampler = UntilEnded(len(job.source), job.seed)
+    stream = isinstance(job.source, UserData) and job.source.iterable
+    # no epoch ends inside the window (start-up is timed on its own); one ends after it. A
+    # stream has no sampler: it is read again and again, each worker its own share, and
+    # its samples are counted batch by batch (a worker's last batch may be short)
+    sampler = None if stream else UntilEnded(len(job.source), job.seed)
     # DALI reads the sampler ahead on its own: no boundary is made there
     own_loader = decoders.DECODERS.get(job.pipeline.decoder)
-    makes_epochs = own_loader is None or not own_loader.replaces_loader
+    makes_epochs = sampler is not None and (own_loader is None or not own_loader.replaces_loader)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     tuned = loader.build(
-        job.source, job.pipeline, recipe=recipe, device=device, seed=job.seed, sampler=sampler
+        job.source,
+        job.pipeline,
+        recipe=recipe,
+        device=device,
+        seed=job.seed,
+        sampler=sampler,
+        repeat=stream,
     )
     measurement = run_window(
         tuned,
@@ -132,6 +144,7 @@ def _time_window(
         on_sub_window=report,
         gpu=gpu,
         end_epoch=sampler.end_epoch if makes_epochs else None,
+        count=samples_in if stream else lambda batch: job.pipeline.batch_size,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

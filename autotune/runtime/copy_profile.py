@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import torch
-
+from autotune.pipeline.batches import samples_in
 from autotune.runtime.stages import StageTime
 
 
 def profile_copy(
-    batches: Iterable[tuple[Any, torch.Tensor]],
-    stage: Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    batches: Iterable[Any],
+    stage: Callable[[Any], Any],
     *,
     sync: Callable[[], None] = lambda: None,
     n_batches: int = 4,
@@ -39,13 +38,13 @@ def profile_copy(
     samples = 0
     it = iter(batches)
     for repeat in range(warmup + n_batches):
-        images, labels = next(it)
+        batch = next(it)
         sync()
         cpu_start, wall_start = time.process_time(), time.perf_counter()
-        stage(images, labels)
+        staged = stage(batch)
         sync()
         if repeat >= warmup:
             cpu += time.process_time() - cpu_start
             wall += time.perf_counter() - wall_start
-            samples += len(labels)
+            samples += samples_in(staged)
     return StageTime(cpu / samples, wall / samples)

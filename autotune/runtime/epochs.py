@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from autotune.pipeline import recipes
+from autotune.pipeline import batches, recipes
+from autotune.pipeline.batches import samples_in
 from autotune.pipeline.sources import Source
 from autotune.pipeline.tutorial import tutorial_dataset
 from autotune.pipeline.user_api import build_loader, loader_kwargs
@@ -33,8 +34,8 @@ from autotune.runtime.workload import TrainStep, build_model
 
 ARMS = ("baseline", "loader_kwargs", "build_loader")
 
-Batch = tuple[torch.Tensor, torch.Tensor]
-ToDevice = Callable[[torch.Tensor, torch.Tensor], Batch]
+Batch = Any
+ToDevice = Callable[[Batch], Batch]
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class EpochTimes:
 
 def time_epoch(
     batches: Iterable[Batch],
-    step: Callable[[torch.Tensor, torch.Tensor], None],
+    step: Callable[[Batch], None],
     *,
     to_device: ToDevice,
     sync: Callable[[], None] = lambda: None,
@@ -78,12 +79,12 @@ def time_epoch(
     first_batch_s: float | None = None
     done: list[float] = []
     samples = 0
-    for images, labels in batches:
+    for batch in batches:
         if first_batch_s is None:
             first_batch_s = clock() - start
-        images, labels = to_device(images, labels)
-        step(images, labels)
-        samples += len(labels)
+        batch = to_device(batch)
+        step(batch)
+        samples += samples_in(batch)
         done.append(round(clock() - start, 6))
     sync()
     seconds = clock() - start
@@ -106,14 +107,14 @@ def subset_source(source: Source, sample_paths: Iterable[str] | None) -> Source:
 def _copy_to(device: torch.device) -> ToDevice:
     """What the tutorial's loop does with each batch: ``.to(device)``."""
 
-    def to_device(images: torch.Tensor, labels: torch.Tensor) -> Batch:
-        return images.to(device), labels.to(device)
+    def to_device(batch: Batch) -> Batch:
+        return batches.to_device(batch, device)
 
     return to_device
 
 
-def _already_there(images: torch.Tensor, labels: torch.Tensor) -> Batch:
-    return images, labels
+def _already_there(batch: Batch) -> Batch:
+    return batch
 
 
 def arm_loader(job: TrialJob, spec: EpochRun) -> tuple[Iterable[Batch], ToDevice, Any]:
@@ -176,6 +177,7 @@ def measure_epochs(job: TrialJob) -> EpochTimes:
         channels_last=spec.arm == "build_loader" and job.pipeline.channels_last,
         optimizer=job.optimizer,
         precision=job.precision,
+        loss=job.step,
     )
     kind, reader, transform = describe_dataset(dataset)
     timed = tuple(

@@ -9,7 +9,7 @@ from typing import Literal
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.user_data import Data
-from autotune.schema import ModelConfig, OptimizerConfig, RecipeConfig, WindowConfig
+from autotune.schema import ModelConfig, OptimizerConfig, RecipeConfig, StepConfig, WindowConfig
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class TrialJob:
     memory_limit_bytes: int | None = None  # per process, beyond what it holds at start
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     precision: str = "fp32"  # fp32 | bf16 | fp16: autocast in the step
+    step: StepConfig = field(default_factory=StepConfig)  # the loss: the user's, or the default
     epochs: EpochRun | None = None  # kind="epochs" only
     # how DataLoader workers start: the default of the process that asked for the trial,
     # which is what the user's training script gets (not the fork server's)

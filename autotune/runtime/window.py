@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from autotune.pipeline.batches import samples_in
 from autotune.runtime.gpu_monitor import UtilizationSampler
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = Any  # what the loader yields: (images, labels), or the user's own batch
+Step = Callable[[Batch], None]
+Count = Callable[[Batch], int]  # samples in a batch
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def warmup_batches(buffered_batches: int, extra: int) -> int:
 
 def run_window(
     batches: Iterable[Batch],
-    step: Callable[[torch.Tensor, torch.Tensor], None],
+    step: Step,
     *,
     warmup: int,
     sub_windows: int,
@@ -75,6 +76,7 @@ def run_window(
     on_sub_window: Callable[[int, float], None] | None = None,
     gpu: UtilizationSampler | None = None,
     end_epoch: Callable[[], None] | None = None,
+    count: Count = samples_in,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans;
     then, given ``end_epoch``, an epoch boundary.
@@ -87,25 +89,16 @@ def run_window(
     raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
     sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
     batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
-    """
+    ``count(batch)``: the samples in a batch."""
     it = iter(batches)
     time_to_first_batch = _start_up(it, step, sync=sync, clock=clock)
-    needed = _warm_up(it, step, warmup, min_sub_window_s, sync=sync, clock=clock)
-    batches_per_window = max(batches_per_window, needed or 0)
-    batches_per_window = -(-batches_per_window // align) * align
+    needed = _warm_up(it, step, warmup, min_sub_window_s, count, sync=sync, clock=clock)
+    batches_per_window = -(-max(batches_per_window, needed or 0) // align) * align
 
     tally = _Tally()
+    timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     for index in range(sub_windows):
-        _time_sub_window(
-            it,
-            step,
-            batches_per_window,
-            tally,
-            sync=sync,
-            clock=clock,
-            cpu_clock=cpu_clock,
-            gpu=gpu,
-        )
+        _time_sub_window(it, step, batches_per_window, tally, count, **timing)
         if on_sub_window is not None:
             on_sub_window(index, statistics.median(tally.rates))
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
@@ -160,7 +153,7 @@ def _first_batch_in_hand(
 
 def _start_up(
     it: Iterator[Batch],
-    step: Callable[[torch.Tensor, torch.Tensor], None],
+    step: Step,
     *,
     sync: Callable[[], None],
     clock: Callable[[], float],
@@ -169,18 +162,19 @@ def _start_up(
     first step runs after the clock stops: its one-off warm-up (allocations, kernel choice)
     is paid once per run, not at each epoch's start."""
     start = clock()
-    images, labels = next(it)
+    batch = next(it)
     in_hand = clock() - start
-    step(images, labels)
+    step(batch)
     sync()
     return in_hand
 
 
 def _warm_up(
     it: Iterator[Batch],
-    step: Callable[[torch.Tensor, torch.Tensor], None],
+    step: Step,
     warmup: int,
     min_sub_window_s: float,
+    count: Count,
     *,
     sync: Callable[[], None],
     clock: Callable[[], float],
@@ -192,14 +186,16 @@ def _warm_up(
     nothing about the rate).
     """
     tail = max(1, min(warmup, 4))
+    samples = 1
     for index in range(warmup):
         if index == warmup - tail:
             sync()
             tail_start, tail_samples = clock(), 0
-        images, labels = next(it)
-        step(images, labels)
+        batch = next(it)
+        step(batch)
         if index >= warmup - tail:
-            tail_samples += len(labels)
+            samples = count(batch)
+            tail_samples += samples
     sync()
     if not (warmup and min_sub_window_s > 0):
         return None
@@ -207,7 +203,7 @@ def _warm_up(
     if tail_span <= 0:
         return None
     rate = tail_samples / tail_span
-    return math.ceil(min_sub_window_s * rate / max(1, len(labels)))
+    return math.ceil(min_sub_window_s * rate / max(1, samples))
 
 
 @dataclass
@@ -223,9 +219,10 @@ class _Tally:
 
 def _time_sub_window(
     it: Iterator[Batch],
-    step: Callable[[torch.Tensor, torch.Tensor], None],
+    step: Step,
     n_batches: int,
     tally: _Tally,
+    count: Count,
     *,
     sync: Callable[[], None],
     clock: Callable[[], float],
@@ -242,10 +239,10 @@ def _time_sub_window(
     window_start = clock()
     for _ in range(n_batches):
         before = clock()
-        images, labels = next(it)
+        batch = next(it)
         waited += clock() - before
-        step(images, labels)
-        samples += len(labels)
+        step(batch)
+        samples += count(batch)
     sync()
     span = clock() - window_start
     tally.cpu += cpu_clock() - cpu_start
@@ -259,7 +256,7 @@ def _time_sub_window(
 
 def run_ceiling(
     batch: Batch,
-    step: Callable[[torch.Tensor, torch.Tensor], None],
+    step: Step,
     **window: Any,
 ) -> Measurement:
     """The compute limit: the same step fed one batch already on the device.

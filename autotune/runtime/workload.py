@@ -1,18 +1,19 @@
-"""The work a trial times: a model by name and its training step (forward under the chosen
-precision, backward, the optimizer by name)."""
+"""The work a trial times: a model by name and its training step (the loss, the user's or
+cross-entropy, under the chosen precision; backward; the optimizer by name)."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 import torchvision
-from hydra.utils import get_class
+from hydra.utils import get_class, get_method
 from torch import nn
 
 from autotune.errors import UsageError
-from autotune.schema import ModelConfig, OptimizerConfig
+from autotune.schema import ModelConfig, OptimizerConfig, StepConfig
 
 TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small")
 BUILTIN_MODELS = ("tiny", "none", *TORCHVISION_MODELS)
@@ -113,9 +114,45 @@ def build_optimizer(
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
+Loss = Callable[[nn.Module, Any], torch.Tensor]  # (model, batch) -> loss
+
+
+def build_loss(cfg: StepConfig) -> Loss | None:
+    """The user's ``(model, batch) -> loss`` named by ``step._target_``; None: the default
+    (cross-entropy on ``(inputs, labels)``)."""
+    if not cfg._target_:
+        return None
+    try:
+        return get_method(cfg._target_)
+    except Exception as exc:  # noqa: BLE001 - Hydra raises ImportError or ValueError
+        cause = " ".join(str(exc.__cause__ or exc).split())
+        raise UsageError(
+            f"step._target_={cfg._target_} cannot be imported ({cause}): give the full dotted "
+            "path of a function (model, batch) -> loss, e.g. step._target_=mytrain.loss"
+        ) from None
+
+
+def is_pair(batch: Any) -> bool:
+    """A batch the default step takes: ``(inputs, labels)``, two tensors."""
+    return (
+        isinstance(batch, (tuple, list))
+        and len(batch) == 2
+        and all(isinstance(part, torch.Tensor) for part in batch)
+    )
+
+
+def _form(batch: Any) -> str:
+    """A batch's structure in a few words: ``dict(spec, lengths, label)``, ``tuple of 3``."""
+    if isinstance(batch, dict):
+        return f"dict({', '.join(map(str, batch))})"
+    if isinstance(batch, (tuple, list)):
+        return f"{type(batch).__name__} of {len(batch)}"
+    return type(batch).__name__
+
 
 class TrainStep:
-    """One optimizer step on a batch: forward (under autocast at ``precision``), cross-entropy,
+    """One optimizer step on a batch: the loss (the user's ``loss(model, batch)``, else
+    cross-entropy of ``model(inputs)`` against ``labels``) under autocast at ``precision``,
     backward, the optimizer (SGD with momentum unless told otherwise); with fp16 on CUDA, a
     GradScaler as an AMP training loop has.
 
@@ -131,6 +168,7 @@ class TrainStep:
         channels_last: bool = False,
         optimizer: OptimizerConfig | None = None,
         precision: str = "fp32",
+        loss: StepConfig | None = None,
     ) -> None:
         self.device = device
         if model is not None:
@@ -144,11 +182,13 @@ class TrainStep:
             else None
         )
         self.criterion = nn.CrossEntropyLoss()
+        self.loss = build_loss(loss or StepConfig())
+        self.loss_name = (loss or StepConfig())._target_
         self.autocast_dtype = _AUTOCAST.get(precision)
         scales = precision == "fp16" and device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if scales else None
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+    def __call__(self, batch: Any) -> None:
         if self.model is None or self.optimizer is None:
             return
         self.optimizer.zero_grad(set_to_none=True)
@@ -157,7 +197,7 @@ class TrainStep:
             dtype=self.autocast_dtype or torch.float32,
             enabled=self.autocast_dtype is not None,
         ):
-            loss = self.criterion(self.model(images), labels)
+            loss = self._loss_of(batch)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -165,6 +205,32 @@ class TrainStep:
             return
         loss.backward()
         self.optimizer.step()
+
+    def _loss_of(self, batch: Any) -> torch.Tensor:
+        if self.loss is not None:
+            return self.loss(self.model, batch)
+        inputs, labels = batch
+        return self.criterion(self.model(inputs), labels)
+
+    def check(self, batch: Any, *, dataset: str) -> None:
+        """One step on ``batch`` (a few samples of the user's Dataset), here: a loss that
+        cannot take the batch is one line before anything is measured."""
+        if self.model is None:
+            return
+        if self.loss is None and not is_pair(batch):
+            raise UsageError(
+                f"{dataset} yields batches of {_form(batch)}, and the default step takes "
+                "(inputs, labels): name your loss with step._target_=module.function, a "
+                "function (model, batch) -> loss"
+            )
+        try:
+            self(batch)
+        except Exception as exc:  # noqa: BLE001 - the user's loss, model or batch
+            what = f"step._target_={self.loss_name}" if self.loss else "the default step"
+            raise UsageError(
+                f"{what} failed on a batch of {dataset}: {type(exc).__name__}: "
+                f"{' '.join(str(exc).split())}"
+            ) from None
 
     def sync(self) -> None:
         """Waits for queued device work: timed spans must end when the work does."""

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from autotune import machine
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
@@ -26,7 +28,7 @@ from autotune.pipeline.user_data import Data, UserData
 from autotune.runtime.job import TrialJob
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.window import Measurement
-from autotune.runtime.workload import build_model, build_optimizer
+from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig, DatasetConfig
 from autotune.session.space import SearchSpace
 
@@ -42,14 +44,19 @@ STEP_KEYS = (
     "seed",
     "optimizer",
     "precision",
+    "step",
 )
 
 
-def load_source(cfg: DatasetConfig) -> Data:
-    """The dataset's samples: the user's own Dataset (checked), generated (and cached)
-    synthetic JPEGs, or an image folder."""
+def load_source(cfg: DatasetConfig) -> tuple[Data, Any]:
+    """The dataset's samples: the user's own Dataset (checked; with a batch of two of its
+    samples), generated (and cached) synthetic JPEGs, or an image folder (no batch)."""
     if cfg._target_:
-        return UserData.check(cfg._target_, cfg.kwargs, cfg.collate_fn)
+        return UserData.inspect(cfg._target_, cfg.kwargs, cfg.collate_fn)
+    return _image_source(cfg), None
+
+
+def _image_source(cfg: DatasetConfig) -> Data:
     if cfg.kind == "synthetic":
         size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
         return sources.synthetic(
@@ -96,11 +103,19 @@ class Session:
         bad input fails here, before anything is measured."""
         facts = machine.detect(want_cuda=config.device != "cpu")
         device = resolve_device(config.device, facts.cuda_available)
-        source = load_source(config.dataset)
-        # a bad model or optimizer fails now
+        source, example = load_source(config.dataset)
+        # a bad model, optimizer or loss fails now; the user's step is tried on their batch
         model = build_model(config.model, num_classes=len(source.classes) or None)
-        if model is not None:
-            build_optimizer(config.optimizer, model.parameters(), lr=config.model.lr)
+        step = TrainStep(
+            model,
+            torch.device("cpu"),
+            lr=config.model.lr,
+            optimizer=config.optimizer,
+            precision=config.precision if device == "cpu" else "fp32",
+            loss=config.step,
+        )
+        if isinstance(source, UserData):
+            step.check(example, dataset=f"dataset._target_={source.target}")
         recipes.from_config(config.recipe)  # and so does an unknown recipe
         space = SearchSpace.from_config(
             config.search_space,
@@ -135,6 +150,7 @@ class Session:
             "seed": cfg.seed,
             "optimizer": asdict(cfg.optimizer),
             "precision": cfg.precision,
+            "step": asdict(cfg.step),
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -162,6 +178,7 @@ class Session:
             memory_limit_bytes=int(limit * 2**30) if limit else None,
             optimizer=cfg.optimizer,
             precision=cfg.precision,
+            step=cfg.step,
         )
 
     def measure_ceiling(

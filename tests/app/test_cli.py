@@ -140,6 +140,12 @@ def _image_folder(root: Path, per_class: int = 3) -> Path:
     return root
 
 
+SPECTROGRAMS = [
+    "dataset._target_=userdata_example.Spectrograms",
+    "model._target_=userdata_example.SpecNet",
+]
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
@@ -156,8 +162,10 @@ def _image_folder(root: Path, per_class: int = 3) -> Path:
             ["dataset._target_=userdata_example.Spectrograms", "dataset.kwargs.vary=true"],
             "pass dataset.collate_fn=module.function",
         ),
-        (["dataset._target_=userdata_example.Spectrograms", "mode=verify"], "mode=verify"),
-        (["dataset._target_=userdata_example.Spectrograms", "mode=diagnose"], "mode=diagnose"),
+        ([*SPECTROGRAMS, "mode=verify"], "mode=verify"),
+        ([*SPECTROGRAMS, "mode=diagnose"], "mode=diagnose"),
+        (["dataset._target_=userdata_example.Spectrograms"], "expected input[2, 1, 257,"),
+        ([*SPECTROGRAMS, "step._target_=no.such.loss"], "step._target_=no.such.loss cannot be"),
         (["study.n_trials=0"], "study.n_trials must be >= 1"),
         (["study.n_trials=many"], "n_trials"),
         (["study.nope=1"], "nope"),

@@ -69,7 +69,8 @@ def test_the_same_keys_in_the_user_s_own_conf_file(tmp_path, monkeypatch) -> Non
         "collate_fn: userdata_example.pad_collate\n"
     )
     monkeypatch.chdir(tmp_path)
-    session = Session.build(cli.to_config(cli.compose(["dataset=mine"])))
+    overrides = ["dataset=mine", "model._target_=userdata_example.SpecNet"]
+    session = Session.build(cli.to_config(cli.compose(overrides)))
     assert isinstance(session.source, UserData) and len(session.source) == 24
     assert session.source.collate_fn == "userdata_example.pad_collate"
-    assert session.config.study.name == "mine-tiny"  # its own name, from its file
+    assert session.config.study.name == "mine-specnet"  # its own name, from its file

@@ -30,8 +30,8 @@ def test_a_checked_dataset_knows_its_length_and_classes() -> None:
     [
         ("nowhere.Data", {}, None, "dataset._target_=nowhere.Data cannot be imported (No "),
         ("userdata_example.Broken", {}, None, "RuntimeError: no such folder: /nowhere"),
-        ("userdata_example.Stream", {}, None, "is an IterableDataset"),
-        ("userdata_example.NotADataset", {}, None, "not a Dataset with __getitem__ and __len__"),
+        ("userdata_example.ToneStream", {"count": 8, "split": False}, None, "once per DataLoader"),
+        ("userdata_example.NotADataset", {}, None, "not a Dataset (__getitem__ and __len__,"),
         (SPECS, {"vary": True}, None, "cannot be batched (RuntimeError"),
         (SPECS, {"vary": True}, "nowhere.pad", "dataset.collate_fn=nowhere.pad cannot be"),
         (SPECS, {"count": 1}, None, "has 1 samples: it needs 2+"),
@@ -82,3 +82,21 @@ def test_build_loader_reads_a_dataset_object_as_it_is_with_its_collate(tmp_path)
     finally:
         torch.set_num_threads(threads)
     assert specs.shape[:2] == (4, 1) and labels.shape == (4,)
+
+
+def test_a_stream_that_splits_by_worker_is_read_endlessly_each_worker_its_share() -> None:
+    data, batch = UserData.inspect("userdata_example.ToneStream", {"count": 12})
+    assert (data.iterable, len(data)) == (True, 12)  # its length from its samples
+    assert batch[0].shape[0] == 2  # its first two samples, batched
+    config = PipelineConfig(batch_size=3, num_workers=2, prefetch_factor=1, decoder="as_is")
+    recipe = recipes.from_config(RecipeConfig())
+    once = [labels.tolist() for _, labels in loader.build(data, config, recipe=recipe)]
+    # one epoch: each of the 12 clips once (labels cycle through 4 classes), in 4 batches
+    assert sorted(sum(once, [])) == sorted(i % 4 for i in range(12)) and len(once) == 4
+    endless = iter(loader.build(data, config, recipe=recipe, repeat=True))
+    assert sum(len(next(endless)[1]) for _ in range(12)) == 36  # three epochs' worth, no end
+
+
+def test_a_stream_without_a_length_is_counted() -> None:
+    data = UserData.check("userdata_example.ToneStream", {"count": 6, "sized": False})
+    assert len(data) == 6

@@ -17,7 +17,7 @@ from autotune.pipeline.user_data import UserData
 from autotune.runtime.child import UntilEnded, measure
 from autotune.runtime.job import TrialJob
 from autotune.runtime.window import WindowStopped
-from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
+from autotune.schema import ModelConfig, RecipeConfig, StepConfig, WindowConfig
 
 WINDOW = WindowConfig(
     warmup_extra_batches=1, sub_windows=3, batches_per_window=2, min_sub_window_s=0.0
@@ -152,3 +152,28 @@ def test_a_trial_of_a_dataset_of_the_user_s_own_runs_its_getitem(monkeypatch) ->
     )
     assert m.samples_per_s > 0 and reads["tuner"] == 0
     assert reads["own"] >= 4 * (1 + 1 + 6)  # start-up, warm-up and the timed batches
+
+
+def test_a_stream_of_dict_batches_is_timed_with_the_user_s_loss() -> None:
+    """An iterable Dataset with a dict collate and a loss of the user's own: read again and
+    again by real workers (no epoch ends in the window), its samples counted batch by batch."""
+    data = UserData.check(
+        "userdata_example.ToneStream", {"count": 10}, "userdata_example.pad_dict_collate"
+    )
+    m = measure(
+        TrialJob(
+            pipeline=PipelineConfig(
+                batch_size=4, num_workers=2, prefetch_factor=1, decoder="as_is"
+            ),
+            source=data,
+            model=ModelConfig(_target_="userdata_example.SpecNet"),
+            recipe=RecipeConfig(crop_size=32),
+            window=WINDOW,
+            device="cpu",
+            step=StepConfig("userdata_example.smoothed_loss"),
+            precision="bf16",
+        ),
+        ignore,
+    )
+    assert m.timed_batches == 3 * 2 and m.samples_per_s > 0
+    assert m.epoch_start_s is None  # a stream makes no boundary of its own in the window

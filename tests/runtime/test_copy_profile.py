@@ -19,9 +19,9 @@ def test_each_batch_once_the_warmup_untimed_and_synced_at_the_edges() -> None:
     seen: list[float] = []
     syncs: list[int] = []
 
-    def stage(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        seen.append(float(images[0, 0]))
-        return images, labels
+    def stage(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append(float(batch[0][0, 0]))
+        return batch
 
     timed = profile_copy(
         batches(4), stage, sync=lambda: syncs.append(len(seen)), n_batches=3, warmup=1

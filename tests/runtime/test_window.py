@@ -59,7 +59,7 @@ def prefetching(
 
 
 def make_step(clock: FakeClock, t_step: float = T_STEP) -> Callable[..., None]:
-    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         clock.now += t_step
 
     return step
@@ -191,7 +191,7 @@ def test_zero_duration_warmup_tail_with_min_sub_window_s() -> None:
     clock = FakeClock()  # nothing advances it: loader and step both free
     m = run_window(
         FakeLoader(clock, lambda i: 0.0),
-        lambda images, labels: None,
+        lambda batch: None,
         warmup=4,
         sub_windows=2,
         batches_per_window=3,

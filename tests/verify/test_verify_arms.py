@@ -133,8 +133,8 @@ def test_an_epoch_is_timed_from_iter_to_the_last_step():
     steps = []
     epoch = time_epoch(
         batches(),
-        lambda x, y: steps.append(len(y)),
-        to_device=lambda x, y: (x, y),
+        lambda batch: steps.append(len(batch[1])),
+        to_device=lambda batch: batch,
         clock=lambda: next(ticks),
     )
     assert started and steps == [2, 2]

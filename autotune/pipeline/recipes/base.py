@@ -4,7 +4,7 @@ the device form (per batch, after the copy) and the DALI form (operators in DALI
 A recipe also tells a reducing decoder how far it may scale down: the crop (or resize) is
 planned on the header's size first, so a reduced decode never goes below the pixels the
 output needs. Normalization is not here: batches cross to the device as uint8 (4x fewer
-bytes) and ``loader.DeviceStage`` normalizes them there.
+bytes) and ``device_stage.DeviceStage`` normalizes them there.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def decode(
 class DeviceAugment(ABC):
     """A recipe's device form: turns a list of ``uint8 (3, H, W)`` images on one device into a
     float batch ``(B, 3, crop, crop)`` of 0-255 values (normalization follows in
-    ``loader.DeviceStage``).
+    ``device_stage.DeviceStage``).
 
     Random parameters are drawn from this object's own RNG stream: reproducible from the
     loader seed, and never touching the training script's global RNG. The same code runs on a
