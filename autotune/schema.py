@@ -68,10 +68,11 @@ class ModelConfig:
 @dataclass
 class OptimizerConfig:
     """The optimizer of the timed step: any ``torch.optim.Optimizer`` by ``_target_``, built
-    on the model's parameters with ``kwargs`` (``lr`` defaults to ``model.lr``)."""
+    on the model's parameters with ``kwargs`` (``lr`` defaults to ``model.lr``; SGD without
+    kwargs gets momentum 0.9, as training recipes use it)."""
 
     _target_: str = "torch.optim.SGD"
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"momentum": 0.9})
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -107,7 +107,7 @@ def to_config(cfg: DictConfig) -> AutotuneConfig:
 def _one_line(exc: BaseException) -> str:
     """The message (and its cause's first line, where Hydra wraps one) on one line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    cause = exc.__cause__ or exc.__context__
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     if cause is not None and str(cause).strip():
         first = str(cause).strip().splitlines()[0].strip()
         if first not in lines:

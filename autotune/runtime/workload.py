@@ -89,6 +89,10 @@ def build_model(cfg: ModelConfig, *, num_classes: int | None) -> nn.Module | Non
     return model
 
 
+# an optimizer named without kwargs: what training recipes give it
+_DEFAULT_KWARGS = {"torch.optim.SGD": {"momentum": 0.9}}
+
+
 def build_optimizer(
     cfg: OptimizerConfig, params: Iterable[nn.Parameter], *, lr: float
 ) -> torch.optim.Optimizer:
@@ -103,11 +107,12 @@ def build_optimizer(
             f"{where} cannot be imported ({cause}): give the full path of a torch.optim "
             "class, e.g. optimizer._target_=torch.optim.AdamW"
         ) from None
+    kwargs = cfg.kwargs or _DEFAULT_KWARGS.get(cfg._target_, {})
     try:
-        return factory(params, **{"lr": lr, **cfg.kwargs})
+        return factory(params, **{"lr": lr, **kwargs})
     except Exception as exc:  # noqa: BLE001 - the kwargs the optimizer refuses
         raise UsageError(
-            f"{where}: building it with {cfg.kwargs} failed: {type(exc).__name__}: {exc} "
+            f"{where}: building it with {kwargs} failed: {type(exc).__name__}: {exc} "
             "(check optimizer.kwargs)"
         ) from None
 

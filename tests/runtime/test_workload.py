@@ -90,3 +90,10 @@ def test_a_step_that_cannot_take_the_batch_is_one_line(loss, batch, expected: st
 def test_a_loss_that_cannot_be_imported_is_one_line() -> None:
     with pytest.raises(UsageError, match="step._target_=nowhere.loss cannot be imported"):
         TrainStep(TinyCNN(), torch.device("cpu"), lr=0.01, loss=StepConfig("nowhere.loss"))
+
+
+def test_sgd_gets_momentum_only_when_named_without_kwargs() -> None:
+    sgd = build_optimizer(OptimizerConfig(), TinyCNN().parameters(), lr=0.01)
+    assert sgd.param_groups[0]["momentum"] == 0.9
+    adamw = build_optimizer(OptimizerConfig("torch.optim.AdamW"), TinyCNN().parameters(), lr=0.01)
+    assert isinstance(adamw, torch.optim.AdamW)  # no SGD momentum carried over to it
