@@ -36,7 +36,7 @@ from autotune.report.export import export
 from autotune.runtime.lock import host_lock
 from autotune.schema import AutotuneConfig, register_configs
 from autotune.session import Session
-from autotune.tuner.tune import tune
+from autotune.tuner.tune import StudyResult, tune
 from autotune.verify.command import run as run_verify
 
 log = logging.getLogger("autotune")
@@ -136,14 +136,14 @@ def run(config: AutotuneConfig) -> int:
         pipeline = pipeline_to_diagnose(config)
         config = dataclasses.replace(config, batch_size=pipeline.batch_size)
         return run_diagnosis(Session.build(config), pipeline)
-    with _progress_silenced(config.quiet):
+    with progress_silenced(config.quiet):
         if config.mode == "verify":  # takes the host lock as tune does: it measures
             return run_verify(Session.build(config))
         return run_tune(Session.build(config))
 
 
 @contextmanager
-def _progress_silenced(quiet: bool) -> Iterator[None]:
+def progress_silenced(quiet: bool) -> Iterator[None]:
     """``quiet=true``: results and warnings only; the per-trial lines are INFO."""
     logger = logging.getLogger("autotune")
     level = logger.level
@@ -178,16 +178,33 @@ def _describe(session: Session) -> None:
 
 def run_tune(session: Session) -> int:
     """``mode=tune``: the study, then best.yaml, report.md and the summary printed."""
-    config, source = session.config, session.source
-    _describe(session)
-    with host_lock(Path(config.studies_dir)):
-        result = tune(session)
-    folder = Path(config.studies_dir) / result.study_name
-    if result.best is None:
+    result, best = tune_and_export(session)
+    folder = Path(session.config.studies_dir) / result.study_name
+    if best is None:
         _say(f"no trial of study {result.study_name} finished: nothing to export")
         _say(summary.failures_text(result))
         _say(f"report:      {markdown.write_report(result.storage, result.study_name, folder)}")
         return 130 if result.interrupted else 1
+    _say(summary.table(result))
+    if result.failures:
+        _say(summary.failures_text(result))
+    if session.source.skipped:
+        _say(f"skipped {len(session.source.skipped)} unreadable files (listed in {best})")
+    _say(f"best config: {best}")
+    _say(f"report:      {folder / 'report.md'}")
+    _say(f"dashboard:   {dashboard.command(result.storage)}")
+    return 130 if result.interrupted else 0
+
+
+def tune_and_export(session: Session) -> tuple[StudyResult, Path | None]:
+    """The study (under the host lock), then best.yaml and report.md written: the result
+    and best.yaml's path (None when no trial finished)."""
+    config, source = session.config, session.source
+    _describe(session)
+    with host_lock(Path(config.studies_dir)):
+        result = tune(session)
+    if result.best is None:
+        return result, None
     workload = {
         "dataset": config.dataset.name,
         "model": config.model.name,
@@ -203,18 +220,11 @@ def run_tune(session: Session) -> int:
             "kwargs": source.kwargs,
             "collate_fn": source.collate_fn,
         }
+    folder = Path(config.studies_dir) / result.study_name
     best = export(
         result, session.facts, workload, folder, source_fingerprint=session.source_fingerprint
     )
-    _say(summary.table(result))
-    if result.failures:
-        _say(summary.failures_text(result))
-    if source.skipped:
-        _say(f"skipped {len(source.skipped)} unreadable files (listed in {best})")
-    _say(f"best config: {best}")
-    _say(f"report:      {folder / 'report.md'}")
-    _say(f"dashboard:   {dashboard.command(result.storage)}")
-    return 130 if result.interrupted else 0
+    return result, best
 
 
 def _say(text: str) -> None:

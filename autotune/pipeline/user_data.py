@@ -9,6 +9,7 @@ arguments and the training process's threads (``decoder=as_is``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -40,13 +41,18 @@ class UserData:
     length: int = 0  # samples per epoch
     classes: tuple[str, ...] = ()  # the Dataset's ``classes``, where it has them
     iterable: bool = False  # an IterableDataset: each worker reads its own share
+    # a Dataset object handed over as it is (the Python API), pickled to each trial
+    instance: Any = field(default=None, compare=False, repr=False)
     skipped: tuple[tuple[str, str], ...] = ()  # nothing is skipped: the Dataset decides
 
     def __len__(self) -> int:
         return self.length
 
     def build(self) -> Dataset:
-        """A new instance of the Dataset (in the process that reads it)."""
+        """A new instance of the Dataset (in the process that reads it); an object handed
+        over as it is: that object (in a trial, its unpickled copy)."""
+        if self.instance is not None:
+            return self.instance
         where = f"dataset._target_={self.target}"
         try:
             get_object(self.target)
@@ -77,14 +83,22 @@ class UserData:
             ) from None
 
     def describe(self) -> str:
+        if self.instance is not None:
+            return f"a {self.target} object" + (
+                f", collate_fn={self.collate_fn}" if self.collate_fn else ""
+            )
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
         collate = f", collate_fn={self.collate_fn}" if self.collate_fn else ""
         return f"{self.target}({args}){collate}"
 
     def fingerprint(self) -> str:
-        """Names and length, never the data: what the tuned numbers depend on."""
+        """Names and length (of an object handed over, a hash of its pickled state), never
+        the data: what the tuned numbers depend on."""
+        state = hashlib.sha256(pickle.dumps(self.instance)).hexdigest() if self.instance else ""
         payload = json.dumps(
-            [self.target, self.kwargs, self.collate_fn, self.length], sort_keys=True, default=str
+            [self.target, self.kwargs, self.collate_fn, self.length, state],
+            sort_keys=True,
+            default=str,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -95,12 +109,18 @@ class UserData:
 
     @classmethod
     def inspect(
-        cls, target: str, kwargs: dict[str, Any], collate_fn: str | None = None
+        cls,
+        target: str,
+        kwargs: dict[str, Any],
+        collate_fn: str | None = None,
+        *,
+        instance: Any = None,
     ) -> tuple[UserData, Any]:
         """Imports, builds and samples the Dataset once, here: each way it can fail is one
         line naming the class and the fix, before anything is measured. Returns what names
-        it, with its length and classes, and a batch of its first two samples."""
-        data = cls(target, dict(kwargs), collate_fn)
+        it, with its length and classes, and a batch of its first two samples. ``instance``:
+        a Dataset object to read as it is (``target`` names its class)."""
+        data = cls(target, dict(kwargs), collate_fn, instance=instance)
         dataset = data.build()
         where = f"dataset._target_={target}"
         iterable = isinstance(dataset, IterableDataset)
@@ -115,7 +135,8 @@ class UserData:
             raise UsageError(f"{where} has {length} samples: it needs 2+")
         batch = _check_batches(data, _first_two(where, dataset, iterable))
         classes = tuple(str(c) for c in getattr(dataset, "classes", ()) or ())
-        return cls(target, dict(kwargs), collate_fn, length, classes, iterable=iterable), batch
+        checked = cls(target, dict(kwargs), collate_fn, length, classes, iterable=iterable)
+        return dataclasses.replace(checked, instance=instance), batch
 
 
 def _epoch_length(where: str, dataset: IterableDataset) -> int:

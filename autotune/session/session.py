@@ -48,11 +48,12 @@ STEP_KEYS = (
 )
 
 
-def load_source(cfg: DatasetConfig) -> tuple[Data, Any]:
+def load_source(cfg: DatasetConfig, instance: Any = None) -> tuple[Data, Any]:
     """The dataset's samples: the user's own Dataset (checked; with a batch of two of its
-    samples), generated (and cached) synthetic JPEGs, or an image folder (no batch)."""
+    samples; ``instance``: a Dataset object of class ``_target_``), generated (and cached)
+    synthetic JPEGs, or an image folder (no batch)."""
     if cfg._target_:
-        return UserData.inspect(cfg._target_, cfg.kwargs, cfg.collate_fn)
+        return UserData.inspect(cfg._target_, cfg.kwargs, cfg.collate_fn, instance=instance)
     return _image_source(cfg), None
 
 
@@ -98,12 +99,13 @@ class Session:
     )
 
     @classmethod
-    def build(cls, config: AutotuneConfig) -> Session:
+    def build(cls, config: AutotuneConfig, *, dataset: Any = None) -> Session:
         """Detects the machine, loads the source, checks the model, builds the space: every
-        bad input fails here, before anything is measured."""
+        bad input fails here, before anything is measured. ``dataset``: a Dataset object of
+        the class ``config.dataset._target_`` names, read as it is (the Python API)."""
         facts = machine.detect(want_cuda=config.device != "cpu")
         device = resolve_device(config.device, facts.cuda_available)
-        source, example = load_source(config.dataset)
+        source, example = load_source(config.dataset, dataset)
         # a bad model, optimizer or loss fails now; the user's step is tried on their batch
         model = build_model(config.model, num_classes=len(source.classes) or None)
         step = TrainStep(

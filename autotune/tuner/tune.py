@@ -84,6 +84,7 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
     if not isinstance(session.source, Source):
         log.info("no CPU-work bound: the stages of your own Dataset are its own")
         return {}
+    log.info("profiling the loader's stages per decoder: the CPU-work bound")
     recipe = recipes.from_config(cfg.recipe)
     knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
     names = knob.values() if knob is not None else [AS_IS]  # no decoders: as it is
@@ -105,7 +106,6 @@ def _reference_points(session: Session, study: optuna.Study, run: Run) -> None:
         if ceiling is not None:
             study.set_user_attr(StudyKey.CEILING, round(ceiling.samples_per_s, 1))
     if StudyKey.CPU_WORK_BOUND not in study.user_attrs:
-        log.info("profiling the loader's stages per decoder: the CPU-work bound")
         bounds = measure_cpu_work_bound(session)
         if bounds:
             study.set_user_attr(StudyKey.CPU_WORK_BOUND, bounds)
@@ -164,9 +164,10 @@ def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
     if isinstance(session.source, Source):
         recipe = recipes.from_config(session.config.recipe)
         return tutorial.describe(recipe, baseline.batch_size, threads)
+    order = "" if session.source.iterable else ", shuffle=True"  # a stream orders itself
     return (
         f"{session.source.describe()} as it is; DataLoader(dataset, "
-        f"batch_size={baseline.batch_size}, shuffle=True); torch's {threads} threads"
+        f"batch_size={baseline.batch_size}{order}); torch's {threads} threads"
     )
 
 

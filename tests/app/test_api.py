@@ -1,0 +1,76 @@
+"""``autotune.tune``: the arguments become the command line's overrides; what a trial's
+process could not import by name is refused in one line, before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+import userdata_example
+from userdata_example import SpecNet, Spectrograms, pad_collate
+
+import autotune
+from autotune.app import api
+from autotune.errors import UsageError
+
+
+def test_objects_become_the_names_trials_import_them_by() -> None:
+    named = {"dataset._target_": Spectrograms, "model": "tiny", "step._target_": None}
+    settings = {"batch_size": 8, "study.name": "it's", "quiet": True, "study.storage": None}
+    kwargs = {"dataset": {"count": 12, "vary": True, "root": "/data"}, "model": None}
+    assert api._overrides(named, settings, kwargs) == [
+        "dataset._target_=userdata_example.Spectrograms",
+        "model=tiny",
+        "batch_size=8",
+        "study.name='it\\'s'",
+        "quiet=true",
+        "dataset.kwargs.count=12",
+        "dataset.kwargs.vary=true",
+        "dataset.kwargs.root='/data'",
+    ]
+    assert api._name(pad_collate, "collate_fn") == "userdata_example.pad_collate"
+    assert autotune.tune is api.tune  # the public name, imported when first asked for
+
+
+def test_what_a_trial_could_not_import_is_one_line(tmp_path, monkeypatch) -> None:
+    class Local(SpecNet):
+        pass
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="is defined in a function's body: trials import it"):
+        autotune.tune(Spectrograms, model=Local, collate_fn=pad_collate, n_trials=1)
+    main = type("Clips", (Spectrograms,), {"__module__": "__main__"})
+    with pytest.raises(UsageError, match="'Clips' is defined in this script or notebook"):
+        autotune.tune(main, model=SpecNet, n_trials=1)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_dataset_object_is_checked_and_named_by_its_class(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="its samples cannot be batched"):
+        autotune.tune(Spectrograms(count=8, vary=True), model=SpecNet, n_trials=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_stream_object_with_dict_batches_and_its_own_loss_is_tuned(tmp_path, monkeypatch):
+    """An iterable Dataset handed over as an object (pickled to each trial), batched into
+    dicts, stepped by the user's loss in bf16 with AdamW."""
+    monkeypatch.chdir(tmp_path)
+    tuned = autotune.tune(
+        userdata_example.ToneStream(count=48),
+        collate_fn=userdata_example.pad_dict_collate,
+        model=SpecNet,
+        step=userdata_example.smoothed_loss,
+        optimizer="torch.optim.AdamW",
+        precision="bf16",
+        batch_size=8,
+        n_trials=4,
+        overrides=["window=quick", "study.n_startup_trials=2", "study.confirm_top_k=1"],
+    )
+    assert tuned.study_name == "tonestream-specnet" and tuned.best_path.is_file()
+    assert tuned.speedup is not None and tuned.config.decoder == "as_is"
+    assert tuned.baseline.startswith(
+        "a userdata_example.ToneStream object, collate_fn=userdata_example.pad_dict_collate as "
+        "it is; DataLoader(dataset, batch_size=8); torch's"
+    )
+    kwargs = tuned.loader_kwargs()
+    assert kwargs["batch_size"] == 8 and "shuffle" not in kwargs

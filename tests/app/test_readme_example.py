@@ -1,0 +1,77 @@
+"""The README's project of the user's own (its Dataset, collate, model and loss), written out
+as its fenced blocks say and run as a user runs it: the command line, the training script
+with best.yaml's loader_kwargs, and ``autotune.tune`` from a script."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import run_cli
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SECTION = "### Your own Dataset, collate, model and loss"
+# small and quick, as the tests' other studies are
+QUICK = [
+    "window=quick",
+    "study.n_trials=4",
+    "study.n_startup_trials=2",
+    "study.confirm_top_k=1",
+    "study.confirm_rounds=1",
+]
+
+
+def _section() -> str:
+    text = README.read_text()
+    start = text.index(SECTION)
+    return text[start : text.index("\n## ", start)]
+
+
+def _write_project(folder: Path) -> None:
+    """Every block fenced as ```LANG PATH is a file of the project."""
+    for path, body in re.findall(r"```\w+ (\S+)\n(.*?)```", _section(), flags=re.S):
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(body)
+
+
+def _command() -> list[str]:
+    block = re.search(r"```bash\n(python -m autotune .*?)```", _section(), flags=re.S)
+    assert block is not None
+    return shlex.split(block.group(1).replace("\\\n", " "))[3:]
+
+
+def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, script], cwd=folder, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_readme_project_s_files_and_command_are_there() -> None:
+    assert _command()[:2] == ["dataset=clips", "model._target_=spectro.SpecNet"]
+    files = re.findall(r"```\w+ (\S+)\n", _section())
+    assert files == ["spectro.py", "conf/dataset/clips.yaml", "train.py", "tune_clips.py"]
+
+
+@pytest.mark.slow
+def test_the_readme_project_is_tuned_and_its_result_trains(tmp_path) -> None:
+    _write_project(tmp_path)
+    result = run_cli([*_command(), *QUICK, "dataset.kwargs.count=64"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    best = yaml.safe_load((tmp_path / "studies" / "clips-specnet" / "best.yaml").read_text())
+    assert best["workload"]["dataset_target"]["_target_"] == "spectro.Clips"
+    assert best["loader_kwargs"]["measured"]["speedup_vs_baseline"] >= 1.0
+    trained = _python("train.py", tmp_path)  # the training script, with best.yaml's kwargs
+    assert trained.returncode == 0, trained.stderr[-3000:]
+
+    script = tmp_path / "tune_clips.py"
+    quick = f'dataset_kwargs={{"count": 64}}, study_name="clips-api", overrides={QUICK[1:]!r},'
+    script.write_text(script.read_text().replace("n_trials=20,", f"n_trials=4, {quick}"))
+    tuned = _python("tune_clips.py", tmp_path)
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert "x the baseline: {'batch_size': 32" in tuned.stdout
+    assert (tmp_path / "studies" / "clips-api" / "best.yaml").is_file()
