@@ -102,8 +102,13 @@ def tune(
     }
     kwargs = {"dataset": dataset_kwargs, "model": model_kwargs, "optimizer": optimizer_kwargs}
     args = _overrides(named, settings, kwargs)
-    config = cli.to_config(cli.compose([*args, *overrides]))
-    if not quiet:
+    return _run([*args, *overrides], instance)
+
+
+def _run(args: list[str], instance: Dataset | None) -> Tuned:
+    """The tune mode on ``args``: the study, best.yaml and report.md, as the CLI runs it."""
+    config = cli.to_config(cli.compose(args))
+    if not config.quiet:
         cli.start_logging()  # the progress lines, unless the caller set logging up already
     with cli.progress_silenced(config.quiet):
         result, best = cli.tune_and_export(Session.build(config, dataset=instance))
