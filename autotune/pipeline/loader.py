@@ -189,7 +189,7 @@ def _as_it_is(
     """What is read as it is, and its collate: the Dataset and the collate it came with (a
     folder: the tutorial's ImageFolder and DataLoader's default)."""
     if isinstance(dataset, UserData):
-        return dataset.build(), dataset.collate()
+        return dataset.open()
     if isinstance(dataset, Source):
         return tutorial.tutorial_dataset(dataset, recipe), collate_fn
     return dataset, collate_fn

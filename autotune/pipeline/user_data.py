@@ -43,14 +43,26 @@ class UserData:
     iterable: bool = False  # an IterableDataset: each worker reads its own share
     # a Dataset object handed over as it is (the Python API), pickled to each trial
     instance: Any = field(default=None, compare=False, repr=False)
+    batch_size: int | None = None  # a DataModule's train_dataloader() batch size
     skipped: tuple[tuple[str, str], ...] = ()  # nothing is skipped: the Dataset decides
 
     def __len__(self) -> int:
         return self.length
 
-    def build(self) -> Dataset:
-        """A new instance of the Dataset (in the process that reads it); an object handed
-        over as it is: that object (in a trial, its unpickled copy)."""
+    def open(self) -> tuple[Dataset, Callable[[list[Any]], Any] | None]:
+        """The Dataset and its collate (None: DataLoader's default), built anew in the
+        process that reads it; of a DataModule, what its ``train_dataloader()`` reads, after
+        ``setup("fit")`` (``prepare_data`` ran once, when it was checked)."""
+        built = self.build()
+        if not is_datamodule(built):
+            return built, self.collate()
+        built.setup("fit")
+        loader = built.train_dataloader()
+        return loader.dataset, loader.collate_fn
+
+    def build(self) -> Any:
+        """A new instance of what ``target`` names: a Dataset, or a LightningDataModule; an
+        object handed over as it is: that object (in a trial, its unpickled copy)."""
         if self.instance is not None:
             return self.instance
         where = f"dataset._target_={self.target}"
@@ -121,8 +133,17 @@ class UserData:
         it, with its length and classes, and a batch of its first two samples. ``instance``:
         a Dataset object to read as it is (``target`` names its class)."""
         data = cls(target, dict(kwargs), collate_fn, instance=instance)
-        dataset = data.build()
         where = f"dataset._target_={target}"
+        built = data.build()
+        batch_size = None
+        if is_datamodule(built):
+            built.prepare_data()  # once, here: downloads and the like, as Lightning does
+            built.setup("fit")
+            loader = built.train_dataloader()
+            built, collate, batch_size = loader.dataset, loader.collate_fn, loader.batch_size
+        else:
+            collate = data.collate()
+        dataset = built
         iterable = isinstance(dataset, IterableDataset)
         if not iterable and not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
             raise UsageError(
@@ -133,9 +154,11 @@ class UserData:
         length = _epoch_length(where, dataset) if iterable else len(dataset)
         if length < 2:
             raise UsageError(f"{where} has {length} samples: it needs 2+")
-        batch = _check_batches(data, _first_two(where, dataset, iterable))
+        batch = _check_batches(data, collate, _first_two(where, dataset, iterable))
         classes = tuple(str(c) for c in getattr(dataset, "classes", ()) or ())
-        checked = cls(target, dict(kwargs), collate_fn, length, classes, iterable=iterable)
+        checked = cls(
+            target, dict(kwargs), collate_fn, length, classes, iterable, batch_size=batch_size
+        )
         return dataclasses.replace(checked, instance=instance), batch
 
 
@@ -196,6 +219,13 @@ def _first_two(where: str, dataset: Dataset, iterable: bool) -> list[Any]:
         ) from None
 
 
+def is_datamodule(obj: Any) -> bool:
+    """A LightningDataModule, or anything shaped like one (no import of Lightning needed)."""
+    return not isinstance(obj, Dataset) and all(
+        callable(getattr(obj, name, None)) for name in ("setup", "train_dataloader")
+    )
+
+
 class Repeating(IterableDataset):
     """An iterable Dataset read again and again, each worker its own share every pass: a
     timed window that never meets the end of an epoch (the trial's endless sampler, for a
@@ -217,11 +247,12 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _check_batches(data: UserData, samples: list[Any]) -> Any:
+def _check_batches(
+    data: UserData, collate: Callable[[list[Any]], Any] | None, samples: list[Any]
+) -> Any:
     """Two samples must batch with the collate the DataLoader will use: their batch."""
-    collate = data.collate() or default_collate
     try:
-        return collate(samples)
+        return (collate or default_collate)(samples)
     except Exception as exc:  # noqa: BLE001 - the collate cannot batch these samples
         fix = (
             f"fix dataset.collate_fn={data.collate_fn}"

@@ -13,6 +13,7 @@ from hydra.utils import get_class, get_method
 from torch import nn
 
 from autotune.errors import UsageError
+from autotune.runtime.lightning_module import is_lightning_module, optimizer_of, training_loss
 from autotune.schema import ModelConfig, OptimizerConfig, StepConfig
 
 TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small")
@@ -181,13 +182,19 @@ class TrainStep:
             memory_format = torch.channels_last if channels_last else torch.preserve_format
             model = model.to(device, memory_format=memory_format).train()
         self.model = model
-        self.optimizer = (
-            build_optimizer(optimizer or OptimizerConfig(), model.parameters(), lr=lr)
-            if model is not None
-            else None
-        )
-        self.criterion = nn.CrossEntropyLoss()
         self.loss = build_loss(loss or StepConfig())
+        # a LightningModule brings its own step and optimizer, unless a loss is named
+        self.lightning = self.loss is None and is_lightning_module(model)
+        self.steps = 0  # the batch index a LightningModule's training_step is given
+        if model is None:
+            self.optimizer = None
+        elif self.lightning:
+            self.optimizer = optimizer_of(model)
+        else:
+            self.optimizer = build_optimizer(
+                optimizer or OptimizerConfig(), model.parameters(), lr=lr
+            )
+        self.criterion = nn.CrossEntropyLoss()
         self.loss_name = (loss or StepConfig())._target_
         self.autocast_dtype = _AUTOCAST.get(precision)
         scales = precision == "fp16" and device.type == "cuda"
@@ -214,6 +221,9 @@ class TrainStep:
     def _loss_of(self, batch: Any) -> torch.Tensor:
         if self.loss is not None:
             return self.loss(self.model, batch)
+        if self.lightning:
+            self.steps += 1
+            return training_loss(self.model, batch, self.steps - 1)
         inputs, labels = batch
         return self.criterion(self.model(inputs), labels)
 
@@ -222,7 +232,7 @@ class TrainStep:
         cannot take the batch is one line before anything is measured."""
         if self.model is None:
             return
-        if self.loss is None and not is_pair(batch):
+        if self.loss is None and not self.lightning and not is_pair(batch):
             raise UsageError(
                 f"{dataset} yields batches of {_form(batch)}, and the default step takes "
                 "(inputs, labels): name your loss with step._target_=module.function, a "
@@ -231,7 +241,13 @@ class TrainStep:
         try:
             self(batch)
         except Exception as exc:  # noqa: BLE001 - the user's loss, model or batch
-            what = f"step._target_={self.loss_name}" if self.loss else "the default step"
+            what = (
+                f"step._target_={self.loss_name}"
+                if self.loss
+                else f"{type(self.model).__qualname__}.training_step"
+                if self.lightning
+                else "the default step"
+            )
             raise UsageError(
                 f"{what} failed on a batch of {dataset}: {type(exc).__name__}: "
                 f"{' '.join(str(exc).split())}"

@@ -72,6 +72,16 @@ def _image_source(cfg: DatasetConfig) -> Data:
     return sources.scan_imagefolder(Path(cfg.root).expanduser())
 
 
+def _with_batch_size(config: AutotuneConfig, batch_size: int) -> AutotuneConfig:
+    """``config`` at another batch size, the search space's fixed batch size with it."""
+    knobs = dict(config.search_space.knobs)
+    fixed = knobs.get("batch_size")
+    if fixed is not None and fixed.type == "fixed":
+        knobs["batch_size"] = dataclasses.replace(fixed, value=batch_size)
+    space = dataclasses.replace(config.search_space, knobs=knobs)
+    return dataclasses.replace(config, batch_size=batch_size, search_space=space)
+
+
 def resolve_device(requested: str, cuda_available: bool) -> str:
     if requested == "cuda" and not cuda_available:
         raise UsageError("device=cuda but no CUDA device is usable here: use device=cpu or auto")
@@ -106,6 +116,9 @@ class Session:
         facts = machine.detect(want_cuda=config.device != "cpu")
         device = resolve_device(config.device, facts.cuda_available)
         source, example = load_source(config.dataset, dataset)
+        if isinstance(source, UserData) and source.batch_size not in (None, config.batch_size):
+            log.info("batch size %d: the DataModule's train_dataloader()", source.batch_size)
+            config = _with_batch_size(config, source.batch_size)
         # a bad model, optimizer or loss fails now; the user's step is tried on their batch
         model = build_model(config.model, num_classes=len(source.classes) or None)
         step = TrainStep(

@@ -74,3 +74,23 @@ def test_the_same_keys_in_the_user_s_own_conf_file(tmp_path, monkeypatch) -> Non
     assert isinstance(session.source, UserData) and len(session.source) == 24
     assert session.source.collate_fn == "userdata_example.pad_collate"
     assert session.config.study.name == "mine-specnet"  # its own name, from its file
+
+
+@pytest.mark.slow
+def test_a_lightning_datamodule_and_module_are_tuned_end_to_end(tmp_path) -> None:
+    """The shape of the Lightning + Hydra template: the DataModule's train_dataloader()
+    (its Dataset, dict collate and batch size) stepped by the LightningModule's own
+    training_step and configure_optimizers."""
+    quick = [o for o in OWN if not o.startswith(("dataset.", "model.", "batch_size"))]
+    args = [
+        *quick,
+        "dataset._target_=lightning_example.ToneData",
+        "model._target_=lightning_example.ToneModule",
+        "precision=bf16",
+    ]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "batch size 16: the DataModule's train_dataloader()" in result.stdout
+    best = yaml.safe_load((tmp_path / "studies" / "tonedata-tonemodule" / "best.yaml").read_text())
+    assert best["loader_kwargs"]["loader"]["batch_size"] == 16
+    assert best["loader_kwargs"]["measured"]["speedup_vs_baseline"] >= 1.0
