@@ -242,6 +242,9 @@ class AutotuneConfig:
     step: StepConfig = field(default_factory=StepConfig)
     # the step's precision: fp32, or autocast to bf16 / fp16 (a GradScaler with fp16 on CUDA)
     precision: str = "fp32"
+    # torch.compile the model: compiled in each trial's warm-up (never timed), from a cache
+    # of compiled code under studies_dir that the trials share
+    compile: bool = False
     mode: str = "tune"  # tune | diagnose | report | verify
     # diagnose: the best.yaml whose pipeline is diagnosed (default: the baseline)
     pipeline: str | None = None

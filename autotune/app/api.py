@@ -108,8 +108,7 @@ def tune(
 def _run(args: list[str], instance: Dataset | None) -> Tuned:
     """The tune mode on ``args``: the study, best.yaml and report.md, as the CLI runs it."""
     config = cli.to_config(cli.compose(args))
-    if not config.quiet:
-        cli.start_logging()  # the progress lines, unless the caller set logging up already
+    cli.start_logging()  # progress lines (unless quiet), unless the caller set logging up
     with cli.progress_silenced(config.quiet):
         result, best = cli.tune_and_export(Session.build(config, dataset=instance))
     if best is None:

@@ -24,7 +24,7 @@ from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.runtime.job import TrialJob
 from autotune.runtime.window import Measurement, run_ceiling, run_window, warmup_batches
-from autotune.runtime.workload import TrainStep, build_model
+from autotune.runtime.workload import TrainStep, job_step
 
 ENDLESS = 10**9  # samples: the window stops the loader long before
 
@@ -73,16 +73,11 @@ def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
     if job.pipeline.main_threads:
         torch.set_num_threads(job.pipeline.main_threads)
     torch.manual_seed(job.seed)
-    device = torch.device(job.device)
     recipe = recipes.from_config(job.recipe)
-    step = TrainStep(
-        build_model(job.model, num_classes=len(job.source.classes) or None),
-        device,
-        lr=job.model.lr,
+    step = job_step(
+        job,
+        num_classes=len(job.source.classes) or None,
         channels_last=job.pipeline.channels_last,
-        optimizer=job.optimizer,
-        precision=job.precision,
-        loss=job.step,
     )
     return recipe, step
 

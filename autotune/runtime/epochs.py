@@ -30,7 +30,7 @@ from autotune.pipeline.sources import Source
 from autotune.pipeline.tutorial import tutorial_dataset
 from autotune.pipeline.user_api import build_loader, loader_kwargs
 from autotune.runtime.job import EpochRun, TrialJob
-from autotune.runtime.workload import TrainStep, build_model
+from autotune.runtime.workload import job_step
 
 ARMS = ("baseline", "loader_kwargs", "build_loader")
 
@@ -170,14 +170,10 @@ def measure_epochs(job: TrialJob) -> EpochTimes:
     dataset = read_dataset(read_from)
     # ImageFolder counts every class folder, the scan only those with images: labels of both
     num_classes = max(len(job.source.classes), len(getattr(dataset, "classes", ())))
-    step = TrainStep(
-        build_model(job.model, num_classes=num_classes),
-        torch.device(job.device),
-        lr=job.model.lr,
+    step = job_step(
+        job,
+        num_classes=num_classes,
         channels_last=spec.arm == "build_loader" and job.pipeline.channels_last,
-        optimizer=job.optimizer,
-        precision=job.precision,
-        loss=job.step,
     )
     kind, reader, transform = describe_dataset(dataset)
     timed = tuple(

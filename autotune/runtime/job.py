@@ -38,6 +38,8 @@ class TrialJob:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     precision: str = "fp32"  # fp32 | bf16 | fp16: autocast in the step
     step: StepConfig = field(default_factory=StepConfig)  # the loss: the user's, or the default
+    # torch.compile the model, with Inductor's cache of compiled code in this folder
+    compile_cache: str | None = None
     epochs: EpochRun | None = None  # kind="epochs" only
     # how DataLoader workers start: the default of the process that asked for the trial,
     # which is what the user's training script gets (not the fork server's)

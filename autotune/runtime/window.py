@@ -40,6 +40,9 @@ class Measurement:
     # empty): what every epoch's start costs, workers respawned or (persistent) refilled;
     # None where the window made no epoch boundary
     epoch_start_s: float | None = None
+    # the run's first step, after the first batch: its one-off warm-up (allocations; with
+    # compile=true, compiling the model), never inside the start-up or the timed windows
+    first_step_s: float | None = None
 
     @property
     def spread(self) -> float:
@@ -91,7 +94,7 @@ def run_window(
     batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
     ``count(batch)``: the samples in a batch."""
     it = iter(batches)
-    time_to_first_batch = _start_up(it, step, sync=sync, clock=clock)
+    time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     needed = _warm_up(it, step, warmup, min_sub_window_s, count, sync=sync, clock=clock)
     batches_per_window = -(-max(batches_per_window, needed or 0) // align) * align
 
@@ -112,6 +115,7 @@ def run_window(
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
         epoch_start_s=epoch_start_s,
+        first_step_s=first_step_s,
     )
 
 
@@ -157,16 +161,16 @@ def _start_up(
     *,
     sync: Callable[[], None],
     clock: Callable[[], float],
-) -> float:
-    """Seconds to the first batch in hand: worker spawn and first fill, timed apart. The
-    first step runs after the clock stops: its one-off warm-up (allocations, kernel choice)
-    is paid once per run, not at each epoch's start."""
+) -> tuple[float, float]:
+    """Seconds to the first batch in hand: worker spawn and first fill, timed apart; and the
+    seconds of the first step, which runs after that clock stops: its one-off warm-up
+    (allocations, kernel choice, compiling) is paid once per run, not at each epoch's start."""
     start = clock()
     batch = next(it)
     in_hand = clock() - start
     step(batch)
     sync()
-    return in_hand
+    return in_hand, clock() - start - in_hand
 
 
 def _warm_up(

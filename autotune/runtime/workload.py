@@ -4,6 +4,7 @@ cross-entropy, under the chosen precision; backward; the optimizer by name)."""
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -13,6 +14,7 @@ from hydra.utils import get_class, get_method
 from torch import nn
 
 from autotune.errors import UsageError
+from autotune.runtime.job import TrialJob
 from autotune.runtime.lightning_module import is_lightning_module, optimizer_of, training_loss
 from autotune.schema import ModelConfig, OptimizerConfig, StepConfig
 
@@ -175,12 +177,15 @@ class TrainStep:
         optimizer: OptimizerConfig | None = None,
         precision: str = "fp32",
         loss: StepConfig | None = None,
+        compile: bool = False,
     ) -> None:
         self.device = device
         if model is not None:
             # NHWC weights to match NHWC batches (channels_last): else every conv converts
             memory_format = torch.channels_last if channels_last else torch.preserve_format
             model = model.to(device, memory_format=memory_format).train()
+            if compile:  # in place: the loss, training_step and forward call it as ever
+                model.compile()
         self.model = model
         self.loss = build_loss(loss or StepConfig())
         # a LightningModule brings its own step and optimizer, unless a loss is named
@@ -257,3 +262,20 @@ class TrainStep:
         """Waits for queued device work: timed spans must end when the work does."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def job_step(job: TrialJob, *, num_classes: int | None, channels_last: bool) -> TrainStep:
+    """The train step a trial's job describes, in the trial's process (its model built now,
+    from the seed set before; Inductor's cache pointed at the job's, for ``compile``)."""
+    if job.compile_cache:  # read when Inductor first compiles, in the first step
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = job.compile_cache
+    return TrainStep(
+        build_model(job.model, num_classes=num_classes),
+        torch.device(job.device),
+        lr=job.model.lr,
+        channels_last=channels_last,
+        optimizer=job.optimizer,
+        precision=job.precision,
+        loss=job.step,
+        compile=job.compile_cache is not None,
+    )

@@ -45,6 +45,7 @@ STEP_KEYS = (
     "optimizer",
     "precision",
     "step",
+    "compile",
 )
 
 
@@ -166,6 +167,7 @@ class Session:
             "optimizer": asdict(cfg.optimizer),
             "precision": cfg.precision,
             "step": asdict(cfg.step),
+            "compile": cfg.compile,
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -194,7 +196,16 @@ class Session:
             optimizer=cfg.optimizer,
             precision=cfg.precision,
             step=cfg.step,
+            compile_cache=self.compile_cache,
         )
+
+    @property
+    def compile_cache(self) -> str | None:
+        """Where trials keep Inductor's compiled code (``compile=true``): shared by all the
+        trials of every study here, so that only the first compiles from scratch."""
+        if not self.config.compile:
+            return None
+        return str((Path(self.config.studies_dir) / ".compile-cache").resolve())
 
     def measure_ceiling(
         self, run: Run = run_trial, failures: list[str] | None = None
@@ -227,4 +238,9 @@ class Session:
                 failures.append(f"{label}: {outcome.failure.kind}: {outcome.failure.message}")
                 continue
             measured.append(outcome.measurement)
+            if self.config.compile and outcome.measurement.first_step_s is not None:
+                log.info(
+                    "compile=true: the first step, compiling, took %.1f s (not timed)",
+                    outcome.measurement.first_step_s,
+                )
         return max(measured, key=lambda m: m.samples_per_s, default=None), failures

@@ -44,6 +44,7 @@ class TrialKey:
     DATA_WAIT = "data_wait_fraction"
     TIME_TO_FIRST_BATCH = "time_to_first_batch_s"
     EPOCH_START = "epoch_start_s"  # to a next epoch's first batch in hand
+    FIRST_STEP = "first_step_s"  # the run's first step: its warm-up (compiling, if asked)
     WARMUP_BATCHES = "warmup_batches"
     GPU_PEAK_MEMORY_MB = "gpu_peak_memory_mb"
     GPU_UTILIZATION = "gpu_utilization_pct"
@@ -171,6 +172,8 @@ def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOu
         )
         if m.epoch_start_s is not None:
             attrs[TrialKey.EPOCH_START] = round(m.epoch_start_s, 3)
+        if m.first_step_s is not None:
+            attrs[TrialKey.FIRST_STEP] = round(m.first_step_s, 3)
         if m.gpu_peak_memory_bytes is not None:
             attrs[TrialKey.GPU_PEAK_MEMORY_MB] = round(m.gpu_peak_memory_bytes / 2**20, 1)
         if m.gpu_utilization_pct is not None:  # None without a GPU

@@ -177,3 +177,27 @@ def test_a_stream_of_dict_batches_is_timed_with_the_user_s_loss() -> None:
     )
     assert m.timed_batches == 3 * 2 and m.samples_per_s > 0
     assert m.epoch_start_s is None  # a stream makes no boundary of its own in the window
+
+
+@pytest.mark.slow
+def test_a_compiled_step_compiles_in_its_first_step_into_the_shared_cache(tmp_path) -> None:
+    """compile=true: the model is compiled by the first step (timed apart, never inside the
+    windows) and Inductor writes its code into the cache the trials share."""
+    data = UserData.check(
+        "userdata_example.Spectrograms", {"count": 16, "vary": True}, "userdata_example.pad_collate"
+    )
+    cache = tmp_path / "compile-cache"
+    m = measure(
+        TrialJob(
+            pipeline=PipelineConfig(batch_size=4, decoder="as_is"),
+            source=data,
+            model=ModelConfig(_target_="userdata_example.SpecNet"),
+            recipe=RecipeConfig(crop_size=32),
+            window=WINDOW,
+            device="cpu",
+            compile_cache=str(cache),
+        ),
+        ignore,
+    )
+    assert m.samples_per_s > 0 and m.first_step_s is not None and m.first_step_s > 0
+    assert any(cache.rglob("*.py")) or any(cache.rglob("*.so"))  # compiled code, cached

@@ -110,6 +110,7 @@ def test_time_to_first_batch_is_kept_apart_from_the_rate() -> None:
     # the batch in hand: the first step's one-off warm-up is not start-up
     assert slow_start.time_to_first_batch_s == 3.0
     assert fast_start.time_to_first_batch_s == 0.0
+    assert slow_start.first_step_s == fast_start.first_step_s == T_STEP  # timed on its own
     assert slow_start.samples_per_s == fast_start.samples_per_s == SUSTAINED
     assert slow_start.data_wait_fraction == fast_start.data_wait_fraction
 

@@ -97,3 +97,17 @@ def test_sgd_gets_momentum_only_when_named_without_kwargs() -> None:
     assert sgd.param_groups[0]["momentum"] == 0.9
     adamw = build_optimizer(OptimizerConfig("torch.optim.AdamW"), TinyCNN().parameters(), lr=0.01)
     assert isinstance(adamw, torch.optim.AdamW)  # no SGD momentum carried over to it
+
+
+def test_compile_compiles_the_model_in_place_for_every_kind_of_loss() -> None:
+    from userdata_example import SpecNet
+
+    step = TrainStep(
+        SpecNet(),
+        torch.device("cpu"),
+        lr=0.01,
+        loss=StepConfig("userdata_example.smoothed_loss"),
+        compile=True,
+    )
+    assert step.model._compiled_call_impl is not None  # what nn.Module.compile() sets
+    assert TrainStep(SpecNet(), torch.device("cpu"), lr=0.01).model._compiled_call_impl is None
