@@ -5,6 +5,7 @@ model. Importable as ``userdata_example`` (the tests' folder is on the path)."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -115,6 +116,14 @@ class ToneStream(IterableDataset):
             indices = indices[info.id :: info.num_workers]
         for index in indices:
             yield self.clips[index]
+
+
+class Locked(Spectrograms):
+    """Holds a lock, which pickle refuses: workers started by spawn cannot get it."""
+
+    def __init__(self, count: int = 8) -> None:
+        super().__init__(count=count)
+        self.lock = threading.Lock()
 
 
 class NotADataset:

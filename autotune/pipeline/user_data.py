@@ -150,7 +150,7 @@ class UserData:
                 f"{where} built a {type(dataset).__name__}, not a Dataset (__getitem__ and "
                 "__len__, or an IterableDataset)"
             )
-        _check_pickles(target, dataset)
+        _check_pickles(target, dataset, to_trials=instance is not None)
         length = _epoch_length(where, dataset) if iterable else len(dataset)
         if length < 2:
             raise UsageError(f"{where} has {length} samples: it needs 2+")
@@ -265,15 +265,17 @@ def _check_batches(
         ) from None
 
 
-def _check_pickles(target: str, dataset: Dataset) -> None:
-    """Workers started by spawn or forkserver get the Dataset pickled; fork does not."""
-    if multiprocessing.get_start_method() == "fork":
+def _check_pickles(target: str, dataset: Dataset, *, to_trials: bool) -> None:
+    """Workers started by spawn or forkserver get the Dataset pickled, fork does not; an
+    object handed over goes pickled to every trial's process."""
+    if multiprocessing.get_start_method() == "fork" and not to_trials:
         return
     try:
         pickle.dumps(dataset)
     except Exception as exc:  # noqa: BLE001 - whatever pickle refuses
+        where = "the trials' processes" if to_trials else "DataLoader workers"
         raise UsageError(
-            f"dataset._target_={target} cannot be pickled to DataLoader workers "
+            f"dataset._target_={target} cannot be pickled to {where} "
             f"({type(exc).__name__}: {_one_line(exc)}): open files and handles lazily, in "
             "__getitem__"
         ) from None

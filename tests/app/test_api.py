@@ -47,6 +47,8 @@ def test_a_dataset_object_is_checked_and_named_by_its_class(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match="its samples cannot be batched"):
         autotune.tune(Spectrograms(count=8, vary=True), model=SpecNet, n_trials=1)
+    with pytest.raises(UsageError, match="Locked cannot be pickled to the trials' processes"):
+        autotune.tune(userdata_example.Locked(), model=SpecNet, n_trials=1)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -162,6 +162,11 @@ SPECTROGRAMS = [
             ["dataset._target_=userdata_example.Spectrograms", "dataset.kwargs.vary=true"],
             "pass dataset.collate_fn=module.function",
         ),
+        (["dataset._target_=userdata_example.Broken"], "RuntimeError: no such folder"),
+        (
+            ["dataset._target_=userdata_example.ToneStream", "dataset.kwargs.split=false"],
+            "yields its samples once per DataLoader worker",
+        ),
         ([*SPECTROGRAMS, "mode=verify"], "mode=verify"),
         ([*SPECTROGRAMS, "mode=diagnose"], "mode=diagnose"),
         (["dataset._target_=userdata_example.Spectrograms"], "expected input[2, 1, 257,"),

@@ -3,6 +3,8 @@ the fix), built in the process that reads it, read as it is in real DataLoader w
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 import torch
 
@@ -95,6 +97,18 @@ def test_a_stream_that_splits_by_worker_is_read_endlessly_each_worker_its_share(
     assert sorted(sum(once, [])) == sorted(i % 4 for i in range(12)) and len(once) == 4
     endless = iter(loader.build(data, config, recipe=recipe, repeat=True))
     assert sum(len(next(endless)[1]) for _ in range(12)) == 36  # three epochs' worth, no end
+
+
+def test_a_dataset_workers_cannot_get_is_one_line(monkeypatch) -> None:
+    """Workers started by spawn (or forkserver) get the Dataset pickled."""
+    target = "userdata_example.Locked"
+    assert len(UserData.check(target, {})) == 8  # forked workers share it: no pickling
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda: "spawn")
+    with pytest.raises(UsageError) as info:
+        UserData.check(target, {})
+    message = str(info.value)
+    assert message.startswith(f"dataset._target_={target} cannot be pickled to DataLoader work")
+    assert "open files and handles lazily, in __getitem__" in message and "\n" not in message
 
 
 def test_a_stream_without_a_length_is_counted() -> None:

@@ -184,7 +184,9 @@ def test_a_compiled_step_compiles_in_its_first_step_into_the_shared_cache(tmp_pa
     """compile=true: the model is compiled by the first step (timed apart, never inside the
     windows) and Inductor writes its code into the cache the trials share."""
     data = UserData.check(
-        "userdata_example.Spectrograms", {"count": 16, "vary": True}, "userdata_example.pad_collate"
+        "userdata_example.Spectrograms",
+        {"count": 16, "vary": True},
+        "userdata_example.pad_collate",
     )
     cache = tmp_path / "compile-cache"
     m = measure(
