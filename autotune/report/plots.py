@@ -3,8 +3,7 @@ parameter importances, throughput against ``num_workers`` per decoder, and data 
 throughput.
 
 Drawn with matplotlib on the Agg backend (no display needed). In the throughput plots, pruned
-trials sit at the last rate they reported (the running median of their sub-windows when they
-were stopped), hollow; failed trials sit at 0 samples/s, as crosses; trials skipped because
+trials sit at the last rate they reported (over their sub-windows until they were stopped), hollow; failed trials sit at 0 samples/s, as crosses; trials skipped because
 they could not fit in memory were never measured and are left out.
 """
 
@@ -238,7 +237,7 @@ def _throughput_vs_workers(
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return (
         f"{UNIT} of every measured trial by worker count, one colour per decoder. Pruned "
-        "trials (hollow) at the running median they had reached when stopped; failed trials "
+        "trials (hollow) at the rate they had reached when stopped; failed trials "
         "(crosses) at 0.",
         fig,
     )

@@ -28,7 +28,7 @@ from autotune.runtime.workload import TrainStep, job_step
 
 ENDLESS = 10**9  # samples: the window stops the loader long before
 
-Report = Callable[[int, float], None]  # (sub-window index, running median) as each one ends
+Report = Callable[[int, float], None]  # (sub-window index, rate so far) as each one ends
 
 
 class UntilEnded(Sampler[int]):

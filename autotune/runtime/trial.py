@@ -144,7 +144,7 @@ class _Seen:
     """What the parent saw of a running trial besides its outcome."""
 
     peak: int = 0  # the most memory the child and its workers held at one sample
-    intermediate: list[float] = field(default_factory=list)  # running medians, as reported
+    intermediate: list[float] = field(default_factory=list)  # rates so far, as reported
 
 
 def _supervise(

@@ -25,7 +25,11 @@ Count = Callable[[Batch], int]  # samples in a batch
 class Measurement:
     """What one timed window saw. Rates are samples per second."""
 
-    samples_per_s: float  # median of the sub-windows: the objective
+    # all timed samples over all timed seconds: the objective. Not the sub-windows' median:
+    # a loader that stalls lets its workers fill the prefetch buffer, and the sub-window
+    # after drains it in a burst; the median keeps the burst and drops the stall, the
+    # epoch the user runs pays both
+    samples_per_s: float
     sub_window_samples_per_s: tuple[float, ...]
     data_wait_fraction: float  # share of timed wall time spent waiting for the next batch
     time_to_first_batch_s: float  # start-up (worker spawn, first fill), kept apart
@@ -48,7 +52,8 @@ class Measurement:
     def spread(self) -> float:
         """(max - min) / median of the sub-windows: how noisy this measurement was."""
         values = self.sub_window_samples_per_s
-        return (max(values) - min(values)) / self.samples_per_s if self.samples_per_s else 0.0
+        middle = statistics.median(values)
+        return (max(values) - min(values)) / middle if middle else 0.0
 
 
 class WindowStopped(Exception):
@@ -88,7 +93,7 @@ def run_window(
     end of the warm-up says it would last under ``min_sub_window_s``, rounded up to a multiple
     of ``align`` (the worker count: workers deliver batches round-robin, in bursts, and a
     window of whole rounds does not depend on where in a round it starts).
-    ``on_sub_window(index, running_median)`` sees each sub-window as it ends (a pruner may
+    ``on_sub_window(index, rate_so_far)`` sees each sub-window as it ends (a pruner may
     raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
     sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
     batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
@@ -103,10 +108,10 @@ def run_window(
     for index in range(sub_windows):
         _time_sub_window(it, step, batches_per_window, tally, count, **timing)
         if on_sub_window is not None:
-            on_sub_window(index, statistics.median(tally.rates))
+            on_sub_window(index, tally.rate)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
-        samples_per_s=statistics.median(tally.rates),
+        samples_per_s=tally.rate,
         sub_window_samples_per_s=tuple(tally.rates),
         data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
         time_to_first_batch_s=time_to_first_batch,
@@ -219,6 +224,11 @@ class _Tally:
     elapsed: float = 0.0  # seconds timed
     cpu: float = 0.0  # CPU seconds of this process
     samples: int = 0
+
+    @property
+    def rate(self) -> float:
+        """Samples/s over everything timed so far."""
+        return self.samples / self.elapsed if self.elapsed > 0 else float("inf")
 
 
 def _time_sub_window(

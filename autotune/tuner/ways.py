@@ -51,8 +51,8 @@ class SameWayPruner(optuna.pruners.BasePruner):
 
 
 def make_pruner() -> optuna.pruners.BasePruner:
-    """Prunes only the clear losers: a running median (of the sub-windows so far, which
-    shrugs off one slow sub-window) in the bottom quarter of what earlier trials of the same
+    """Prunes only the clear losers: a rate so far (over the sub-windows so far) in the
+    bottom quarter of what earlier trials of the same
     way had reached by the same sub-window, from the third sub-window on."""
     return SameWayPruner(
         optuna.pruners.PercentilePruner(75.0, n_startup_trials=4, n_warmup_steps=2)

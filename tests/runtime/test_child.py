@@ -59,7 +59,7 @@ def test_the_window_reports_each_sub_window(source) -> None:
     reported: list[tuple[int, float]] = []
     m = measure(job(source), lambda index, value: reported.append((index, value)))
     assert [index for index, _ in reported] == [0, 1, 2]
-    assert reported[-1][1] == m.samples_per_s  # the running median, at the end the result
+    assert reported[-1][1] == m.samples_per_s  # the rate so far, at the end the result
     assert len(m.sub_window_samples_per_s) == 3 and m.samples_per_s > 0
     assert (m.warmup_batches, m.timed_batches) == (1, 6)  # no workers: nothing buffered
     assert m.gpu_peak_memory_bytes is None and m.gpu_utilization_pct is None  # no GPU

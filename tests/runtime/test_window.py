@@ -123,7 +123,9 @@ def test_one_rate_per_sub_window(sub_windows: int) -> None:
     assert loader.drawn == 1 + m.warmup_batches + m.timed_batches  # first + warm-up + timed
 
 
-def test_on_sub_window_sees_running_medians() -> None:
+def test_the_rate_is_all_timed_samples_over_all_timed_seconds() -> None:
+    """A stall, then the burst of the buffer it let fill: the median of the sub-windows
+    would keep the burst (8.0) and drop the stall; an epoch pays both."""
     # batch 0 first, then windows of 2 batches: window k's batches cost 0.5, 1.5, 0 s
     costs = {1: 0.5, 2: 0.5, 3: 1.5, 4: 1.5, 5: 0.0, 6: 0.0}
     seen: list[tuple[int, float]] = []
@@ -131,12 +133,13 @@ def test_on_sub_window_sees_running_medians() -> None:
         cost=lambda i: costs.get(i, 0.0),
         warmup=0,
         batches_per_window=2,
-        on_sub_window=lambda index, median: seen.append((index, median)),
+        on_sub_window=lambda index, rate: seen.append((index, rate)),
     )
-    # per window: 16 samples over 2, 4 and 1 s
+    # per window: 16 samples over 2, 4 and 1 s (each step 0.5 s)
     assert m.sub_window_samples_per_s == (8.0, 4.0, 16.0)
-    assert seen == [(0, 8.0), (1, 6.0), (2, 8.0)]
-    assert m.samples_per_s == statistics.median(m.sub_window_samples_per_s) == 8.0
+    assert seen == [(0, 16 / 2), (1, 32 / 6), (2, 48 / 7)]  # the rate so far, as it ends
+    assert m.samples_per_s == 48 / 7 < statistics.median(m.sub_window_samples_per_s)
+    assert m.spread == (16.0 - 4.0) / 8.0  # the spread is still the sub-windows' own
 
 
 def test_window_stopped_in_the_callback_stops_the_window() -> None:
