@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
     # tune runs studies (Optuna, Hydra): imported when asked for, so that a training script
     # that only applies a result stays light
     if name == "tune":
-        from autotune.app.api import tune
+        from autotune.app.from_python import tune
 
         return tune
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")

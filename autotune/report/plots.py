@@ -3,8 +3,9 @@ parameter importances, throughput against ``num_workers`` per decoder, and data 
 throughput.
 
 Drawn with matplotlib on the Agg backend (no display needed). In the throughput plots, pruned
-trials sit at the last rate they reported (over their sub-windows until they were stopped), hollow; failed trials sit at 0 samples/s, as crosses; trials skipped because
-they could not fit in memory were never measured and are left out.
+trials sit at the last rate they reported (over their sub-windows until they were stopped),
+hollow; failed trials sit at 0 samples/s, as crosses; trials skipped because they could not
+fit in memory were never measured and are left out.
 """
 
 from __future__ import annotations

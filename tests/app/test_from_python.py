@@ -8,7 +8,7 @@ import userdata_example
 from userdata_example import SpecNet, Spectrograms, pad_collate
 
 import autotune
-from autotune.app import api
+from autotune.app import from_python as api
 from autotune.errors import UsageError
 
 
