@@ -126,6 +126,16 @@ class Locked(Spectrograms):
         self.lock = threading.Lock()
 
 
+class LazyHandle(Spectrograms):
+    """Opens its handle lazily, on the first read (as one should for workers): the object
+    read once in this process then holds a lock, which pickle refuses."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if not hasattr(self, "handle"):
+            self.handle = threading.Lock()
+        return super().__getitem__(index)
+
+
 class NotADataset:
     def __init__(self) -> None:
         self.items = [1, 2, 3]

@@ -104,7 +104,7 @@ def to_config(cfg: DictConfig) -> AutotuneConfig:
     return obj
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """The message (and its cause's first line, where Hydra wraps one) on one line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
@@ -249,9 +249,9 @@ def exit_code(prog: str, body: Callable[[], int], *, interrupted: str = "interru
         try:
             return body()
         except (HydraException, OmegaConfBaseException) as exc:
-            raise UsageError(_one_line(exc)) from None
+            raise UsageError(one_line(exc)) from None
     except UsageError as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)

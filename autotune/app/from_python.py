@@ -8,18 +8,24 @@ script or notebook that calls ``tune``); a Dataset object must pickle.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 from torch.utils.data import Dataset
 
 from autotune.app import cli
 from autotune.errors import UsageError
 from autotune.pipeline import best_file, user_api
 from autotune.pipeline.config import PipelineConfig
+from autotune.schema import AutotuneConfig
 from autotune.session import Session
 
 
@@ -73,11 +79,9 @@ def tune(
             or its dotted name (built with ``model_kwargs``).
         step: a function ``(model, batch) -> loss`` or its dotted name; None: cross-entropy
             on ``(inputs, labels)``.
-        collate_fn: the Dataset's collate function (or its dotted name).
-        optimizer: a ``torch.optim`` class or its dotted name, with ``optimizer_kwargs``.
-        precision: ``fp32``, ``bf16`` or ``fp16`` (autocast).
+        collate_fn, optimizer: a function, a ``torch.optim`` class (with
+            ``optimizer_kwargs``), or their dotted names.
         overrides: any further ``key=value`` of the command line (``window=quick``, ...).
-        quiet: no per-trial progress lines.
 
     Raises ``UsageError`` (one line naming the fix) for bad input, before anything runs.
     """
@@ -95,19 +99,41 @@ def tune(
         "batch_size": batch_size,
         "study.n_trials": n_trials,
         "device": device,
-        "studies_dir": str(studies_dir),
-        "quiet": quiet,
-        "study.name": study_name,
-        "study.storage": storage,
+        "quiet": str(quiet).lower(),
     }
-    kwargs = {"dataset": dataset_kwargs, "model": model_kwargs, "optimizer": optimizer_kwargs}
-    args = _overrides(named, settings, kwargs)
-    return _run([*args, *overrides], instance)
+    args = [f"{key}={_name(obj, key)}" for key, obj in named.items() if obj is not None]
+    args += [f"{key}={value}" for key, value in settings.items()]
+    given = _given(
+        {"dataset": dataset_kwargs, "model": model_kwargs, "optimizer": optimizer_kwargs},
+        study_name,
+        storage,
+        studies_dir,
+    )
+    return _run([*args, *overrides], given, instance)
 
 
-def _run(args: list[str], instance: Dataset | None) -> Tuned:
-    """The tune mode on ``args``: the study, best.yaml and report.md, as the CLI runs it."""
-    config = cli.to_config(cli.compose(args))
+def _given(
+    kwargs: dict[str, Mapping[str, Any] | None],
+    study_name: str | None,
+    storage: str | None,
+    studies_dir: str | Path,
+) -> dict[str, Any]:
+    """The free-form values: they go onto the composed config as they are, never through
+    Hydra's override grammar, which would read quotes, backslashes and ${...} in them."""
+    return {
+        "kwargs": kwargs,
+        "study": {"name": study_name, "storage": storage},
+        "studies_dir": str(studies_dir),
+    }
+
+
+def _run(args: list[str], given: dict[str, Any], instance: Dataset | None) -> Tuned:
+    """The tune mode on ``args`` and the ``given`` values: the study, best.yaml and
+    report.md, as the CLI runs it."""
+    try:
+        config = _with_given(cli.to_config(cli.compose(args)), given)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise UsageError(cli.one_line(exc)) from None
     cli.start_logging()  # progress lines (unless quiet), unless the caller set logging up
     with cli.progress_silenced(config.quiet):
         result, best = cli.tune_and_export(Session.build(config, dataset=instance))
@@ -127,15 +153,38 @@ def _run(args: list[str], instance: Dataset | None) -> Tuned:
     )
 
 
-def _overrides(
-    named: dict[str, Any], settings: dict[str, Any], kwargs: dict[str, Mapping[str, Any] | None]
-) -> list[str]:
-    """The command line's overrides for ``tune``'s arguments (None: not given)."""
-    args = [f"{key}={_name(obj, key)}" for key, obj in named.items() if obj is not None]
-    args += [f"{key}={_value(value)}" for key, value in settings.items() if value is not None]
-    for group, given in kwargs.items():
-        args += [f"{group}.kwargs.{key}={_value(value)}" for key, value in (given or {}).items()]
-    return args
+def _with_given(config: AutotuneConfig, given: dict[str, Any]) -> AutotuneConfig:
+    """``config`` with the kwargs, study name, storage and studies folder given to ``tune``."""
+    sections = {}
+    for section, kwargs in given["kwargs"].items():
+        if kwargs:
+            own = getattr(config, section)
+            merged = {
+                **own.kwargs,
+                **{key: _plain(value, section) for key, value in kwargs.items()},
+            }
+            sections[section] = dataclasses.replace(own, kwargs=merged)
+    study = {key: value for key, value in given["study"].items() if value is not None}
+    return dataclasses.replace(
+        config,
+        **sections,
+        study=dataclasses.replace(config.study, **study),
+        studies_dir=given["studies_dir"],
+    )
+
+
+def _plain(value: Any, section: str) -> Any:
+    """A kwarg as best.yaml can record it (a path as its string); anything else is refused."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    try:
+        yaml.safe_dump(value)
+    except yaml.YAMLError:
+        raise UsageError(
+            f"{section}_kwargs: {value!r} is not a plain value (str, number, bool, None, or "
+            "lists and dicts of them): best.yaml records the kwargs"
+        ) from None
+    return value
 
 
 def _name(obj: str | Callable[..., Any], what: str) -> str:
@@ -152,18 +201,3 @@ def _name(obj: str | Callable[..., Any], what: str) -> str:
     if inspect.ismodule(obj):
         raise UsageError(f"{what} is a module: pass a class or function of it")
     return f"{module}.{qualname}"
-
-
-def _value(value: Any) -> str:
-    """A value as a Hydra override reads it back (strings quoted, lists and dicts as such)."""
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
-    return repr(value)

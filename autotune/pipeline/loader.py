@@ -34,7 +34,8 @@ from autotune.pipeline.device_stage import DeviceStage, Normalize
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.side_stream import prefetch_on_side_stream
 from autotune.pipeline.sources import Source
-from autotune.pipeline.user_data import Repeating, UserData
+from autotune.pipeline.streams import Repeating
+from autotune.pipeline.user_data import UserData
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,15 @@ import itertools
 import json
 import multiprocessing
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.utils import get_method, get_object, instantiate
-from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, default_collate
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, one_line
+from autotune.pipeline import streams
 from autotune.pipeline.sources import Source
 
 
@@ -70,7 +71,7 @@ class UserData:
             get_object(self.target)
         except Exception as exc:  # noqa: BLE001 - Hydra raises ImportError or ValueError
             raise UsageError(
-                f"{where} cannot be imported ({_one_line(exc.__cause__ or exc)}): run from "
+                f"{where} cannot be imported ({one_line(exc.__cause__ or exc)}): run from "
                 "your project's folder, or put its package on PYTHONPATH"
             ) from None
         try:
@@ -79,7 +80,7 @@ class UserData:
             cause = exc.__cause__ or exc
             raise UsageError(
                 f"{where}: building it with {self.kwargs} failed: "
-                f"{type(cause).__name__}: {_one_line(cause)} (check dataset.kwargs)"
+                f"{type(cause).__name__}: {one_line(cause)} (check dataset.kwargs)"
             ) from None
 
     def collate(self) -> Callable[[list[Any]], Any] | None:
@@ -106,7 +107,9 @@ class UserData:
     def fingerprint(self) -> str:
         """Names and length (of an object handed over, a hash of its pickled state), never
         the data: what the tuned numbers depend on."""
-        state = hashlib.sha256(pickle.dumps(self.instance)).hexdigest() if self.instance else ""
+        state = ""
+        if self.instance is not None:
+            state = hashlib.sha256(pickle.dumps(self.instance)).hexdigest()
         payload = json.dumps(
             [self.target, self.kwargs, self.collate_fn, self.length, state],
             sort_keys=True,
@@ -132,14 +135,25 @@ class UserData:
         line naming the class and the fix, before anything is measured. Returns what names
         it, with its length and classes, and a batch of its first two samples. ``instance``:
         a Dataset object to read as it is (``target`` names its class)."""
-        data = cls(target, dict(kwargs), collate_fn, instance=instance)
         where = f"dataset._target_={target}"
+        if instance is not None:  # read from a copy: the object itself goes to the trials
+            _check_pickles(target, instance, to_trials=True)
+            data = cls(
+                target, dict(kwargs), collate_fn, instance=pickle.loads(pickle.dumps(instance))
+            )
+        else:
+            data = cls(target, dict(kwargs), collate_fn)
         built = data.build()
         batch_size = None
         if is_datamodule(built):
             built.prepare_data()  # once, here: downloads and the like, as Lightning does
             built.setup("fit")
             loader = built.train_dataloader()
+            if loader.batch_size is None:
+                raise UsageError(
+                    f"{where}: its train_dataloader() has no batch_size (a batch_sampler, or "
+                    "batches made by the Dataset): give the DataLoader a batch_size to tune"
+                )
             built, collate, batch_size = loader.dataset, loader.collate_fn, loader.batch_size
         else:
             collate = data.collate()
@@ -150,8 +164,8 @@ class UserData:
                 f"{where} built a {type(dataset).__name__}, not a Dataset (__getitem__ and "
                 "__len__, or an IterableDataset)"
             )
-        _check_pickles(target, dataset, to_trials=instance is not None)
-        length = _epoch_length(where, dataset) if iterable else len(dataset)
+        _check_pickles(target, dataset, to_trials=False)
+        length = streams.epoch_length(where, dataset) if iterable else len(dataset)
         if length < 2:
             raise UsageError(f"{where} has {length} samples: it needs 2+")
         batch = _check_batches(data, collate, _first_two(where, dataset, iterable))
@@ -162,52 +176,6 @@ class UserData:
         return dataclasses.replace(checked, instance=instance), batch
 
 
-def _epoch_length(where: str, dataset: IterableDataset) -> int:
-    """An iterable's samples per epoch, from ``__len__`` or ``samples``, checked against one
-    epoch read by two DataLoader workers: an iterable that does not split its stream by
-    ``get_worker_info()`` yields every sample once per worker."""
-    stated = _stated_length(dataset)
-    one = stated if stated is not None else _count(dataset, workers=0)
-    two = _count(dataset, workers=2)
-    if two > one:
-        raise UsageError(
-            f"{where} yields its samples once per DataLoader worker (two workers read "
-            f"{two} samples, one epoch has {one}): in __iter__, read only this worker's "
-            "share, e.g. itertools.islice(samples, info.id, None, info.num_workers) with "
-            "info = torch.utils.data.get_worker_info() (None: no workers, read all)"
-        )
-    return one
-
-
-def _stated_length(dataset: IterableDataset) -> int | None:
-    for read in (len, lambda d: d.samples):
-        try:
-            value = read(dataset)
-        except (TypeError, AttributeError, NotImplementedError):
-            continue
-        if isinstance(value, int):
-            return value
-        if hasattr(value, "__len__"):
-            return len(value)
-    return None
-
-
-def _count(dataset: IterableDataset, *, workers: int) -> int:
-    """Samples in one epoch of ``dataset`` read by ``workers`` DataLoader workers."""
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_keep)
-    try:
-        return sum(1 for _ in loader)
-    except Exception as exc:  # noqa: BLE001 - the user's __iter__, in this process or a worker
-        raise UsageError(
-            f"reading an epoch of {type(dataset).__name__} with {workers} worker(s) failed: "
-            f"{_one_line(exc)}"
-        ) from None
-
-
-def _keep(sample: Any) -> None:
-    return None  # counted, never kept: nothing crosses from the workers but a None
-
-
 def _first_two(where: str, dataset: Dataset, iterable: bool) -> list[Any]:
     try:
         if iterable:
@@ -215,7 +183,7 @@ def _first_two(where: str, dataset: Dataset, iterable: bool) -> list[Any]:
         return [dataset[0], dataset[1]]
     except Exception as exc:  # noqa: BLE001 - the user's __getitem__ or __iter__
         raise UsageError(
-            f"{where}: reading sample 0 failed: {type(exc).__name__}: {_one_line(exc)}"
+            f"{where}: reading sample 0 failed: {type(exc).__name__}: {one_line(exc)}"
         ) from None
 
 
@@ -224,27 +192,6 @@ def is_datamodule(obj: Any) -> bool:
     return not isinstance(obj, Dataset) and all(
         callable(getattr(obj, name, None)) for name in ("setup", "train_dataloader")
     )
-
-
-class Repeating(IterableDataset):
-    """An iterable Dataset read again and again, each worker its own share every pass: a
-    timed window that never meets the end of an epoch (the trial's endless sampler, for a
-    stream)."""
-
-    def __init__(self, dataset: IterableDataset) -> None:
-        self.dataset = dataset
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            yield from self.dataset
-
-
-def _one_line(exc: BaseException) -> str:
-    """The error's message on one line (of a worker's error, the original's last line)."""
-    text = str(exc)
-    if "Original Traceback" in text:
-        text = text.strip().splitlines()[-1]
-    return " ".join(text.split())
 
 
 def _check_batches(
@@ -261,7 +208,7 @@ def _check_batches(
         )
         raise UsageError(
             f"dataset._target_={data.target}: its samples cannot be batched "
-            f"({type(exc).__name__}: {_one_line(exc)}): {fix}"
+            f"({type(exc).__name__}: {one_line(exc)}): {fix}"
         ) from None
 
 
@@ -276,7 +223,7 @@ def _check_pickles(target: str, dataset: Dataset, *, to_trials: bool) -> None:
         where = "the trials' processes" if to_trials else "DataLoader workers"
         raise UsageError(
             f"dataset._target_={target} cannot be pickled to {where} "
-            f"({type(exc).__name__}: {_one_line(exc)}): open files and handles lazily, in "
+            f"({type(exc).__name__}: {one_line(exc)}): open files and handles lazily, in "
             "__getitem__"
         ) from None
 

@@ -99,7 +99,16 @@ def _time_ceiling(
     """The step alone, fed one batch already on the device."""
     config = PipelineConfig(batch_size=job.pipeline.batch_size, decoder=AS_IS)
     batch = next(iter(loader.build(job.source, config, recipe=recipe, device=step.device)))
-    return run_ceiling(batch, step, **_timing(job), sync=step.sync, gpu=gpu)
+    return run_ceiling(batch, step, **_timing(job), sync=step.sync, gpu=gpu, count=_count(job))
+
+
+def _count(job: TrialJob) -> Callable[[Any], int]:
+    """Samples in a batch: the batch size, exact for a sampled Dataset (the window's sampler
+    never ends an epoch, so no batch is short); a stream's batches, counted one by one (a
+    stream may end in a short batch)."""
+    if isinstance(job.source, UserData) and job.source.iterable:
+        return samples_in
+    return lambda batch: job.pipeline.batch_size
 
 
 def _time_window(
@@ -113,8 +122,7 @@ def _time_window(
     device = step.device
     stream = isinstance(job.source, UserData) and job.source.iterable
     # no epoch ends inside the window (start-up is timed on its own); one ends after it. A
-    # stream has no sampler: it is read again and again, each worker its own share, and
-    # its samples are counted batch by batch (a worker's last batch may be short)
+    # stream has no sampler: it is read again and again, each worker its own share
     sampler = None if stream else UntilEnded(len(job.source), job.seed)
     # DALI reads the sampler ahead on its own: no boundary is made there
     own_loader = decoders.DECODERS.get(job.pipeline.decoder)
@@ -139,7 +147,7 @@ def _time_window(
         on_sub_window=report,
         gpu=gpu,
         end_epoch=sampler.end_epoch if makes_epochs else None,
-        count=samples_in if stream else lambda batch: job.pipeline.batch_size,
+        count=_count(job),
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

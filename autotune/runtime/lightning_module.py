@@ -24,7 +24,15 @@ def optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
     """The one optimizer ``configure_optimizers()`` returns, in any of Lightning's forms (an
     optimizer; a list or tuple; ``(optimizers, schedulers)``; a dict with ``optimizer``)."""
     where = f"{type(model).__qualname__}.configure_optimizers()"
-    found = _optimizers(model.configure_optimizers())
+    try:
+        returned = model.configure_optimizers()
+    except Exception as exc:  # noqa: BLE001 - e.g. it reads self.trainer, absent here
+        raise UsageError(
+            f"{where} failed outside a Trainer ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}): build the optimizer from self.parameters(), or "
+            "name your loss with step._target_ and the optimizer with optimizer._target_"
+        ) from None
+    found = _optimizers(returned)
     if len(found) != 1:
         raise UsageError(
             f"{where} returned {len(found)} optimizers: the timed step runs Lightning's "

@@ -93,7 +93,7 @@ def build_model(cfg: ModelConfig, *, num_classes: int | None) -> nn.Module | Non
 
 
 # an optimizer named without kwargs: what training recipes give it
-_DEFAULT_KWARGS = {"torch.optim.SGD": {"momentum": 0.9}}
+_DEFAULT_KWARGS = {torch.optim.SGD: {"momentum": 0.9}}
 
 
 def build_optimizer(
@@ -110,7 +110,7 @@ def build_optimizer(
             f"{where} cannot be imported ({cause}): give the full path of a torch.optim "
             "class, e.g. optimizer._target_=torch.optim.AdamW"
         ) from None
-    kwargs = cfg.kwargs or _DEFAULT_KWARGS.get(cfg._target_, {})
+    kwargs = cfg.kwargs or _DEFAULT_KWARGS.get(factory, {})
     try:
         return factory(params, **{"lr": lr, **kwargs})
     except Exception as exc:  # noqa: BLE001 - the kwargs the optimizer refuses

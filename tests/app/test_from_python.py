@@ -8,26 +8,34 @@ import userdata_example
 from userdata_example import SpecNet, Spectrograms, pad_collate
 
 import autotune
+from autotune.app import cli
 from autotune.app import from_python as api
 from autotune.errors import UsageError
 
 
-def test_objects_become_the_names_trials_import_them_by() -> None:
-    named = {"dataset._target_": Spectrograms, "model": "tiny", "step._target_": None}
-    settings = {"batch_size": 8, "study.name": "it's", "quiet": True, "study.storage": None}
-    kwargs = {"dataset": {"count": 12, "vary": True, "root": "/data"}, "model": None}
-    assert api._overrides(named, settings, kwargs) == [
-        "dataset._target_=userdata_example.Spectrograms",
-        "model=tiny",
-        "batch_size=8",
-        "study.name='it\\'s'",
-        "quiet=true",
-        "dataset.kwargs.count=12",
-        "dataset.kwargs.vary=true",
-        "dataset.kwargs.root='/data'",
-    ]
+def test_given_values_reach_the_config_verbatim_and_objects_by_name(tmp_path) -> None:
+    config = cli.to_config(cli.compose(["dataset._target_=userdata_example.Spectrograms"]))
+    given = {
+        "kwargs": {"dataset": {"root": tmp_path / "a b", "tag": "it's C:\\d ${x}"}, "model": None},
+        "study": {"name": "it's", "storage": None},
+        "studies_dir": "runs",
+    }
+    placed = api._with_given(config, given)
+    assert placed.dataset.kwargs == {"root": str(tmp_path / "a b"), "tag": "it's C:\\d ${x}"}
+    assert (placed.study.name, placed.study.storage) == ("it's", config.study.storage)
+    assert placed.studies_dir == "runs" and placed.model == config.model
+    with pytest.raises(UsageError, match="dataset_kwargs: <object object at .*> is not a plain"):
+        api._with_given(config, {**given, "kwargs": {"dataset": {"x": object()}}})
     assert api._name(pad_collate, "collate_fn") == "userdata_example.pad_collate"
     assert autotune.tune is api.tune  # the public name, imported when first asked for
+
+
+def test_a_bad_override_is_one_line_before_anything_runs(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as info:
+        autotune.tune(Spectrograms, model="resnet34", n_trials=1)
+    assert "model/resnet34" in str(info.value) and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_what_a_trial_could_not_import_is_one_line(tmp_path, monkeypatch) -> None:

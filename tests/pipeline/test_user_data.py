@@ -111,6 +111,17 @@ def test_a_dataset_workers_cannot_get_is_one_line(monkeypatch) -> None:
     assert "open files and handles lazily, in __getitem__" in message and "\n" not in message
 
 
+def test_an_object_is_read_from_a_copy_and_goes_to_the_trials_as_it_was() -> None:
+    """A Dataset object opening its handle lazily: checking it reads a copy, so the object
+    the trials get is still the unread, picklable one."""
+    from userdata_example import LazyHandle
+
+    lazy = LazyHandle(count=8)
+    data, batch = UserData.inspect("userdata_example.LazyHandle", {}, instance=lazy)
+    assert data.instance is lazy and not hasattr(lazy, "handle") and batch[0].shape[0] == 2
+    assert data.fingerprint() == data.fingerprint()  # its state hashes: it still pickles
+
+
 def test_a_stream_without_a_length_is_counted() -> None:
     data = UserData.check("userdata_example.ToneStream", {"count": 6, "sized": False})
     assert len(data) == 6
