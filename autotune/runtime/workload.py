@@ -255,7 +255,8 @@ class TrainStep:
             )
             raise UsageError(
                 f"{what} failed on a batch of {dataset}: {type(exc).__name__}: "
-                f"{' '.join(str(exc).split())}"
+                f"{' '.join(str(exc).split())} (a model that fits the batches: model=... or "
+                "model._target_=...; a loss that reads them: step._target_=...)"
             ) from None
 
     def sync(self) -> None:
