@@ -22,7 +22,7 @@ from typing import Any
 from hydra.utils import get_method, get_object, instantiate
 from torch.utils.data import Dataset, IterableDataset, default_collate
 
-from autotune.errors import UsageError, one_line
+from autotune.errors import UsageError, imported, one_line
 from autotune.pipeline import streams
 from autotune.pipeline.sources import Source
 
@@ -67,13 +67,8 @@ class UserData:
         if self.instance is not None:
             return self.instance
         where = f"dataset._target_={self.target}"
-        try:
-            get_object(self.target)
-        except Exception as exc:  # noqa: BLE001 - Hydra raises ImportError or ValueError
-            raise UsageError(
-                f"{where} cannot be imported ({one_line(exc.__cause__ or exc)}): run from "
-                "your project's folder, or put its package on PYTHONPATH"
-            ) from None
+        fix = "run from your project's folder, or put its package on PYTHONPATH"
+        imported(self.target, "dataset._target_", fix, get_object)
         try:
             return instantiate({"_target_": self.target, **self.kwargs}, _convert_="all")
         except Exception as exc:  # noqa: BLE001 - any failure of the user's code is bad input
@@ -87,13 +82,8 @@ class UserData:
         """The collate function named by ``collate_fn``; None: DataLoader's default."""
         if self.collate_fn is None:
             return None
-        try:
-            return get_method(self.collate_fn)
-        except Exception:  # noqa: BLE001 - Hydra raises ImportError or ValueError
-            raise UsageError(
-                f"dataset.collate_fn={self.collate_fn} cannot be imported: give the full "
-                "dotted path of a function, e.g. mydata.pad_collate"
-            ) from None
+        fix = "give the full dotted path of a function, e.g. mydata.pad_collate"
+        return imported(self.collate_fn, "dataset.collate_fn", fix, get_method)
 
     def describe(self) -> str:
         if self.instance is not None:

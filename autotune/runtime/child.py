@@ -106,9 +106,14 @@ def _count(job: TrialJob) -> Callable[[Any], int]:
     """Samples in a batch: the batch size, exact for a sampled Dataset (the window's sampler
     never ends an epoch, so no batch is short); a stream's batches, counted one by one (a
     stream may end in a short batch)."""
-    if isinstance(job.source, UserData) and job.source.iterable:
+    if _is_stream(job):
         return samples_in
     return lambda batch: job.pipeline.batch_size
+
+
+def _is_stream(job: TrialJob) -> bool:
+    """The job reads an iterable Dataset of the user's own."""
+    return isinstance(job.source, UserData) and job.source.iterable
 
 
 def _time_window(
@@ -120,7 +125,7 @@ def _time_window(
 ) -> Measurement:
     """The step fed by the job's loader, and the device memory it peaked at."""
     device = step.device
-    stream = isinstance(job.source, UserData) and job.source.iterable
+    stream = _is_stream(job)
     # no epoch ends inside the window (start-up is timed on its own); one ends after it. A
     # stream has no sampler: it is read again and again, each worker its own share
     sampler = None if stream else UntilEnded(len(job.source), job.seed)

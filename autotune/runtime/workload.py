@@ -13,7 +13,7 @@ import torchvision
 from hydra.utils import get_class, get_method
 from torch import nn
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, imported
 from autotune.runtime.job import TrialJob
 from autotune.runtime.lightning_module import is_lightning_module, optimizer_of, training_loss
 from autotune.schema import ModelConfig, OptimizerConfig, StepConfig
@@ -102,14 +102,8 @@ def build_optimizer(
     """``cfg._target_(params, lr=lr, **cfg.kwargs)`` (the kwargs' own ``lr`` wins); a target
     that cannot be imported or built is one line."""
     where = f"optimizer._target_={cfg._target_}"
-    try:
-        factory = get_class(cfg._target_)
-    except Exception as exc:  # noqa: BLE001 - Hydra raises ImportError or ValueError
-        cause = " ".join(str(exc.__cause__ or exc).split())
-        raise UsageError(
-            f"{where} cannot be imported ({cause}): give the full path of a torch.optim "
-            "class, e.g. optimizer._target_=torch.optim.AdamW"
-        ) from None
+    fix = "give the full path of a torch.optim class, e.g. optimizer._target_=torch.optim.AdamW"
+    factory = imported(cfg._target_, "optimizer._target_", fix, get_class)
     kwargs = cfg.kwargs or _DEFAULT_KWARGS.get(factory, {})
     try:
         return factory(params, **{"lr": lr, **kwargs})
@@ -130,14 +124,11 @@ def build_loss(cfg: StepConfig) -> Loss | None:
     (cross-entropy on ``(inputs, labels)``)."""
     if not cfg._target_:
         return None
-    try:
-        return get_method(cfg._target_)
-    except Exception as exc:  # noqa: BLE001 - Hydra raises ImportError or ValueError
-        cause = " ".join(str(exc.__cause__ or exc).split())
-        raise UsageError(
-            f"step._target_={cfg._target_} cannot be imported ({cause}): give the full dotted "
-            "path of a function (model, batch) -> loss, e.g. step._target_=mytrain.loss"
-        ) from None
+    fix = (
+        "give the full dotted path of a function (model, batch) -> loss, e.g. "
+        "step._target_=mytrain.loss"
+    )
+    return imported(cfg._target_, "step._target_", fix, get_method)
 
 
 def is_pair(batch: Any) -> bool:
