@@ -177,18 +177,24 @@ class StudyConfig:
 @dataclass
 class WindowConfig:
     """The timed training window of one trial: start-up apart, a warm-up past the prefetch
-    buffer, then sub-windows whose median is the rate."""
+    buffer, then timed sub-windows: all their samples over all their seconds is the rate."""
 
     warmup_extra_batches: int = 4  # beyond num_workers * prefetch_factor
     sub_windows: int = 5
     batches_per_window: int = 4  # at least; more when a sub-window would be shorter than:
     min_sub_window_s: float = 0.4
+    # uneven samples: sub-windows twice as long, set after set, until the last set's
+    # (max - min) / median is under this (0: never) or the next set would pass max_timed_s
+    target_spread: float = 0.10
+    max_timed_s: float = 20.0
 
     def __post_init__(self) -> None:
         _require(self.warmup_extra_batches >= 1, "window.warmup_extra_batches must be >= 1")
         _require(self.sub_windows >= 1, "window.sub_windows must be >= 1")
         _require(self.batches_per_window >= 1, "window.batches_per_window must be >= 1")
         _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
+        _require(self.target_spread >= 0, "window.target_spread must be >= 0 (0: never extend)")
+        _require(self.max_timed_s > 0, "window.max_timed_s must be > 0 seconds")
 
 
 @dataclass

@@ -106,6 +106,7 @@ def storage_window(
         sub_windows=sub_windows,
         batches_per_window=per_window,
         min_sub_window_s=0.0,
+        target_spread=0.0,  # the batches fixed: all inside the first pass
     )
 
 

@@ -90,6 +90,8 @@ def _timing(job: TrialJob) -> dict[str, Any]:
         "sub_windows": w.sub_windows,
         "batches_per_window": w.batches_per_window,
         "min_sub_window_s": w.min_sub_window_s,
+        "target_spread": w.target_spread,
+        "max_timed_s": w.max_timed_s,
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +47,23 @@ class Measurement:
     # the run's first step, after the first batch: its one-off warm-up (allocations; with
     # compile=true, compiling the model), never inside the start-up or the timed windows
     first_step_s: float | None = None
+    # the spread reached: of the last ``sub_windows`` sub-windows, all of one length (the
+    # longest the window grew to); None: of all of them
+    reached_spread: float | None = None
 
     @property
     def spread(self) -> float:
-        """(max - min) / median of the sub-windows: how noisy this measurement was."""
-        values = self.sub_window_samples_per_s
-        middle = statistics.median(values)
-        return (max(values) - min(values)) / middle if middle else 0.0
+        """(max - min) / median of the sub-windows of the final length: how far apart
+        equal spans of this run were."""
+        if self.reached_spread is not None:
+            return self.reached_spread
+        return relative_spread(self.sub_window_samples_per_s)
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(max - min) / median: 0 for one value."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle else 0.0
 
 
 class WindowStopped(Exception):
@@ -85,6 +95,8 @@ def run_window(
     gpu: UtilizationSampler | None = None,
     end_epoch: Callable[[], None] | None = None,
     count: Count = samples_in,
+    target_spread: float = 0.0,
+    max_timed_s: float = math.inf,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans;
     then, given ``end_epoch``, an epoch boundary.
@@ -97,7 +109,12 @@ def run_window(
     raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
     sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
     batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
-    ``count(batch)``: the samples in a batch."""
+    ``count(batch)``: the samples in a batch.
+
+    Uneven samples (image sizes, clip lengths) make short spans disagree: while the last
+    ``sub_windows`` sub-windows spread wider than ``target_spread`` (0: never) and ``max_timed_s`` allows
+    ``sub_windows`` more of twice the length, those are timed. The rate stays all timed
+    samples over all timed seconds; the spread reached is the last set's."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     needed = _warm_up(it, step, warmup, min_sub_window_s, count, sync=sync, clock=clock)
@@ -105,10 +122,25 @@ def run_window(
 
     tally = _Tally()
     timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
-    for index in range(sub_windows):
-        _time_sub_window(it, step, batches_per_window, tally, count, **timing)
-        if on_sub_window is not None:
-            on_sub_window(index, tally.rate)
+
+    def time_set(n_batches: int) -> float:
+        """Times ``sub_windows`` sub-windows of ``n_batches``; returns their seconds."""
+        before = tally.elapsed
+        for _ in range(sub_windows):
+            _time_sub_window(it, step, n_batches, tally, count, **timing)
+            if on_sub_window is not None:
+                on_sub_window(len(tally.rates) - 1, tally.rate)
+        return tally.elapsed - before
+
+    set_s = time_set(batches_per_window)
+    while (
+        target_spread > 0
+        and sub_windows > 1
+        and relative_spread(tally.rates[-sub_windows:]) > target_spread
+        and tally.elapsed + 2 * set_s <= max_timed_s
+    ):
+        batches_per_window *= 2
+        set_s = time_set(batches_per_window)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=tally.rate,
@@ -116,11 +148,12 @@ def run_window(
         data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
         time_to_first_batch_s=time_to_first_batch,
         warmup_batches=warmup,
-        timed_batches=len(tally.rates) * batches_per_window,
+        timed_batches=tally.batches,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
         epoch_start_s=epoch_start_s,
         first_step_s=first_step_s,
+        reached_spread=relative_spread(tally.rates[-sub_windows:]),
     )
 
 
@@ -224,6 +257,7 @@ class _Tally:
     elapsed: float = 0.0  # seconds timed
     cpu: float = 0.0  # CPU seconds of this process
     samples: int = 0
+    batches: int = 0
 
     @property
     def rate(self) -> float:
@@ -265,6 +299,7 @@ def _time_sub_window(
     tally.waited = waited
     tally.elapsed += span
     tally.samples += samples
+    tally.batches += n_batches
     tally.rates.append(samples / span if span > 0 else float("inf"))
 
 

@@ -317,3 +317,54 @@ def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() 
     assert m.samples_per_s == SUSTAINED  # the boundary is not in the timed windows
     without, _ = window()
     assert without.epoch_start_s is None  # no boundary asked for: none made
+
+
+def uneven(buffered: int, every: int) -> Callable[[int], float]:
+    """Every ``every``-th batch is a big file: 16 times the cost of the others. Short
+    sub-windows disagree (some catch one, some none); long ones average it out."""
+    return lambda i: 0.0 if i < buffered else (4.0 if i % every == 0 else 0.25)
+
+
+def test_uneven_batches_lengthen_the_sub_windows_until_they_agree() -> None:
+    short, _ = window(buffered=0, cost=uneven(0, 7), batches_per_window=2)
+    assert short.spread > 0.5  # what the short window saw
+    long, _ = window(
+        buffered=0, cost=uneven(0, 7), batches_per_window=2, target_spread=0.1, max_timed_s=1e6
+    )
+    assert long.spread <= 0.1
+    # each set twice as long as the one before: 3 sub-windows of 2, 4, 8... batches
+    sizes = [2 * 2**k for k in range(len(long.sub_window_samples_per_s) // 3)]
+    assert long.timed_batches == 3 * sum(sizes)
+    assert len(long.sub_window_samples_per_s) > 3
+
+
+def test_the_time_cap_stops_the_lengthening_and_the_spread_reached_is_kept() -> None:
+    capped, _ = window(
+        buffered=0, cost=uneven(0, 7), batches_per_window=2, target_spread=0.01, max_timed_s=30
+    )
+    # the first set lasted 6 batches' time; each next set doubles: none may pass 30 s in all
+    timed_s = capped.timed_batches * BATCH_SIZE / capped.samples_per_s
+    assert timed_s <= 30
+    assert capped.spread > 0.01  # the target was not reached: what was reached is stored
+    assert capped.spread == pytest.approx(
+        (max(capped.sub_window_samples_per_s[-3:]) - min(capped.sub_window_samples_per_s[-3:]))
+        / statistics.median(capped.sub_window_samples_per_s[-3:])
+    )
+
+
+def test_even_batches_are_not_lengthened() -> None:
+    m, _ = window(buffered=2, target_spread=0.1, max_timed_s=1e6)
+    assert m.timed_batches == 3 * 4 and m.spread == 0.0
+
+
+def test_the_pruner_sees_every_sub_window_of_the_lengthened_sets() -> None:
+    seen: list[int] = []
+    m, _ = window(
+        buffered=0,
+        cost=uneven(0, 7),
+        batches_per_window=2,
+        target_spread=0.1,
+        max_timed_s=1e6,
+        on_sub_window=lambda index, rate: seen.append(index),
+    )
+    assert seen == list(range(len(m.sub_window_samples_per_s)))
