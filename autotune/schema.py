@@ -37,6 +37,9 @@ class DatasetConfig:
     height: int | None = None
     seed: int = 0
     quality: int = 90
+    # mixed like a folder of photographs: sizes from thumbnails to camera originals, PNGs
+    # (some with alpha), progressive JPEGs; width and height are then not used
+    uneven: bool = False
 
     def __post_init__(self) -> None:
         if self._target_:

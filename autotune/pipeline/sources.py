@@ -193,6 +193,7 @@ def synthetic(
     seed: int = 0,
     quality: int = 90,
     cache_dir: str | Path | None = None,
+    uneven: bool = False,
 ) -> Source:
     """Returns deterministic photo-like JPEGs, generated once and cached on disk.
 
@@ -202,6 +203,8 @@ def synthetic(
         size: Fixed (width, height), or None for varied ImageNet-like sizes.
         seed: Seed of the content; same parameters give byte-identical files.
         quality: JPEG quality (1-100).
+        uneven: mixed like a folder of photographs: sizes 120-2400 px on the shorter side,
+            a fifth PNGs (some with alpha), a quarter of the JPEGs progressive.
         cache_dir: Folder that holds generated sets; default
             ``synthetic_images.default_cache_dir()``.
 
@@ -215,5 +218,6 @@ def synthetic(
         seed=seed,
         quality=quality,
         cache_dir=cache_dir,
+        uneven=uneven,
     )
     return scan_imagefolder(folder)

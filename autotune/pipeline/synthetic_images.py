@@ -41,6 +41,30 @@ def _imagenet_like_size(rng: np.random.Generator) -> tuple[int, int]:
     return (long, short) if rng.random() < 0.75 else (short, long)
 
 
+def _uneven_size(rng: np.random.Generator) -> tuple[int, int]:
+    """(width, height) of a folder of real photographs: thumbnails to camera originals, the
+    shorter side log-uniform over 120-2400 px (400x the pixels, ~100x the file size)."""
+    short = round(float(np.exp(rng.uniform(np.log(120), np.log(2400)))))
+    long = round(short * rng.uniform(4 / 3, 16 / 9))
+    return (long, short) if rng.random() < 0.7 else (short, long)
+
+
+def _save_uneven(img: Image.Image, stem: Path, rng: np.random.Generator, quality: int) -> None:
+    """Saves as a folder of photographs mixes them: a fifth PNGs (RGB, RGBA with a soft
+    alpha, gray + alpha), a quarter of the JPEGs progressive, qualities around ``quality``."""
+    if rng.random() < 0.2:
+        mode = rng.choice(["RGB", "RGBA", "LA"])
+        if mode != "RGB":
+            alpha = Image.linear_gradient("L").resize(img.size)
+            img = (img.convert("L") if mode == "LA" else img).copy()
+            img.putalpha(alpha)
+        img.save(stem.with_suffix(".png"), "PNG", compress_level=1)
+        return
+    q = int(np.clip(quality + rng.integers(-15, 6), 1, 100))
+    progressive = bool(rng.random() < 0.25)
+    img.save(stem.with_suffix(".jpg"), "JPEG", quality=q, progressive=progressive)
+
+
 def _upsample(a: np.ndarray, w: int, h: int) -> np.ndarray:
     """Bilinearly resizes a float32 2-D array to (h, w)."""
     if a.shape == (h, w):
@@ -48,12 +72,22 @@ def _upsample(a: np.ndarray, w: int, h: int) -> np.ndarray:
     return np.asarray(Image.fromarray(a, "F").resize((w, h), Image.Resampling.BILINEAR))
 
 
-def _render(seed: int, index: int, num_classes: int, size: tuple[int, int] | None) -> Image.Image:
+def _render(
+    seed: int,
+    index: int,
+    num_classes: int,
+    size: tuple[int, int] | None,
+    *,
+    uneven: bool = False,
+) -> Image.Image:
     """Renders one photo-like image: smooth colour field, soft shapes, film-grain texture."""
     rng = np.random.default_rng([seed, index])  # not seed+index: seeds 0 and 1 must not overlap
     class_rng = np.random.default_rng([seed, num_classes, index % num_classes])
     palette = class_rng.uniform(0, 255, (5, 3))  # shared by a class: labels mean something
-    w, h = size if size is not None else _imagenet_like_size(rng)
+    if uneven:
+        w, h = _uneven_size(rng)
+    else:
+        w, h = size if size is not None else _imagenet_like_size(rng)
     scale = min(w, h)
 
     gh, gw = rng.integers(3, 7, size=2)
@@ -93,8 +127,11 @@ def folder(
     seed: int,
     quality: int,
     cache_dir: str | Path | None,
+    uneven: bool = False,
 ) -> Path:
     """The cached folder of this set (``class_NN/img_NNNNN.jpg``), generated if missing.
+    ``uneven``: sizes, formats and encodings as mixed as a folder of real photographs
+    (``_uneven_size``, ``_save_uneven``); ``size`` is then not used.
 
     Raises:
         UsageError: a parameter is out of range or the cache folder is not writable.
@@ -110,12 +147,14 @@ def folder(
         raise UsageError(f"synthetic JPEG quality must be within 1-100, got {quality}")
     size = None if size is None else (int(size[0]), int(size[1]))
     params = [GENERATOR_VERSION, count, num_classes, size, seed, quality]
+    if uneven:  # appended only when set: the keys of the sets cached before stay valid
+        params.append("uneven")
     key = hashlib.sha256(json.dumps(params).encode()).hexdigest()[:12]
     base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = base / f"synthetic-{key}"
     if not target.is_dir():
         try:
-            _generate(target, count, num_classes, size, seed, quality)
+            _generate(target, count, num_classes, size, seed, quality, uneven)
         except OSError as exc:
             raise UsageError(
                 f"cannot write synthetic images under {base} ({exc.strerror or exc}): "
@@ -125,7 +164,13 @@ def folder(
 
 
 def _generate(
-    folder: Path, count: int, classes: int, size: tuple[int, int] | None, seed: int, quality: int
+    folder: Path,
+    count: int,
+    classes: int,
+    size: tuple[int, int] | None,
+    seed: int,
+    quality: int,
+    uneven: bool,
 ) -> None:
     """Writes the images into a temp folder, then renames it into place atomically."""
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -137,8 +182,12 @@ def _generate(
         for label in range(classes):
             (tmp / f"class_{label:0{cwidth}d}").mkdir()
         for i in range(count):
-            path = tmp / f"class_{i % classes:0{cwidth}d}" / f"img_{i:0{iwidth}d}.jpg"
-            _render(seed, i, classes, size).save(path, "JPEG", quality=quality)
+            stem = tmp / f"class_{i % classes:0{cwidth}d}" / f"img_{i:0{iwidth}d}"
+            image = _render(seed, i, classes, size, uneven=uneven)
+            if uneven:
+                _save_uneven(image, stem, np.random.default_rng([seed, i, 1]), quality)
+            else:
+                image.save(stem.with_suffix(".jpg"), "JPEG", quality=quality)
         try:
             os.replace(tmp, folder)
         except OSError:

@@ -67,6 +67,7 @@ def _image_source(cfg: DatasetConfig) -> Data:
             size=size,
             seed=cfg.seed,
             quality=cfg.quality,
+            uneven=cfg.uneven,
         )
     if not cfg.root:
         raise UsageError("dataset.root is not set: add dataset.root=PATH (class sub-folders)")

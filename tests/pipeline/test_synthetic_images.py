@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -72,7 +73,7 @@ def test_synthetic_cache_hit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_synthetic_lost_race_uses_existing(tmp_path: Path) -> None:
     first = synthetic(count=2, num_classes=1, cache_dir=tmp_path)
     # Another process generating the same set after us must not fail or leave temp folders.
-    synthetic_images._generate(first.root, 2, 1, None, 0, 90)
+    synthetic_images._generate(first.root, 2, 1, None, 0, 90, False)
     assert [p.name for p in tmp_path.iterdir()] == [first.root.name]
     assert scan_imagefolder(first.root) == first
 
@@ -102,3 +103,36 @@ def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     assert default_cache_dir() == tmp_path / "xdg" / "autotune"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_cache_dir() == Path.home() / ".cache" / "autotune"
+
+
+def test_uneven_sizes_span_thumbnails_to_camera_originals() -> None:
+    rng = np.random.default_rng(0)
+    areas = [w * h for w, h in (synthetic_images._uneven_size(rng) for _ in range(300))]
+    assert max(areas) / min(areas) > 100
+    shorter = [min(synthetic_images._uneven_size(rng)) for _ in range(300)]
+    assert 120 <= min(shorter) and max(shorter) <= 2400
+
+
+def test_uneven_files_mix_formats_as_photographs_do(tmp_path: Path) -> None:
+    image = Image.new("RGB", (64, 48), (120, 60, 30))
+    kinds = set()
+    for i in range(60):
+        synthetic_images._save_uneven(image, tmp_path / f"img_{i}", np.random.default_rng(i), 90)
+    for path in tmp_path.iterdir():
+        with Image.open(path) as im:
+            progressive = bool(im.info.get("progressive") or im.info.get("progression"))
+            kinds.add((im.format, im.mode, progressive))
+    assert {("PNG", "RGBA", False), ("PNG", "LA", False), ("JPEG", "RGB", True)} <= kinds
+    assert ("JPEG", "RGB", False) in kinds
+
+
+def test_every_decoder_reads_the_uneven_formats_as_three_channels(tmp_path: Path) -> None:
+    from autotune.pipeline import decoders
+
+    image = Image.new("RGB", (64, 48), (120, 60, 30))
+    for i in range(30):
+        synthetic_images._save_uneven(image, tmp_path / f"img_{i}", np.random.default_rng(i), 90)
+    for name in ("pil", "pil_reduced", "opencv", "torchvision"):
+        for path in tmp_path.iterdir():
+            decoded = decoders.DECODERS[name].decode(path.read_bytes())
+            assert tuple(decoded.shape) == (3, 48, 64), (name, path.name)
