@@ -134,5 +134,5 @@ def test_every_decoder_reads_the_uneven_formats_as_three_channels(tmp_path: Path
         synthetic_images._save_uneven(image, tmp_path / f"img_{i}", np.random.default_rng(i), 90)
     for name in ("pil", "pil_reduced", "opencv", "torchvision"):
         for path in tmp_path.iterdir():
-            decoded = decoders.DECODERS[name].decode(path.read_bytes())
+            decoded = decoders.DECODERS[name]().decode(path.read_bytes())
             assert tuple(decoded.shape) == (3, 48, 64), (name, path.name)
