@@ -46,7 +46,24 @@ def measured_section(result: StudyResult) -> dict[str, Any]:
             winner.peak_memory_bytes / 2**20 if winner.peak_memory_bytes else None
         ),
         "notes": list(result.notes),
+        "worth": worth_section(result),
     }
+
+
+def worth_section(result: StudyResult) -> dict[str, Any] | None:
+    """best.yaml's ``measured.worth:``: per setting changed back (or decoder swapped), its
+    samples/s beside the winner's in the same rounds, and the effect in words."""
+    ablation = result.ablation
+    if ablation is None or not ablation.rows:
+        return None
+    worth: dict[str, Any] = {}
+    for row in ablation.rows:
+        worth[f"{row['knob']}={row['value']}"] = {
+            "samples_per_s": row["samples_per_s"],
+            "vs_winner": row["ratio"],
+            "effect": row["effect"],
+        }
+    return {"winner_samples_per_s": ablation.winner["samples_per_s"], "changed": worth}
 
 
 def export(

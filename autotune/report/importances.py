@@ -18,14 +18,23 @@ def evaluator() -> optuna.importance.BaseImportanceEvaluator:
     return optuna.importance.FanovaImportanceEvaluator(seed=0)
 
 
+def compute(study: optuna.Study) -> dict[str, float] | None:
+    """fANOVA's share per setting, rounded; None under two complete trials."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < 2:
+        return None
+    with warnings.catch_warnings():  # "experimental", "few trials": the text says so
+        warnings.simplefilter("ignore")
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator())
+    return {name: round(share, 3) for name, share in found.items()}
+
+
 def markdown(study: optuna.Study, best_params: dict[str, Any] | None) -> str:
     """The table under report.md's heading: settings that mattered."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(complete) < 2:
+    importances = compute(study)
+    if importances is None:
         return "Not computed: importances need at least two complete trials.\n"
-    with warnings.catch_warnings():  # "experimental", "few trials": the text says so
-        warnings.simplefilter("ignore")
-        importances = optuna.importance.get_param_importances(study, evaluator=evaluator())
     lines = ["| setting | importance | best's value | values tried |", "|---|---:|---|---|"]
     # ties (often all zeros) in a fixed order, so a rebuilt report is identical
     for name, share in sorted(importances.items(), key=lambda kv: (-round(kv[1], 2), kv[0])):
@@ -34,7 +43,11 @@ def markdown(study: optuna.Study, best_params: dict[str, Any] | None) -> str:
         lines.append(f"| `{name}` | {share:.2f} | {value} | {', '.join(map(str, tried))} |")
     lines.append(
         f"\nOptuna's fANOVA importances over {len(complete)} complete trials: the share of the "
-        "variance of samples/s that each setting explains (rough with few trials; settings "
-        "that only some trials have, such as prefetch_factor, are left out).\n"
+        "variance of samples/s that each setting explains across the search (rough with few "
+        "trials; settings that only some trials have, such as prefetch_factor, are left out). "
+        "optuna-dashboard's own importance panel uses PED-ANOVA, which asks another question "
+        "(which settings set the top trials apart from the rest); these are the ones stored "
+        "on the study (`importances_fanova`) and shown in its note. What each setting of the "
+        "winner is worth is measured directly in the summary's last table.\n"
     )
     return "\n".join(lines)

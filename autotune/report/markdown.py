@@ -13,11 +13,11 @@ from optuna.trial import TrialState
 
 from autotune.errors import UsageError
 from autotune.report import dashboard, importances, plots
-from autotune.report.summary import UNIT, Summary
+from autotune.report.summary import UNIT, WORTH_HEADER, Summary
 from autotune.runtime.failures import HINTS
 from autotune.schema import AutotuneConfig
 from autotune.tuner import store, stored_result
-from autotune.tuner.store import TrialKey
+from autotune.tuner.store import StudyKey, TrialKey
 
 
 def write_report(storage: str, study_name: str, folder: Path) -> Path:
@@ -38,7 +38,13 @@ def write_report(storage: str, study_name: str, folder: Path) -> Path:
     )
     path = folder / "report.md"
     path.write_text(render(study, storage, summary, figures))
-    dashboard.save_note(study, f"{_summary_markdown(summary)}\nReport: `{path}`\n")
+    # one importance answer: the report's, stored where the dashboard lists it and in its note
+    study.set_user_attr(StudyKey.IMPORTANCES, importances.compute(study))
+    note = (
+        f"{_summary_markdown(summary)}\n### Settings that mattered across the search\n\n"
+        f"{importances.markdown(study, summary.best_params)}\nReport: `{path}`\n"
+    )
+    dashboard.save_note(study, note)
     return path
 
 
@@ -86,8 +92,8 @@ def _summary_markdown(summary: Summary) -> str:
         )
     rows = summary.rows()
     if rows:
-        lines += [f"| | {UNIT} | IQR | config |", "|---|---:|---|---|"]
-    for label, rate, iqr, config, marks in rows:
+        lines += [f"| rank | | {UNIT} | IQR | config |", "|---|---|---:|---|---|"]
+    for rank, label, rate, iqr, config, marks in rows:
         shown = f"`{config}`" if label.startswith(("trial", "baseline")) else config
         name = f"**{label} ({marks})**" if marks else label
         if label == "baseline":  # a study of an older autotune timed its own decode there
@@ -96,11 +102,32 @@ def _summary_markdown(summary: Summary) -> str:
                 if summary.baseline_text
                 else ": PyTorch defaults"
             )
-        lines.append(f"| {name} | {rate} | {iqr} | {shown} |")
+        lines.append(f"| {rank} | {name} | {rate} | {iqr} | {shown} |")
+    if any(rank.startswith("=") for rank, *_ in rows):
+        lines.append("\n=N: a tie, their IQRs overlap: not ranked on this machine.")
     lines.append("")
     lines += [f"- {line}" for line in summary.ratios()]
     lines += [f"- note: {n}" for n in summary.notes]
+    lines.append(_worth_markdown(summary))
     return "\n".join(lines).strip() + "\n"
+
+
+def _worth_markdown(summary: Summary) -> str:
+    """The table "what each setting is worth": the winner with one setting changed."""
+    rows, lines = summary.worth_rows(), []
+    if rows:
+        lines += [
+            "\n### What each setting is worth\n",
+            "The winner with one setting put back to PyTorch's default (the decoder: swapped "
+            "for each other decoder), measured interleaved with the winner in the same "
+            "rounds. Below 1.00: the winner's setting is worth that much here.\n",
+            "| " + " | ".join(WORTH_HEADER) + " |",
+            "|---|---|---|---:|---:|---|---|",
+        ]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines.append("")
+    lines += [f"- {line}" for line in summary.worth_lines()]
+    return "\n".join(lines)
 
 
 def _counts_line(trials: list[optuna.trial.FrozenTrial]) -> str:

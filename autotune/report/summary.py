@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 
 from autotune.runtime.failures import HINTS
 from autotune.tuner import store, stored_result
-from autotune.tuner.metrics import speedup
+from autotune.tuner.ablation import NO_EFFECT
+from autotune.tuner.metrics import speedup, ties
 from autotune.tuner.tune import StudyResult
 
 UNIT = "samples/s"
@@ -32,6 +33,8 @@ class Summary:
     best_params: dict[str, Any] | None = None  # the winning trial's, where it is stored
     as_is_label: str | None = None  # the pick for the user's pipeline as it is
     baseline_text: str | None = None  # what the baseline runs, in one line
+    ablation: dict[str, Any] | None = None  # what each setting is worth (Ablation.to_dict())
+    device: str | None = None
 
     @classmethod
     def of_result(cls, result: StudyResult) -> Summary:
@@ -45,6 +48,8 @@ class Summary:
             result.counts.get("complete", 0),
             as_is_label=result.as_is_label,
             baseline_text=result.baseline_text or None,
+            ablation=result.ablation.to_dict() if result.ablation else None,
+            device=result.device,
         )
 
     @classmethod
@@ -62,6 +67,8 @@ class Summary:
             trial.params if trial else None,
             as_is_label=stored.as_is_winner,
             baseline_text=stored.baseline,
+            ablation=stored.ablation,
+            device=(stored.workload or {}).get("device"),
         )
 
     def row(self, label: str | None) -> Row | None:
@@ -109,6 +116,10 @@ class Summary:
         ]
         return " + ".join(ways)
 
+    def ranks(self) -> dict[str, str]:
+        """Each finalist's rank; "=N" where IQRs overlap: a tie, not ranked."""
+        return ties([(r["label"], r["samples_per_s"], tuple(r["iqr"])) for r in self.confirmed])
+
     def bounds(self) -> list[tuple[str, float]]:
         """The CPU-work bound(s), labelled: one, or one per decoder."""
         bound = self.cpu_work_bound
@@ -121,18 +132,12 @@ class Summary:
         winner, lines = self.winner, self.ways()
         if winner is None:
             return lines
-        if self.ceiling:
-            share = winner["steady"] / self.ceiling
-            if share > 1.05:  # faster than the step alone: the ceiling run was disturbed
-                verdict = "above 1: the ceiling measurement is suspect, re-run to check it"
-            elif share >= 0.9:
-                verdict = "the train step (compute) limits"
-            else:
-                verdict = "the input pipeline limits"
-            lines.append(f"best (steady) / ceiling: {share:.2f}: {verdict}")
         bound = self.cpu_work_bound
         if isinstance(bound, dict):
             bound = bound.get(self.best_decoder or "")
+        if self.ceiling:
+            share = winner["steady"] / self.ceiling
+            lines.append(f"best (steady) / ceiling: {share:.2f}: {self._verdict(share, bound)}")
         if bound:
             lines.append(f"best (steady) / CPU-work bound: {winner['steady'] / bound:.2f}")
         low, high = winner["iqr"]
@@ -143,34 +148,130 @@ class Summary:
             )
         return lines
 
-    def rows(self) -> list[tuple[str, str, str, str, str]]:
-        """(label, samples/s, IQR, config, which ways picked it): finalists fastest first,
-        then the limits."""
+    def _verdict(self, share: float, bound: float | None) -> str:
+        """Which limit binds, from the best's share of the ceiling and of the CPU-work bound.
+        On a CPU device the step and the loader's workers share the cores: far below both
+        limits, neither binds alone."""
+        winner = self.winner
+        assert winner is not None
+        if share > 1.05:  # faster than the step alone: the ceiling run was disturbed
+            return "above 1: the ceiling measurement is suspect, re-run to check it"
+        if share >= 0.9:
+            return "the train step (compute) limits"
+        if self.device != "cpu":
+            return "the input pipeline limits"
+        if bound and winner["steady"] >= 0.8 * bound:
+            return "the input pipeline's decode and augmentation limit"
+        alone = f" (decode + augment alone: {bound:.0f} {UNIT} on all cores)" if bound else ""
+        return f"the shared cores limit: on a CPU device the step and the loader share them{alone}"
+
+    def worth_rows(self) -> list[tuple[str, str, str, str, str, str, str]]:
+        """(setting, the winner's value, changed to, samples/s, ratio to the winner, IQR,
+        effect): the winner in the ablation's rounds first, then each variant."""
+        ablation = self.ablation
+        if not ablation or not ablation["rows"]:
+            return []
+        top = ablation["winner"]
+        out = [
+            (
+                "(the winner)",
+                "",
+                "",
+                f"{top['samples_per_s']:.1f}",
+                "1.00",
+                f"{top['iqr'][0]:.0f}-{top['iqr'][1]:.0f}",
+                "",
+            )
+        ]
+        for r in ablation["rows"]:
+            out.append(
+                (
+                    r["knob"],
+                    str(r["winner_value"]),
+                    str(r["value"]),
+                    f"{r['samples_per_s']:.1f}",
+                    f"{r['ratio']:.2f}",
+                    f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}",
+                    r["effect"],
+                )
+            )
+        return out
+
+    def worth_lines(self) -> list[str]:
+        """How the ablation was measured, what it cost against the search, what it left out."""
+        ablation = self.ablation
+        if not ablation:
+            return []
+        lines = []
+        share = (
+            ablation["seconds"] / ablation["search_seconds"] if ablation["search_seconds"] else 0
+        )
+        if ablation["rows"]:
+            rounds = ablation["winner"].get("rounds", 0)
+            lines.append(
+                f"measured interleaved with the winner in {rounds} rounds, in "
+                f"{ablation['seconds']:.0f} s: {share:.0%} of the search's "
+                f"{ablation['search_seconds']:.0f} s (study.ablation_budget "
+                f"{ablation['budget']:.0%})"
+            )
+            quiet = [
+                r["knob"] + "=" + str(r["value"])
+                for r in ablation["rows"]
+                if r["effect"] == NO_EFFECT
+            ]
+            if quiet:
+                lines.append(f"no measurable effect here (inside the spread): {', '.join(quiet)}")
+        if ablation["left_out"]:
+            lines.append(
+                f"left out by the budget: {', '.join(ablation['left_out'])} (raise "
+                "study.ablation_budget to measure them)"
+            )
+        return lines
+
+    def rows(self) -> list[tuple[str, str, str, str, str, str]]:
+        """(rank, label, samples/s, IQR, config, which ways picked it): finalists fastest
+        first ("=N": a tie), then the limits."""
         out = []
+        rank = self.ranks()
         for r in sorted(self.confirmed, key=lambda r: -r["samples_per_s"]):
             iqr = f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}"
             marks = self.marks(r["label"])
-            out.append((r["label"], f"{r['samples_per_s']:.1f}", iqr, r["config"], marks))
+            rate = f"{r['samples_per_s']:.1f}"
+            out.append((rank[r["label"]], r["label"], rate, iqr, r["config"], marks))
         if self.ceiling:
             on_device = "train step on a batch already on the device"
-            out.append(("ceiling", f"{self.ceiling:.1f}", "", on_device, ""))
+            out.append(("", "ceiling", f"{self.ceiling:.1f}", "", on_device, ""))
         for label, value in self.bounds():
-            out.append((label, f"{value:.1f}", "", "decode + augment on all usable CPUs", ""))
+            decode = "decode + augment on all usable CPUs"
+            out.append(("", label, f"{value:.1f}", "", decode, ""))
         return out
 
 
-def _text_table(summary: Summary) -> list[str]:
-    rows = [("", UNIT, "IQR", "config")]
-    rows += [(a, b, c, d + (f"  <- {m}" if m else "")) for a, b, c, d, m in summary.rows()]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
+def _text_table(summary: Summary) -> list[str]:
+    rows = [("", "", UNIT, "IQR", "config")]
+    rows += [(k, a, b, c, d + (f"  <- {m}" if m else "")) for k, a, b, c, d, m in summary.rows()]
+    return _aligned(rows)
+
+
+WORTH_HEADER = ("setting", "winner's", "changed to", UNIT, "x winner", "IQR", "effect")
+
+
 def table(result: StudyResult) -> str:
-    """The summary printed at the end: finalists, baseline and limits, ratios, notes."""
+    """The summary printed at the end: finalists, baseline and limits, ratios, notes, and
+    what each setting of the winner is worth."""
     summary = Summary.of_result(result)
     lines = _text_table(summary) + summary.ratios()
     lines += [f"note: {n}" for n in summary.notes]
+    worth = summary.worth_rows()
+    if worth:
+        lines += ["", "what each setting of the winner is worth:"]
+        lines += _aligned([WORTH_HEADER, *worth])
+    lines += summary.worth_lines()
     return "\n".join(lines)
 
 

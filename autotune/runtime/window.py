@@ -112,9 +112,10 @@ def run_window(
     ``count(batch)``: the samples in a batch.
 
     Uneven samples (image sizes, clip lengths) make short spans disagree: while the last
-    ``sub_windows`` sub-windows spread wider than ``target_spread`` (0: never) and ``max_timed_s`` allows
-    ``sub_windows`` more of twice the length, those are timed. The rate stays all timed
-    samples over all timed seconds; the spread reached is the last set's."""
+    ``sub_windows`` sub-windows spread wider than ``target_spread`` (0: never) and
+    ``max_timed_s`` allows ``sub_windows`` more of twice the length, those are timed. The
+    rate stays all timed samples over all timed seconds; the spread reached is the last
+    set's."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     needed = _warm_up(it, step, warmup, min_sub_window_s, count, sync=sync, clock=clock)

@@ -9,7 +9,6 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.session import Session
@@ -23,21 +22,11 @@ log = logging.getLogger(__name__)
 Finalist = tuple[str, int | None, PipelineConfig]  # label, trial number, config
 
 
-def reduces(config: PipelineConfig) -> bool:
-    """Whether the config decodes below full resolution where the recipe allows (in the
-    workers: crops drawn on the device need the whole image, so this is conservative)."""
-    if config.as_is:
-        return False
-    return decoders.DECODERS[config.decoder].can_reduce and config.augment_on == "cpu"
-
-
 def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Finalist]:
     """The baseline and, for each way of applying a result, the ``k`` best distinct feasible
     configs of the search: any pipeline (for ``build_loader``), and the user's pipeline as it
-    is (for ``loader_kwargs``; the baseline is one of these).
-
-    When the finalists all decode at reduced size, the best full-resolution decode joins them:
-    the report can then say, from the same interleaved rounds, what reducing was worth.
+    is (for ``loader_kwargs``; the baseline is one of these). What the winner's decoder is
+    worth against the others is the ablation's (``ablation``), at the winner's settings.
     """
     # over the memory budget: never exported
     complete = sorted(feasible_complete(study), key=lambda t: t.value or 0.0, reverse=True)
@@ -57,10 +46,6 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
     take(complete, k)
     as_is_picked = sum(1 for _, _, c in picked[1:] if c.as_is)
     take([t for t in complete if store.pipeline_of(t).as_is], k - as_is_picked)
-    tuned = [c for _, _, c in picked[1:] if not c.as_is]
-    if k and tuned and all(reduces(c) for c in tuned):
-        full = [t for t in complete if not store.pipeline_of(t).as_is]
-        take([t for t in full if not reduces(store.pipeline_of(t))], 1)
     return picked
 
 
@@ -150,18 +135,3 @@ def from_search(
             )
         )
     return out
-
-
-def reduced_decode_note(winner: Confirmed, confirmed: list[Confirmed]) -> str | None:
-    """What decoding at reduced size bought, measured against the best full decode."""
-    if not reduces(winner.config):
-        return None
-    full = [c for c in confirmed if not reduces(c.config) and not c.config.as_is]
-    if not full:
-        return None
-    best_full = max(full, key=lambda c: c.median)
-    return (
-        f"reduced decode ({winner.config.decoder}) is {winner.median / best_full.median:.2f}x "
-        f"the best full-resolution decode ({best_full.label}, {best_full.config.short()}: "
-        f"{best_full.median:.1f} samples/s)"
-    )

@@ -67,6 +67,11 @@ def feasible_complete(study: optuna.Study) -> list[FrozenTrial]:
     ]
 
 
+def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two intervals (IQRs) overlap: the configs are a tie, not ranked."""
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 def speedup(rate: float | None, baseline: float | None) -> float | None:
     """``rate`` over the baseline's, where both were measured."""
     if rate is None or not baseline:
@@ -120,7 +125,10 @@ class Confirmed:
 
 
 def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
-    """The fastest; among those within SAME_SPEED of it, the cheapest. Notes say why."""
+    """The fastest; among those within SAME_SPEED of it, the cheapest. Notes say why.
+
+    Finalists whose IQRs overlap are ties (``ties``): the report marks them, and no note
+    ranks configs that differ in several settings."""
     notes = []
     top = max(confirmed, key=lambda c: c.median)
     tied = [c for c in confirmed if c.median >= top.median * (1 - SAME_SPEED)]
@@ -130,19 +138,24 @@ def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
     )
     if winner is not top:
         notes.append(
-            f"{winner.label} is within {SAME_SPEED:.0%} of {top.label} and buffers "
-            "fewer batches or uses fewer workers or less memory: it is the pick"
+            f"{winner.label} is the pick among the finalists within {SAME_SPEED:.0%} of the "
+            "fastest: it buffers fewer batches, uses fewer workers or less memory"
         )
-        return winner, notes
-    others = [c for c in confirmed if c is not winner]
-    if others:
-        runner_up = max(others, key=lambda c: c.median)
-        if runner_up.median >= winner.iqr[0]:
-            notes.append(
-                f"the lead over {runner_up.label} ({runner_up.median:.1f} samples/s) "
-                "is inside the winner's spread: they are equally fast on this machine"
-            )
     return winner, notes
+
+
+def ties(rows: list[tuple[str, float, tuple[float, float]]]) -> dict[str, str]:
+    """Rank of each (label, median, IQR), fastest first. A row whose IQR overlaps the IQR of
+    the first row of the rank above shares that rank, and both read "=N": a tie, not ranked."""
+    ranked: dict[str, str] = {}
+    leader: tuple[str, int, tuple[float, float]] | None = None
+    for place, (label, _, iqr) in enumerate(sorted(rows, key=lambda r: -r[1]), start=1):
+        if leader is not None and overlaps(iqr, leader[2]):
+            ranked[label] = ranked[leader[0]] = f"={leader[1]}"
+            continue
+        leader = (label, place, iqr)
+        ranked[label] = str(place)
+    return ranked
 
 
 def _pick_beating_the_baseline(

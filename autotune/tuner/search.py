@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.pipeline.config import AS_IS
 from autotune.session import SearchSpace
 from autotune.tuner import store
 from autotune.tuner.metrics import feasible_complete
@@ -96,9 +97,11 @@ def next_neighbour(
     study: optuna.Study, space: SearchSpace, *, as_is: bool = False
 ) -> dict[str, Any] | None:
     """The next unmeasured one-knob neighbour of the best so far (``as_is``: of the best
-    config of the pipeline as it is, staying as it is), the knobs taken in turn: polish step
-    i starts at knob i (mod the knobs), so a short polish moves every knob once rather than
-    spending itself on the first knob's values whenever the best changes."""
+    config of the pipeline as it is, staying as it is). For the whole pipeline, every other
+    decoder at the best's settings comes first: a decoder's worth depends on the workers
+    and threads it runs with, and TPE rarely tries each one there. Then the knobs in turn:
+    polish step i starts at knob i (mod the knobs), so a short polish moves every knob once
+    rather than spending itself on the first knob's values whenever the best changes."""
     complete = [t for t in feasible_complete(study) if not as_is or is_as_is(t.params)]
     if not complete:
         return None
@@ -111,6 +114,21 @@ def next_neighbour(
     per_knob = [points for points in per_knob if points]
     if not per_knob:
         return None
+
+    def untried(point: dict[str, Any]) -> bool:
+        return not any(point.items() <= params.items() for params in tried)
+
+    if not as_is:
+        decoder = best.params.get("decoder")
+        swaps = [
+            p
+            for points in per_knob
+            for p in points
+            if p.get("decoder") not in (decoder, AS_IS) and decoder is not None
+        ]
+        swap = next((p for p in swaps if untried(p)), None)
+        if swap is not None:
+            return swap
     turn = sum(  # from storage: resumable
         store.role_of(t) == store.POLISH
         and t.user_attrs.get(store.TrialKey.POLISHED, False) == as_is
@@ -118,6 +136,6 @@ def next_neighbour(
     )
     for shift in range(len(per_knob)):
         for point in per_knob[(turn + shift) % len(per_knob)]:
-            if not any(point.items() <= params.items() for params in tried):
+            if untried(point):
                 return point
     return None  # every neighbour measured: the best is a local optimum; TPE goes on

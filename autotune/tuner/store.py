@@ -66,6 +66,8 @@ class StudyKey:
     AS_IS_WINNER = "as_is_winner"  # the winner for the user's pipeline as it is (loader_kwargs)
     BASELINE = "baseline"  # what the baseline runs, in one line
     NOTES = "notes"
+    WORTH = "worth"  # what each setting of the winner is worth (ablation.Ablation.to_dict())
+    IMPORTANCES = "importances_fanova"  # report.md's importances, for the dashboard's list
     WORKLOAD = "workload"
     MACHINE = "machine"
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)

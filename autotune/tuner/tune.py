@@ -23,7 +23,8 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store, stored_result
-from autotune.tuner.confirm import confirm, finalists, from_search, reduced_decode_note
+from autotune.tuner.ablation import Ablation, ablate, reduced_decode_note
+from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.metrics import Confirmed, pick_each_way, speedup
 from autotune.tuner.objective import Objective
 from autotune.tuner.search import search
@@ -52,6 +53,8 @@ class StudyResult:
     search_wall_s: float = 0.0  # this run's search (TPE and polish), without the confirmation
     baseline_text: str = ""  # what the baseline runs, in one line
     as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
+    ablation: Ablation | None = None  # what each setting of the winner is worth
+    device: str = "cpu"
 
     def _find(self, label: str) -> Confirmed | None:
         return next((c for c in self.confirmed if c.label == label), None)
@@ -176,9 +179,6 @@ def _winners(
 ) -> tuple[Confirmed, Confirmed | None, list[str]]:
     """The pick for each way of applying the result, and the notes that explain them."""
     winner, as_is_winner, notes = pick_each_way(confirmed)
-    reduced = reduced_decode_note(winner, confirmed)
-    if reduced:
-        notes.append(reduced)
     if session.epoch_samples:
         notes.append(
             f"samples/s over an epoch of {session.epoch_samples} samples: each epoch's start "
@@ -199,11 +199,17 @@ def _result(
     confirmed, notes = _confirmed(session, study, baseline, stop, run)
     interrupted = stop.is_set()
     notes = [*session.space.notes, *notes]
-    winner = as_is_winner = None
+    winner = as_is_winner = ablation = None
     baseline_text = _baseline_text(session, baseline)
     if confirmed:
         winner, as_is_winner, winner_notes = _winners(session, confirmed)
         notes += winner_notes
+        if not stop.is_set() and winner.label != store.BASELINE:
+            ablation = ablate(session, study, winner, baseline, run=run)
+            interrupted = stop.is_set()
+        reduced = reduced_decode_note(ablation, winner.config) if ablation else None
+        if reduced:
+            notes.append(reduced)
         # what report.md is rebuilt from (mode=report): the storage alone
         stored_result.save_result(
             study,
@@ -212,6 +218,7 @@ def _result(
             as_is_winner=as_is_winner.label if as_is_winner else None,
             baseline=baseline_text,
             notes=notes,
+            ablation=ablation.to_dict() if ablation else None,
         )
     return StudyResult(
         study_name=study.study_name,
@@ -233,4 +240,6 @@ def _result(
         notes=tuple(notes),
         interrupted=interrupted,
         cpu_work_bound_samples_per_s=study.user_attrs.get(StudyKey.CPU_WORK_BOUND),
+        ablation=ablation,
+        device=session.device,
     )

@@ -10,8 +10,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import TrialOutcome
 from autotune.runtime.window import Measurement
-from autotune.tuner.confirm import confirm, finalists, reduced_decode_note
-from autotune.tuner.metrics import Confirmed
+from autotune.tuner.confirm import confirm, finalists
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
 
@@ -71,29 +70,6 @@ def test_each_way_of_applying_gets_its_own_finalists():
     # an as-is config among the best overall counts for its way too
     study.add_trial(_trial(600, 3, decoder="as_is"))
     assert [number for _, number, _ in finalists(study, 2, BASELINE)[1:]] == [6, 0, 3]
-
-
-def test_the_best_full_decode_joins_reduced_finalists():
-    study = optuna.create_study(direction="maximize")
-    for trial in (
-        _trial(500, 2, decoder="pil_reduced"),
-        _trial(480, 1, decoder="pil_reduced"),
-        _trial(300, 2, decoder="opencv"),
-        _trial(350, 1, decoder="pil"),
-        _trial(200, 0, decoder="opencv"),
-    ):
-        study.add_trial(trial)
-    picked = finalists(study, 2, BASELINE)
-    assert [number for _, number, _ in picked[1:]] == [0, 1, 3]  # 3: the best full decode
-    assert [number for _, number, _ in finalists(study, 3, BASELINE)[1:]] == [0, 1, 3]
-    assert finalists(study, 0, BASELINE) == [("baseline", None, BASELINE)]
-
-    reduced = Confirmed("trial 0", 0, picked[1][2], (500.0, 510.0))
-    full = Confirmed("trial 3", 3, picked[3][2], (360.0, 340.0))
-    base = Confirmed("baseline", None, BASELINE, (100.0,))
-    note = reduced_decode_note(reduced, [base, reduced, full])
-    assert note is not None and "1.44x the best full-resolution decode (trial 3" in note
-    assert reduced_decode_note(full, [base, reduced, full]) is None
 
 
 def test_confirmation_interleaves_the_finalists():

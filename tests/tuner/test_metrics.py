@@ -11,6 +11,7 @@ from autotune.tuner.metrics import (
     pick_each_way,
     pick_winner,
     startup_per_epoch,
+    ties,
 )
 
 
@@ -56,17 +57,19 @@ def test_within_two_percent_the_cheaper_config_wins():
     big = _confirmed("trial 1", 4, (500.0, 502.0, 498.0))
     small = _confirmed("trial 2", 2, (495.0, 494.0, 496.0))
     winner, notes = pick_winner([big, small])
-    assert winner is small and "within 2%" in notes[0]
+    assert winner is small and "the pick among the finalists within 2%" in notes[0]
 
 
-def test_a_lead_inside_the_spread_is_said():
+def test_overlapping_intervals_are_ties_not_ranks():
     a = _confirmed("trial 1", 2, (400.0, 520.0, 470.0, 480.0))
     b = _confirmed("trial 2", 1, (450.0, 455.0, 452.0, 451.0))
-    winner, notes = pick_winner([a, b])
-    assert winner is a and "inside the winner's spread" in notes[0]
     clear = _confirmed("trial 3", 1, (300.0, 301.0, 299.0))
-    winner, notes = pick_winner([a, clear])
-    assert winner is a and not notes
+    winner, notes = pick_winner([a, b, clear])
+    assert winner is a and not notes  # no sentence ranks configs of several differences
+    rows = [(c.label, c.median, c.iqr) for c in (clear, b, a)]
+    assert ties(rows) == {"trial 1": "=1", "trial 2": "=1", "trial 3": "3"}
+    apart = [("x", 500.0, (495.0, 505.0)), ("y", 400.0, (395.0, 405.0))]
+    assert ties(apart) == {"x": "1", "y": "2"}
 
 
 def _as_is(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:
@@ -87,5 +90,5 @@ def test_each_way_has_its_pick_and_loader_kwargs_never_lose_to_the_baseline():
     level = _as_is("trial 4", 2, (201.0, 203.0))  # as fast: the baseline needs no workers
     winner, as_is_winner, notes = pick_each_way([base, tuned, level])
     assert (winner, as_is_winner) == (tuned, base)
-    assert any(n.startswith("loader_kwargs: baseline is within 2%") for n in notes), notes
+    assert any(n.startswith("loader_kwargs: baseline is the pick") for n in notes), notes
     assert pick_each_way([tuned])[1] is None  # no as-is config confirmed: no pick

@@ -1,0 +1,256 @@
+"""What each setting of the winner is worth: the winner beside itself with one setting put
+back to what PyTorch does by default (the decoder: swapped for each other decoder of the
+space), measured interleaved in the same rounds, within a share of the search's time.
+
+Importances say which settings moved samples/s across the search; this says what each
+setting of *the pick* buys on this machine, in comparisons that differ in one setting only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.pipeline import decoders
+from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.runtime.trial import run_trial
+from autotune.session import Session
+from autotune.session.session import Run
+from autotune.tuner import store
+from autotune.tuner.confirm import confirm
+from autotune.tuner.metrics import Confirmed, overlaps
+from autotune.tuner.store import TrialKey
+
+log = logging.getLogger(__name__)
+
+WINNER = "winner"
+NO_EFFECT = "no measurable effect here"
+# PyTorch's default for each setting the tuner chooses, in the order they are measured when
+# the budget allows only some; the decoder comes first and is swapped, not put back
+PYTORCH_DEFAULTS: dict[str, Any] = {
+    "num_workers": 0,
+    "main_threads": None,  # torch's own thread count: the baseline's
+    "persistent_workers": False,
+    "prefetch_factor": None,  # DataLoader's 2
+    "pin_memory": False,
+    "augment_on": "cpu",
+    "transfer": "float",  # normalized in the workers, as the tutorial does
+    "device_prefetch": False,
+    "channels_last": False,
+    "batch_size": None,  # the baseline's
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The winner with one setting changed."""
+
+    knob: str
+    value: Any  # what the setting is put back to (or the decoder swapped for)
+    config: PipelineConfig
+
+    @property
+    def label(self) -> str:
+        return f"{self.knob}={self.value}"
+
+
+def variants(
+    winner: PipelineConfig, baseline: PipelineConfig, decoder_choices: list[str]
+) -> list[Variant]:
+    """The winner with each setting that differs from PyTorch's default put back to it, and
+    with each other decoder of ``decoder_choices``; the ones that would be the winner again,
+    or another variant again, left out. Decoders first: they differ the most."""
+    out: list[Variant] = []
+    seen = {winner}
+
+    def add(knob: str, value: Any, config: PipelineConfig) -> None:
+        if config not in seen:
+            seen.add(config)
+            out.append(Variant(knob, value, config))
+
+    full_first = sorted(
+        (d for d in decoder_choices if d != winner.decoder),
+        key=lambda d: (d == AS_IS, _reduces(d)),  # full decodes, then reduced, then as it is
+    )
+    for name in full_first:
+        add("decoder", name, _with(winner, decoder=name))
+    for knob, default in PYTORCH_DEFAULTS.items():
+        if default is None and knob in ("main_threads", "batch_size"):
+            default = getattr(baseline, knob)
+        current = getattr(winner, knob)
+        if knob == "prefetch_factor":
+            if not winner.num_workers or (current or 2) == 2:
+                continue
+            add(knob, 2, _with(winner, prefetch_factor=None))
+            continue
+        if current == default or (knob == "main_threads" and default is None):
+            continue
+        add(knob, default, _with(winner, **{knob: default}))
+    return out
+
+
+def _reduces(decoder: str) -> bool:
+    found = decoders.DECODERS.get(decoder)
+    return bool(found and found.can_reduce)
+
+
+def _with(config: PipelineConfig, **changes: Any) -> PipelineConfig:
+    """``config`` with ``changes``; no workers: no prefetch factor or persistence either."""
+    if changes.get("num_workers") == 0:
+        changes.update(prefetch_factor=None, persistent_workers=False)
+    return dataclasses.replace(config, **changes)
+
+
+def effect(row: Confirmed, winner: Confirmed) -> str:
+    """In words: what the winner's setting buys over this row, or that it makes no
+    measurable difference (their IQRs overlap)."""
+    if overlaps(row.iqr, winner.iqr):
+        return NO_EFFECT
+    if row.median < winner.median:
+        return f"the winner's setting is worth {winner.median / row.median:.2f}x"
+    return f"this is {row.median / winner.median:.2f}x the winner: the winner's setting costs"
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The winner and its variants, measured in the same interleaved rounds."""
+
+    winner: dict[str, Any]  # the winner's row in these rounds (Confirmed.to_dict())
+    rows: tuple[dict[str, Any], ...]  # one per variant: knob, values, figures, effect
+    left_out: tuple[str, ...]  # variants the budget did not allow
+    seconds: float  # what the ablation took
+    search_seconds: float  # what the search took, all its trials
+    budget: float  # study.ablation_budget
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Ablation:
+        return cls(
+            winner=data["winner"],
+            rows=tuple(data["rows"]),
+            left_out=tuple(data["left_out"]),
+            seconds=data["seconds"],
+            search_seconds=data["search_seconds"],
+            budget=data["budget"],
+        )
+
+
+def search_seconds(study: optuna.Study) -> float:
+    """The search's time: every finished trial's wall time (resumed runs included)."""
+    trials = study.get_trials(deepcopy=False, states=store.FINISHED)
+    return sum(t.user_attrs.get(TrialKey.WALL_S, 0.0) for t in trials)
+
+
+def _seconds_per_run(study: optuna.Study) -> float | None:
+    """What one measured run costs: the complete trials' median wall time."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    walls = [t.user_attrs[TrialKey.WALL_S] for t in complete if TrialKey.WALL_S in t.user_attrs]
+    return statistics.median(walls) if walls else None
+
+
+def ablate(
+    session: Session,
+    study: optuna.Study,
+    winner: Confirmed,
+    baseline: PipelineConfig,
+    *,
+    run: Run = run_trial,
+) -> Ablation | None:
+    """Measures the winner's variants that fit in ``study.ablation_budget`` of the search's
+    time, interleaved with the winner; None where none fits or the winner has none."""
+    cfg = session.config.study
+    decoder_knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
+    choices = decoder_knob.values() if decoder_knob is not None else []
+    planned = variants(winner.config, baseline, choices)
+    spent_on_search = search_seconds(study)
+    per_run = _seconds_per_run(study)
+    if not planned or per_run is None or cfg.ablation_budget <= 0:
+        return None
+    rounds = cfg.confirm_rounds
+    fits = int(cfg.ablation_budget * spent_on_search // (rounds * per_run)) - 1  # the winner
+    measured, left_out = planned[: max(0, fits)], planned[max(0, fits) :]
+    if not measured:
+        log.info(
+            "what each setting is worth: not measured, %d rounds of %d variants would take "
+            "~%.0f s, over study.ablation_budget (%.0f%% of the search's %.0f s)",
+            rounds,
+            len(planned),
+            rounds * (len(planned) + 1) * per_run,
+            100 * cfg.ablation_budget,
+            spent_on_search,
+        )
+        labels = tuple(v.label for v in left_out)
+        return Ablation({}, (), labels, 0.0, round(spent_on_search, 1), cfg.ablation_budget)
+    log.info(
+        "what each setting is worth: %d variants of the winner, %d interleaved rounds%s",
+        len(measured),
+        rounds,
+        f" ({len(left_out)} left out by study.ablation_budget)" if left_out else "",
+    )
+    started = time.monotonic()
+    picked = [(WINNER, winner.trial_number, winner.config)]
+    picked += [(v.label, None, v.config) for v in measured]
+    confirmed = {c.label: c for c in confirm(session, picked, rounds=rounds, run=run)}
+    seconds = time.monotonic() - started
+    again = confirmed.get(WINNER)
+    if again is None:  # stopped, or the winner failed in these rounds
+        return None
+    rows = []
+    for v in measured:
+        row = confirmed.get(v.label)
+        if row is None:  # failed in every round: nothing to compare
+            left_out.append(v)
+            continue
+        rows.append(
+            {
+                "knob": v.knob,
+                "winner_value": getattr(winner.config, v.knob),
+                "value": v.value,
+                "config": v.config.short(),
+                "samples_per_s": round(row.median, 1),
+                "iqr": [round(x, 1) for x in row.iqr],
+                "ratio": round(row.median / again.median, 3),
+                "effect": effect(row, again),
+            }
+        )
+    return Ablation(
+        again.to_dict(),
+        tuple(rows),
+        tuple(v.label for v in left_out),
+        round(seconds, 1),
+        round(spent_on_search, 1),
+        cfg.ablation_budget,
+    )
+
+
+def reduced_decode_note(ablation: Ablation, winner: PipelineConfig) -> str | None:
+    """What decoding at reduced size bought: the winner against itself at the fastest full
+    decode, the other settings the same."""
+    if not (_reduces(winner.decoder) and winner.augment_on == "cpu"):
+        return None
+    full = [
+        r
+        for r in ablation.rows
+        if r["knob"] == "decoder" and r["value"] != AS_IS and not _reduces(r["value"])
+    ]
+    if not full:
+        return None
+    best = max(full, key=lambda r: r["samples_per_s"])
+    if best["effect"] == NO_EFFECT:
+        return (
+            f"reduced decode ({winner.decoder}) has no measurable effect against full decode "
+            f"({best['value']}) at the winner's other settings"
+        )
+    return (
+        f"reduced decode ({winner.decoder}) is {1 / best['ratio']:.2f}x the winner at full "
+        f"decode ({best['value']}, the other settings the same)"
+    )
