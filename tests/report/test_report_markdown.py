@@ -9,6 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from helpers import run_cli
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
@@ -237,3 +238,142 @@ def test_the_cpu_work_bound_is_shown_only_when_stored(tmp_path, bound):
     assert ("| CPU-work bound | 380.5 |" in text) == (bound is not None)
     assert ("CPU-work bound" in text) == (bound is not None)
     assert "| ceiling | 900.0 |" in text  # limits are shown before any confirmation
+
+
+RATIO = re.compile(r"(\d+\.\d\d)x")
+
+
+def comparative_lines(text: str) -> list[str]:
+    """The report's sentences that state a ratio (``1.23x``): the list items and notes."""
+    return [line for line in text.splitlines() if line.startswith("- ") and RATIO.search(line)]
+
+
+def assert_every_comparison_is_controlled(text: str, worth: dict) -> None:
+    """Each sentence with a ratio is a headline speedup over the baseline (the whole result)
+    or a ratio of a worth row: the winner against itself with one setting changed."""
+    winner = worth["winner"]["samples_per_s"]
+    one_setting = {
+        f"{winner / r['samples_per_s']:.2f}" for r in worth["rows"] if r["samples_per_s"]
+    } | {f"{r['samples_per_s'] / winner:.2f}" for r in worth["rows"]}
+    for line in comparative_lines(text):
+        if line.startswith(("- build_loader(best.yaml)", "- loader_kwargs(best.yaml)")):
+            assert line.endswith("x the baseline"), line
+            continue
+        for ratio in RATIO.findall(line):
+            assert ratio in one_setting, f"not a one-setting comparison: {line}"
+
+
+def test_the_notes_compare_only_configs_one_setting_apart(tmp_path):
+    trials = [
+        measured(0, "pil", 200.0),
+        measured(2, "opencv", 300.0),
+        measured(1, "opencv", 290.0),
+    ]
+    worth = {
+        "winner": {"label": "winner", "samples_per_s": 310.0, "iqr": [300.0, 320.0], "rounds": 2},
+        "rows": [
+            {
+                "knob": "decoder",
+                "winner_value": "pil_reduced",
+                "value": "pil",
+                "config": "w2 pf2 pil t1 bs8",
+                "samples_per_s": 200.0,
+                "iqr": [195.0, 205.0],
+                "ratio": 0.645,
+                "effect": "the winner's setting is worth 1.55x",
+            },
+            {
+                "knob": "main_threads",
+                "winner_value": 1,
+                "value": 2,
+                "config": "w2 pf2 pil_reduced t2 bs8",
+                "samples_per_s": 305.0,
+                "iqr": [298.0, 312.0],
+                "ratio": 0.984,
+                "effect": "no measurable effect here",
+            },
+        ],
+        "left_out": ["num_workers=0"],
+        "seconds": 30.0,
+        "search_seconds": 200.0,
+        "budget": 0.25,
+    }
+    notes = [
+        "reduced decode (pil_reduced) is 1.55x the winner at full decode (pil, the "
+        "other settings the same)"
+    ]
+    confirmation = [
+        {
+            "label": "baseline",
+            "trial_number": 0,
+            "config": "w0 as_is t2 bs8",
+            "samples_per_s": 150.0,
+            "steady": 150.0,
+            "iqr": [140.0, 160.0],
+            "rounds": 2,
+        },
+        {
+            "label": "trial 1",
+            "trial_number": 1,
+            "config": "w2 pf2 pil_reduced t1 bs8",
+            "samples_per_s": 310.0,
+            "steady": 310.0,
+            "iqr": [300.0, 320.0],
+            "rounds": 2,
+        },
+        {
+            "label": "trial 2",
+            "trial_number": 2,
+            "config": "w1 pf2 pil_reduced t1 bs8",
+            "samples_per_s": 305.0,
+            "steady": 305.0,
+            "iqr": [296.0, 315.0],
+            "rounds": 2,
+        },
+    ]
+    storage = stored_study(
+        tmp_path,
+        trials,
+        worth=worth,
+        notes=notes,
+        confirmation=confirmation,
+        winner="trial 1",
+        ceiling_samples_per_s=900.0,
+        workload={"device": "cpu", "dataset": "made"},
+        machine={"usable_cpus": 2},
+        cpu_work_bound_samples_per_s={"pil_reduced": 1600.0},
+    )
+    text = report.write_report(storage, "made", tmp_path / "studies" / "made").read_text()
+    assert "### What each setting is worth" in text
+    assert (
+        "| decoder | pil_reduced | pil | 200.0 | 0.65 | 195-205 | "
+        "the winner's setting is worth 1.55x |" in text
+    )
+    assert "no measurable effect here (inside the spread): main_threads=2" in text
+    assert "left out by the budget: num_workers=0" in text
+    assert "30 s: 15% of the search's 200 s" in text
+    # trials 1 and 2 overlap: a tie, not ranked
+    assert "| =1 | **trial 1 (build_loader)** |" in text and "| =1 | trial 2 |" in text
+    # far below the loader's own bound on a CPU device: the cores are what is shared
+    assert "the shared cores limit" in text and "the input pipeline limits" not in text
+    assert_every_comparison_is_controlled(text, worth)
+    bad = text + "\n- note: trial 2 is 1.42x trial 1\n"
+    with pytest.raises(AssertionError, match="not a one-setting comparison"):
+        assert_every_comparison_is_controlled(bad, worth)
+
+
+@pytest.mark.slow
+def test_a_real_study_reports_what_each_setting_is_worth(quick_study):
+    cwd, result = quick_study
+    text = (cwd / "studies" / "synthetic-tiny" / "report.md").read_text()
+    study = optuna.load_study(
+        study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
+    )
+    worth = study.user_attrs["worth"]
+    assert worth["rows"], worth  # the quick study's budget covers its variants
+    assert "### What each setting is worth" in text
+    assert "what each setting of the winner is worth:" in result.stdout
+    assert_every_comparison_is_controlled(text, worth)
+    best = yaml.safe_load((cwd / "studies" / "synthetic-tiny" / "best.yaml").read_text())
+    changed = best["measured"]["worth"]["changed"]
+    assert set(changed) == {f"{r['knob']}={r['value']}" for r in worth["rows"]}
