@@ -31,10 +31,10 @@ from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import load_pipeline_config
 from autotune.runtime.copy_profile import profile_copy
 from autotune.runtime.lock import host_lock
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageProfile, StageTime, pick, profile_stages
 from autotune.runtime.threads import threads
 from autotune.runtime.trial import run_trial
-from autotune.runtime.window import Measurement
 from autotune.schema import AutotuneConfig, ModelConfig
 from autotune.session import Session
 from autotune.session.session import Run

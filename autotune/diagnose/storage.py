@@ -18,8 +18,9 @@ from typing import Any
 
 from autotune.diagnose import page_cache
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageTime, pick
-from autotune.runtime.window import Measurement, warmup_batches
+from autotune.runtime.window import warmup_batches
 from autotune.schema import WindowConfig
 from autotune.session import Session
 

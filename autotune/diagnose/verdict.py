@@ -15,8 +15,8 @@ from typing import Any
 from autotune.diagnose.storage import Storage
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import LOADER_STAGES, StageProfile, StageTime
-from autotune.runtime.window import Measurement
 
 DATA_BOUND_WAIT = 0.2  # a step that waits longer than this share for data is data-bound
 CHEAPER = 0.9  # another decoder is suggested when it needs under this share of the CPU

@@ -105,6 +105,11 @@ def _summary_markdown(summary: Summary) -> str:
         lines.append(f"| {rank} | {name} | {rate} | {iqr} | {shown} |")
     if any(rank.startswith("=") for rank, *_ in rows):
         lines.append("\n=N: a tie, their IQRs overlap: not ranked on this machine.")
+    if any("(spread" in iqr for _, _, _, iqr, _, _ in rows):
+        lines.append(
+            "\nIQR: of every sub-window of every round; spread: (max - min) / median of the "
+            "sub-windows each run ended with (window.target_spread), the median run's."
+        )
     lines.append("")
     lines += [f"- {line}" for line in summary.ratios()]
     lines += [f"- note: {n}" for n in summary.notes]

@@ -235,6 +235,8 @@ class Summary:
         rank = self.ranks()
         for r in sorted(self.confirmed, key=lambda r: -r["samples_per_s"]):
             iqr = f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}"
+            if r.get("spread") is not None:  # stored since windows lengthen on uneven data
+                iqr += f" (spread {r['spread']:.0%})"
             marks = self.marks(r["label"])
             rate = f"{r['samples_per_s']:.1f}"
             out.append((rank[r["label"]], r["label"], rate, iqr, r["config"], marks))

@@ -23,7 +23,8 @@ from autotune.pipeline.user_data import UserData
 from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.runtime.job import TrialJob
-from autotune.runtime.window import Measurement, run_ceiling, run_window, warmup_batches
+from autotune.runtime.measurement import Measurement
+from autotune.runtime.window import run_ceiling, run_window, warmup_batches
 from autotune.runtime.workload import TrainStep, job_step
 
 ENDLESS = 10**9  # samples: the window stops the loader long before

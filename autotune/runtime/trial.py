@@ -34,7 +34,8 @@ from autotune.runtime.child import measure
 from autotune.runtime.epochs import EpochTimes
 from autotune.runtime.failures import Failure, classify, classify_signal
 from autotune.runtime.job import TrialJob
-from autotune.runtime.window import Measurement, WindowStopped
+from autotune.runtime.measurement import Measurement
+from autotune.runtime.window import WindowStopped
 
 log = logging.getLogger(__name__)
 

@@ -7,63 +7,18 @@ injectable clock, so tests drive it with a fake clock and a fake loader.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.pipeline.batches import samples_in
 from autotune.runtime.gpu_monitor import UtilizationSampler
+from autotune.runtime.measurement import Measurement, relative_spread
 
 Batch = Any  # what the loader yields: (images, labels), or the user's own batch
 Step = Callable[[Batch], None]
 Count = Callable[[Batch], int]  # samples in a batch
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """What one timed window saw. Rates are samples per second."""
-
-    # all timed samples over all timed seconds: the objective. Not the sub-windows' median:
-    # a loader that stalls lets its workers fill the prefetch buffer, and the sub-window
-    # after drains it in a burst; the median keeps the burst and drops the stall, the
-    # epoch the user runs pays both
-    samples_per_s: float
-    sub_window_samples_per_s: tuple[float, ...]
-    data_wait_fraction: float  # share of timed wall time spent waiting for the next batch
-    time_to_first_batch_s: float  # start-up (worker spawn, first fill), kept apart
-    warmup_batches: int
-    timed_batches: int
-    gpu_peak_memory_bytes: int | None = None  # None without a GPU (absent, not zero)
-    gpu_utilization_pct: float | None = None  # mean over the timed sub-windows; None: no GPU
-    # CPU seconds of the measuring process (all its threads, not its DataLoader workers) per
-    # timed sample: with num_workers=0, the loader's own CPU cost, whatever else ran
-    process_cpu_s_per_sample: float | None = None
-    # to the first batch of a next epoch in hand, after an epoch ended (workers idle, buffer
-    # empty): what every epoch's start costs, workers respawned or (persistent) refilled;
-    # None where the window made no epoch boundary
-    epoch_start_s: float | None = None
-    # the run's first step, after the first batch: its one-off warm-up (allocations; with
-    # compile=true, compiling the model), never inside the start-up or the timed windows
-    first_step_s: float | None = None
-    # the spread reached: of the last ``sub_windows`` sub-windows, all of one length (the
-    # longest the window grew to); None: of all of them
-    reached_spread: float | None = None
-
-    @property
-    def spread(self) -> float:
-        """(max - min) / median of the sub-windows of the final length: how far apart
-        equal spans of this run were."""
-        if self.reached_spread is not None:
-            return self.reached_spread
-        return relative_spread(self.sub_window_samples_per_s)
-
-
-def relative_spread(values: Sequence[float]) -> float:
-    """(max - min) / median: 0 for one value."""
-    middle = statistics.median(values)
-    return (max(values) - min(values)) / middle if middle else 0.0
 
 
 class WindowStopped(Exception):
@@ -109,13 +64,9 @@ def run_window(
     raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
     sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
     batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
-    ``count(batch)``: the samples in a batch.
-
-    Uneven samples (image sizes, clip lengths) make short spans disagree: while the last
-    ``sub_windows`` sub-windows spread wider than ``target_spread`` (0: never) and
-    ``max_timed_s`` allows ``sub_windows`` more of twice the length, those are timed. The
-    rate stays all timed samples over all timed seconds; the spread reached is the last
-    set's."""
+    ``count(batch)``: the samples in a batch. Uneven samples make short spans disagree:
+    sets twice as long follow until ``target_spread`` (0: never) or ``max_timed_s``
+    (``_time_sets``); the rate is all timed samples over all timed seconds."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     needed = _warm_up(it, step, warmup, min_sub_window_s, count, sync=sync, clock=clock)
@@ -123,9 +74,42 @@ def run_window(
 
     tally = _Tally()
     timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
+    shape = {"sub_windows": sub_windows, "target_spread": target_spread}
+    shape.update(batches_per_window=batches_per_window, max_timed_s=max_timed_s)
+    _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **shape)
+    epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
+    return Measurement(
+        samples_per_s=tally.rate,
+        sub_window_samples_per_s=tuple(tally.rates),
+        data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
+        time_to_first_batch_s=time_to_first_batch,
+        warmup_batches=warmup,
+        timed_batches=tally.batches,
+        gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
+        process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
+        epoch_start_s=epoch_start_s,
+        first_step_s=first_step_s,
+        reached_spread=relative_spread(tally.rates[-sub_windows:]),
+    )
+
+
+def _time_sets(
+    it: Iterator[Batch],
+    step: Step,
+    tally: _Tally,
+    count: Count,
+    timing: dict[str, Any],
+    *,
+    sub_windows: int,
+    batches_per_window: int,
+    target_spread: float,
+    max_timed_s: float,
+    on_sub_window: Callable[[int, float], None] | None,
+) -> None:
+    """Times a set of ``sub_windows`` sub-windows, then sets twice as long while the last
+    set spreads wider than ``target_spread`` and the next fits in ``max_timed_s``."""
 
     def time_set(n_batches: int) -> float:
-        """Times ``sub_windows`` sub-windows of ``n_batches``; returns their seconds."""
         before = tally.elapsed
         for _ in range(sub_windows):
             _time_sub_window(it, step, n_batches, tally, count, **timing)
@@ -142,20 +126,6 @@ def run_window(
     ):
         batches_per_window *= 2
         set_s = time_set(batches_per_window)
-    epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
-    return Measurement(
-        samples_per_s=tally.rate,
-        sub_window_samples_per_s=tuple(tally.rates),
-        data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
-        time_to_first_batch_s=time_to_first_batch,
-        warmup_batches=warmup,
-        timed_batches=tally.batches,
-        gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
-        process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
-        epoch_start_s=epoch_start_s,
-        first_step_s=first_step_s,
-        reached_spread=relative_spread(tally.rates[-sub_windows:]),
-    )
 
 
 def _next_epoch_start(

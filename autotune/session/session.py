@@ -26,8 +26,8 @@ from autotune.pipeline import recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.user_data import Data, UserData
 from autotune.runtime.job import TrialJob
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome, run_trial
-from autotune.runtime.window import Measurement
 from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig, DatasetConfig
 from autotune.session.space import SearchSpace

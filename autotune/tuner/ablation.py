@@ -157,6 +157,45 @@ def _seconds_per_run(study: optuna.Study) -> float | None:
     return statistics.median(walls) if walls else None
 
 
+def _within_budget(
+    session: Session, study: optuna.Study, planned: list[Variant]
+) -> tuple[list[Variant], list[Variant]] | None:
+    """The planned variants that ``study.ablation_budget`` of the search's time allows, and
+    the rest; None where nothing says what a run costs, or the budget is 0."""
+    cfg = session.config.study
+    per_run = _seconds_per_run(study)
+    if per_run is None or cfg.ablation_budget <= 0:
+        return None
+    spent_on_search, rounds = search_seconds(study), cfg.confirm_rounds
+    fits = max(0, int(cfg.ablation_budget * spent_on_search // (rounds * per_run)) - 1)
+    if fits < len(planned):
+        log.info(
+            "what each setting is worth: %d of %d variants fit in study.ablation_budget "
+            "(%.0f%% of the search's %.0f s at ~%.0f s a run, %d rounds with the winner)",
+            fits,
+            len(planned),
+            100 * cfg.ablation_budget,
+            spent_on_search,
+            per_run,
+            rounds,
+        )
+    return planned[:fits], planned[fits:]
+
+
+def _row(variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confirmed) -> dict:
+    """A variant's row of the table: its figures beside the winner's of the same rounds."""
+    return {
+        "knob": variant.knob,
+        "winner_value": getattr(winner, variant.knob),
+        "value": variant.value,
+        "config": variant.config.short(),
+        "samples_per_s": round(row.median, 1),
+        "iqr": [round(x, 1) for x in row.iqr],
+        "ratio": round(row.median / again.median, 3),
+        "effect": effect(row, again),
+    }
+
+
 def ablate(
     session: Session,
     study: optuna.Study,
@@ -166,68 +205,40 @@ def ablate(
     run: Run = run_trial,
 ) -> Ablation | None:
     """Measures the winner's variants that fit in ``study.ablation_budget`` of the search's
-    time, interleaved with the winner; None where none fits or the winner has none."""
+    time, interleaved with the winner; None where the winner has none, the budget is 0, or
+    the rounds were stopped."""
     cfg = session.config.study
     decoder_knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
     choices = decoder_knob.values() if decoder_knob is not None else []
     planned = variants(winner.config, baseline, choices)
-    spent_on_search = search_seconds(study)
-    per_run = _seconds_per_run(study)
-    if not planned or per_run is None or cfg.ablation_budget <= 0:
+    split = _within_budget(session, study, planned) if planned else None
+    if split is None:
         return None
-    rounds = cfg.confirm_rounds
-    fits = int(cfg.ablation_budget * spent_on_search // (rounds * per_run)) - 1  # the winner
-    measured, left_out = planned[: max(0, fits)], planned[max(0, fits) :]
+    measured, left_out = split
+    spent_on_search = round(search_seconds(study), 1)
     if not measured:
-        log.info(
-            "what each setting is worth: not measured, %d rounds of %d variants would take "
-            "~%.0f s, over study.ablation_budget (%.0f%% of the search's %.0f s)",
-            rounds,
-            len(planned),
-            rounds * (len(planned) + 1) * per_run,
-            100 * cfg.ablation_budget,
-            spent_on_search,
-        )
         labels = tuple(v.label for v in left_out)
-        return Ablation({}, (), labels, 0.0, round(spent_on_search, 1), cfg.ablation_budget)
+        return Ablation({}, (), labels, 0.0, spent_on_search, cfg.ablation_budget)
     log.info(
-        "what each setting is worth: %d variants of the winner, %d interleaved rounds%s",
+        "what each setting is worth: %d variants of the winner, %d interleaved rounds",
         len(measured),
-        rounds,
-        f" ({len(left_out)} left out by study.ablation_budget)" if left_out else "",
+        cfg.confirm_rounds,
     )
     started = time.monotonic()
     picked = [(WINNER, winner.trial_number, winner.config)]
     picked += [(v.label, None, v.config) for v in measured]
-    confirmed = {c.label: c for c in confirm(session, picked, rounds=rounds, run=run)}
-    seconds = time.monotonic() - started
+    rows = confirm(session, picked, rounds=cfg.confirm_rounds, run=run, stage="worth")
+    confirmed = {c.label: c for c in rows}
     again = confirmed.get(WINNER)
     if again is None:  # stopped, or the winner failed in these rounds
         return None
-    rows = []
-    for v in measured:
-        row = confirmed.get(v.label)
-        if row is None:  # failed in every round: nothing to compare
-            left_out.append(v)
-            continue
-        rows.append(
-            {
-                "knob": v.knob,
-                "winner_value": getattr(winner.config, v.knob),
-                "value": v.value,
-                "config": v.config.short(),
-                "samples_per_s": round(row.median, 1),
-                "iqr": [round(x, 1) for x in row.iqr],
-                "ratio": round(row.median / again.median, 3),
-                "effect": effect(row, again),
-            }
-        )
+    kept = [v for v in measured if v.label in confirmed]  # one failed every round: left out
     return Ablation(
         again.to_dict(),
-        tuple(rows),
-        tuple(v.label for v in left_out),
-        round(seconds, 1),
-        round(spent_on_search, 1),
+        tuple(_row(v, winner.config, confirmed[v.label], again) for v in kept),
+        tuple(v.label for v in [*left_out, *(v for v in measured if v not in kept)]),
+        round(time.monotonic() - started, 1),
+        spent_on_search,
         cfg.ablation_budget,
     )
 

@@ -50,9 +50,15 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
 
 
 def confirm(
-    session: Session, picked: list[Finalist], *, rounds: int, run: Run = run_trial
+    session: Session,
+    picked: list[Finalist],
+    *,
+    rounds: int,
+    run: Run = run_trial,
+    stage: str = "confirm",
 ) -> list[Confirmed]:
-    """Re-measures ``picked`` for ``rounds`` interleaved rounds (A B C A B C ...)."""
+    """Re-measures ``picked`` for ``rounds`` interleaved rounds (A B C A B C ...); ``stage``
+    names them in the log."""
     timeout = session.config.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
     for round_index in range(rounds):
@@ -63,7 +69,8 @@ def confirm(
             runs[label].append(outcome)
             rate = f"{outcome.measurement.samples_per_s:.1f}" if outcome.measurement else "failed"
             log.info(
-                "confirm round %d/%d  %-10s %-38s steady %s",
+                "%s round %d/%d  %-10s %-38s steady %s",
+                stage,
                 round_index + 1,
                 rounds,
                 label,
@@ -94,6 +101,7 @@ def confirm(
                 epoch_samples=session.epoch_samples,
                 peak_memory_bytes=max(peaks) if peaks else None,
                 rounds=len(measured),
+                spread=statistics.median(m.spread for m in measured),
             )
         )
     return confirmed
@@ -123,6 +131,9 @@ def from_search(
             for t in trials
         )
         peaks = [t.user_attrs.get(TrialKey.PEAK_MEMORY_MB, 0) * 2**20 for t in trials]
+        spreads = [
+            t.user_attrs[TrialKey.SPREAD] for t in trials if TrialKey.SPREAD in t.user_attrs
+        ]
         out.append(
             Confirmed(
                 label,
@@ -132,6 +143,7 @@ def from_search(
                 startup,
                 epoch_samples,
                 int(max(peaks)) or None,
+                spread=statistics.median(spreads) if spreads else None,
             )
         )
     return out

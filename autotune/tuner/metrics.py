@@ -92,6 +92,7 @@ class Confirmed:
     epoch_samples: int | None = None
     peak_memory_bytes: int | None = None
     rounds: int = 0
+    spread: float | None = None  # the median run's spread reached (Measurement.spread)
 
     def _project(self, steady: float) -> float:
         return epoch_rate(steady, self.startup_s, epoch_samples=self.epoch_samples)
@@ -121,6 +122,7 @@ class Confirmed:
             "steady": round(self.steady, 1),
             "iqr": [round(v, 1) for v in self.iqr],
             "rounds": self.rounds,
+            "spread": None if self.spread is None else round(self.spread, 3),
         }
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from autotune.diagnose.storage import Storage
 from autotune.diagnose.verdict import Diagnosis
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import SampleTime, StageProfile, StageTime
-from autotune.runtime.window import Measurement
 
 MS = 1e-3
 

@@ -8,8 +8,8 @@ from fake_diagnosis import diagnosis, measured, stage_profile
 
 from autotune.diagnose.markdown import storage_lines, tail_lines, to_markdown
 from autotune.diagnose.storage import Storage
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageTime
-from autotune.runtime.window import Measurement
 
 
 def _headings(text: str) -> list[str]:

@@ -27,8 +27,8 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, synthetic
 from autotune.runtime.failures import Failure
 from autotune.runtime.job import TrialJob
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.schema import AutotuneConfig, RecipeConfig
 from autotune.session import Session
 

@@ -8,7 +8,7 @@ from fake_diagnosis import diagnosis, measured, stage_profile
 from autotune.diagnose.storage import Storage
 from autotune.diagnose.verdict import suggestions, verdict
 from autotune.pipeline.config import PipelineConfig
-from autotune.runtime.window import Measurement
+from autotune.runtime.measurement import Measurement
 
 
 def test_verdict_when_the_cpu_work_bound_binds() -> None:

@@ -20,7 +20,11 @@ from autotune.runtime.window import WindowStopped
 from autotune.schema import ModelConfig, RecipeConfig, StepConfig, WindowConfig
 
 WINDOW = WindowConfig(
-    warmup_extra_batches=1, sub_windows=3, batches_per_window=2, min_sub_window_s=0.0
+    warmup_extra_batches=1,
+    sub_windows=3,
+    batches_per_window=2,
+    min_sub_window_s=0.0,
+    target_spread=0.0,
 )
 
 

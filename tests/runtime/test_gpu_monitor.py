@@ -117,7 +117,11 @@ def test_a_trial_without_a_gpu_reports_no_utilization() -> None:
         model=ModelConfig(name="tiny"),
         recipe=RecipeConfig(crop_size=32),
         window=WindowConfig(
-            warmup_extra_batches=1, sub_windows=2, batches_per_window=1, min_sub_window_s=0.0
+            warmup_extra_batches=1,
+            sub_windows=2,
+            batches_per_window=1,
+            min_sub_window_s=0.0,
+            target_spread=0.0,
         ),
         device="cpu",
     )

@@ -77,7 +77,11 @@ def test_stages_add_up_to_the_serial_loader(small_source: Source) -> None:
         model=ModelConfig(name="none"),
         recipe=recipe_cfg,
         window=WindowConfig(
-            warmup_extra_batches=2, sub_windows=3, batches_per_window=3, min_sub_window_s=0.15
+            warmup_extra_batches=2,
+            sub_windows=3,
+            batches_per_window=3,
+            min_sub_window_s=0.15,
+            target_spread=0.0,
         ),
         device="cpu",
     )

@@ -19,7 +19,11 @@ from autotune.runtime.trial import FORKSERVER_PRELOAD, run_trial
 from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 
 WINDOW = WindowConfig(
-    warmup_extra_batches=1, sub_windows=2, batches_per_window=2, min_sub_window_s=0.0
+    warmup_extra_batches=1,
+    sub_windows=2,
+    batches_per_window=2,
+    min_sub_window_s=0.0,
+    target_spread=0.0,
 )
 
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from autotune.runtime.gpu_monitor import UtilizationSampler
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.window import (
-    Measurement,
     WindowStopped,
     run_ceiling,
     run_window,

@@ -12,8 +12,8 @@ from autotune.app.cli import compose, to_config
 from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.schema import ModelConfig
 from autotune.session import Session
 from autotune.session.session import resolve_device

@@ -10,8 +10,8 @@ import pytest
 from helpers import make_session
 
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.tuner.ablation import NO_EFFECT, WINNER, ablate, reduced_decode_note, variants
 from autotune.tuner.metrics import Confirmed
 

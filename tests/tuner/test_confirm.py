@@ -8,8 +8,8 @@ from helpers import make_session
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.tuner.confirm import confirm, finalists
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
@@ -90,3 +90,4 @@ def test_confirmation_interleaves_the_finalists():
     assert order == [0, 2, 0, 2, 0, 2]  # A B A B A B: drift hits both alike
     assert [c.rounds for c in confirmed] == [3, 3]
     assert confirmed[1].median == pytest.approx(300.0)
+    assert confirmed[1].spread == 0.0 and confirmed[1].to_dict()["spread"] == 0.0

@@ -12,8 +12,8 @@ from autotune.app import cli
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
 from autotune.runtime.failures import Failure
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.session import SearchSpace, Session
 from autotune.tuner.objective import Objective, TrialFailed, precheck
 

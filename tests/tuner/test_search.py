@@ -12,8 +12,8 @@ from optuna.distributions import BaseDistribution
 
 from autotune import machine
 from autotune.app.cli import compose, to_config
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.session import SearchSpace
 from autotune.tuner import store
 from autotune.tuner.objective import Objective

@@ -9,8 +9,8 @@ from optuna.distributions import IntDistribution
 from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.runtime.window import Measurement
 from autotune.schema import StudyConfig
 from autotune.tuner import store, stored_result
 from autotune.tuner.store import StudyKey, TrialKey

@@ -1,0 +1,52 @@
+"""What one timed window saw: the rate, its sub-windows and spread, start-up, waits."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one timed window saw. Rates are samples per second."""
+
+    # all timed samples over all timed seconds: the objective. Not the sub-windows' median:
+    # a loader that stalls lets its workers fill the prefetch buffer, and the sub-window
+    # after drains it in a burst; the median keeps the burst and drops the stall, the
+    # epoch the user runs pays both
+    samples_per_s: float
+    sub_window_samples_per_s: tuple[float, ...]
+    data_wait_fraction: float  # share of timed wall time spent waiting for the next batch
+    time_to_first_batch_s: float  # start-up (worker spawn, first fill), kept apart
+    warmup_batches: int
+    timed_batches: int
+    gpu_peak_memory_bytes: int | None = None  # None without a GPU (absent, not zero)
+    gpu_utilization_pct: float | None = None  # mean over the timed sub-windows; None: no GPU
+    # CPU seconds of the measuring process (all its threads, not its DataLoader workers) per
+    # timed sample: with num_workers=0, the loader's own CPU cost, whatever else ran
+    process_cpu_s_per_sample: float | None = None
+    # to the first batch of a next epoch in hand, after an epoch ended (workers idle, buffer
+    # empty): what every epoch's start costs, workers respawned or (persistent) refilled;
+    # None where the window made no epoch boundary
+    epoch_start_s: float | None = None
+    # the run's first step, after the first batch: its one-off warm-up (allocations; with
+    # compile=true, compiling the model), never inside the start-up or the timed windows
+    first_step_s: float | None = None
+    # the spread reached: of the last ``sub_windows`` sub-windows, all of one length (the
+    # longest the window grew to); None: of all of them
+    reached_spread: float | None = None
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the sub-windows of the final length: how far apart
+        equal spans of this run were."""
+        if self.reached_spread is not None:
+            return self.reached_spread
+        return relative_spread(self.sub_window_samples_per_s)
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(max - min) / median: 0 for one value."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle else 0.0
