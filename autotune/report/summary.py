@@ -209,7 +209,8 @@ class Summary:
         if ablation["rows"]:
             rounds = ablation["winner"].get("rounds", 0)
             lines.append(
-                f"measured interleaved with the winner in {rounds} rounds, in "
+                f"measured interleaved with the winner in {rounds} round"
+                f"{'s' if rounds != 1 else ''}, in "
                 f"{ablation['seconds']:.0f} s: {share:.0%} of the search's "
                 f"{ablation['search_seconds']:.0f} s (study.ablation_budget "
                 f"{ablation['budget']:.0%})"

@@ -23,7 +23,7 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store, stored_result
-from autotune.tuner.ablation import Ablation, ablate, reduced_decode_note
+from autotune.tuner.ablation import Ablation, ablate, faster_note, reduced_decode_note
 from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.metrics import Confirmed, pick_each_way, speedup
 from autotune.tuner.objective import Objective
@@ -207,9 +207,9 @@ def _result(
         if not stop.is_set() and winner.label != store.BASELINE:
             ablation = ablate(session, study, winner, baseline, run=run)
             interrupted = stop.is_set()
-        reduced = reduced_decode_note(ablation, winner.config) if ablation else None
-        if reduced:
-            notes.append(reduced)
+        if ablation is not None:
+            said = (reduced_decode_note(ablation, winner.config), faster_note(ablation))
+            notes += [n for n in said if n]
         # what report.md is rebuilt from (mode=report): the storage alone
         stored_result.save_result(
             study,

@@ -12,7 +12,14 @@ from helpers import make_session
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.tuner.ablation import NO_EFFECT, WINNER, ablate, reduced_decode_note, variants
+from autotune.tuner.ablation import (
+    NO_EFFECT,
+    WINNER,
+    ablate,
+    faster_note,
+    reduced_decode_note,
+    variants,
+)
 from autotune.tuner.metrics import Confirmed
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
@@ -142,3 +149,29 @@ def test_no_budget_measures_nothing_and_says_what_was_left_out():
     ablation = ablate(session, _study([10.0] * 4), _winner(), BASELINE, run=_fake_run(order))
     assert ablation is not None and not ablation.rows and not order
     assert ablation.left_out[0] == "decoder=pil"
+
+
+def test_a_variant_faster_than_the_winner_is_said_not_picked():
+    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
+    RATES_FASTER = {**RATES, "decoder=torchvision": 600.0}
+    order: list[str] = []
+
+    def run(job, *, timeout_s):
+        label = next(
+            (
+                v.label
+                for v in variants(WINNER_CONFIG, BASELINE, DECODERS)
+                if v.config == job.pipeline
+            ),
+            WINNER,
+        )
+        order.append(label)
+        rate = RATES_FASTER.get(label, 500.0)
+        m = Measurement(rate, (rate * 0.99, rate, rate * 1.01), 0.1, 0.01, 4, 12)
+        return TrialOutcome("ok", measurement=m)
+
+    ablation = ablate(session, _study([10.0] * 40), _winner(), BASELINE, run=run)
+    assert ablation is not None
+    note = faster_note(ablation)
+    assert note is not None and "decoder=torchvision (1.20x)" in note
+    assert "raise study.n_trials" in note
