@@ -158,6 +158,7 @@ class StudyConfig:
     # what each setting of the winner is worth, measured after the confirmation in at most
     # this share of the search's time (0: not measured)
     ablation_budget: float = 0.25
+    ablation_rounds: int = 1  # interleaved rounds of the winner and its variants
     # objective = samples/s over an epoch: each epoch's start (measured at a real boundary)
     # charged once per epoch (the steady rate is stored beside it)
     epoch_aware: bool = True
@@ -176,6 +177,7 @@ class StudyConfig:
         _require(0 <= self.as_is_share <= 1, "study.as_is_share must be in [0, 1]")
         _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
         _require(self.ablation_budget >= 0, "study.ablation_budget must be >= 0 (0: none)")
+        _require(self.ablation_rounds >= 1, "study.ablation_rounds must be >= 1")
         for key in ("memory_budget_gb", "trial_memory_limit_gb"):
             value = getattr(self, key)
             _require(value is None or value > 0, f"study.{key} must be > 0 GB, got {value}")

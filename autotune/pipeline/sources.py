@@ -195,7 +195,8 @@ def synthetic(
     cache_dir: str | Path | None = None,
     uneven: bool = False,
 ) -> Source:
-    """Returns deterministic photo-like JPEGs, generated once and cached on disk.
+    """Returns deterministic photo-like images (JPEGs; PNGs too when ``uneven``), generated
+    once and cached on disk.
 
     Args:
         count: Number of images; image ``i`` gets label ``i % num_classes``.

@@ -131,7 +131,7 @@ def folder(
 ) -> Path:
     """The cached folder of this set (``class_NN/img_NNNNN.jpg``), generated if missing.
     ``uneven``: sizes, formats and encodings as mixed as a folder of real photographs
-    (``_uneven_size``, ``_save_uneven``); ``size`` is then not used.
+    (``_uneven_size``, ``_save_uneven``: ``.jpg`` and ``.png``); ``size`` does not apply.
 
     Raises:
         UsageError: a parameter is out of range or the cache folder is not writable.

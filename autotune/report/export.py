@@ -58,7 +58,7 @@ def worth_section(result: StudyResult) -> dict[str, Any] | None:
         return None
     worth: dict[str, Any] = {}
     for row in ablation.rows:
-        worth[f"{row['knob']}={row['value']}"] = {
+        worth[row["label"]] = {
             "samples_per_s": row["samples_per_s"],
             "vs_winner": row["ratio"],
             "effect": row["effect"],

@@ -29,10 +29,11 @@ def compute(study: optuna.Study) -> dict[str, float] | None:
     return {name: round(share, 3) for name, share in found.items()}
 
 
-def markdown(study: optuna.Study, best_params: dict[str, Any] | None) -> str:
-    """The table under report.md's heading: settings that mattered."""
+def markdown(
+    study: optuna.Study, best_params: dict[str, Any] | None, importances: dict[str, float] | None
+) -> str:
+    """The table under report.md's heading, of ``importances`` (``compute``'s)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    importances = compute(study)
     if importances is None:
         return "Not computed: importances need at least two complete trials.\n"
     lines = ["| setting | importance | best's value | values tried |", "|---|---:|---|---|"]

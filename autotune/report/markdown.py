@@ -37,19 +37,25 @@ def write_report(storage: str, study_name: str, folder: Path) -> Path:
         ),
     )
     path = folder / "report.md"
-    path.write_text(render(study, storage, summary, figures))
+    found = importances.compute(study)
+    mattered = importances.markdown(study, summary.best_params, found)
+    path.write_text(render(study, storage, summary, figures, mattered))
     # one importance answer: the report's, stored where the dashboard lists it and in its note
-    study.set_user_attr(StudyKey.IMPORTANCES, importances.compute(study))
+    study.set_user_attr(StudyKey.IMPORTANCES, found)
     note = (
         f"{_summary_markdown(summary)}\n### Settings that mattered across the search\n\n"
-        f"{importances.markdown(study, summary.best_params)}\nReport: `{path}`\n"
+        f"{mattered}\nReport: `{path}`\n"
     )
     dashboard.save_note(study, note)
     return path
 
 
 def render(
-    study: optuna.Study, storage: str, summary: Summary, figures: list[plots.Figure]
+    study: optuna.Study,
+    storage: str,
+    summary: Summary,
+    figures: list[plots.Figure],
+    mattered: str,
 ) -> str:
     """The whole report.md (no timestamps: a rebuild from the same storage is identical)."""
     trials = study.get_trials(deepcopy=False)
@@ -57,7 +63,7 @@ def render(
     parts = [f"# autotune study `{study.study_name}`\n", _workload_line(stored)]
     parts += ["## Summary\n", _summary_markdown(summary)]
     parts += ["## Trials\n", _counts_line(trials), _failures_markdown(trials)]
-    parts += ["## Settings that mattered\n", importances.markdown(study, summary.best_params)]
+    parts += ["## Settings that mattered\n", mattered]
     parts.append("## Plots\n")
     for fig in figures:
         parts.append(

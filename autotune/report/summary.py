@@ -11,7 +11,6 @@ from optuna.trial import TrialState
 
 from autotune.runtime.failures import HINTS
 from autotune.tuner import store, stored_result
-from autotune.tuner.ablation import NO_EFFECT
 from autotune.tuner.metrics import speedup, ties
 from autotune.tuner.tune import StudyResult
 
@@ -172,23 +171,16 @@ class Summary:
         if not ablation or not ablation["rows"]:
             return []
         top = ablation["winner"]
-        out = [
-            (
-                "(the winner)",
-                "",
-                "",
-                f"{top['samples_per_s']:.1f}",
-                "1.00",
-                f"{top['iqr'][0]:.0f}-{top['iqr'][1]:.0f}",
-                "",
-            )
-        ]
+        iqr = f"{top['iqr'][0]:.0f}-{top['iqr'][1]:.0f}"
+        out = [("(the winner)", "", "", f"{top['samples_per_s']:.1f}", "1.00", iqr, "")]
         for r in ablation["rows"]:
+            implied = r.get("also_changed") or []
+            changed_to = str(r["value"]) + (f" (so also {', '.join(implied)})" if implied else "")
             out.append(
                 (
                     r["knob"],
                     str(r["winner_value"]),
-                    str(r["value"]),
+                    changed_to,
                     f"{r['samples_per_s']:.1f}",
                     f"{r['ratio']:.2f}",
                     f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}",
@@ -203,30 +195,32 @@ class Summary:
         if not ablation:
             return []
         lines = []
-        share = (
-            ablation["seconds"] / ablation["search_seconds"] if ablation["search_seconds"] else 0
-        )
+        searched = ablation["search_seconds"]
         if ablation["rows"]:
             rounds = ablation["winner"].get("rounds", 0)
+            share = ablation["seconds"] / searched if searched else 0.0
             lines.append(
-                f"measured interleaved with the winner in {rounds} round"
-                f"{'s' if rounds != 1 else ''}, in "
-                f"{ablation['seconds']:.0f} s: {share:.0%} of the search's "
-                f"{ablation['search_seconds']:.0f} s (study.ablation_budget "
+                f"what each setting is worth: measured interleaved with the winner in {rounds} "
+                f"round{'s' if rounds != 1 else ''}, in {ablation['seconds']:.0f} s: "
+                f"{share:.0%} of the search's {searched:.0f} s (study.ablation_budget "
                 f"{ablation['budget']:.0%})"
             )
-            quiet = [
-                r["knob"] + "=" + str(r["value"])
-                for r in ablation["rows"]
-                if r["effect"] == NO_EFFECT
-            ]
+            quiet = [r["label"] for r in ablation["rows"] if r["verdict"] == "none"]
             if quiet:
                 lines.append(f"no measurable effect here (inside the spread): {', '.join(quiet)}")
+        else:
+            lines.append(
+                f"what each setting is worth: not measured, one round of the winner and one "
+                f"variant would pass study.ablation_budget ({ablation['budget']:.0%} of the "
+                f"search's {searched:.0f} s)"
+            )
         if ablation["left_out"]:
             lines.append(
                 f"left out by the budget: {', '.join(ablation['left_out'])} (raise "
                 "study.ablation_budget to measure them)"
             )
+        if ablation.get("failed"):
+            lines.append(f"failed in every round: {', '.join(ablation['failed'])}")
         return lines
 
     def rows(self) -> list[tuple[str, str, str, str, str, str]]:

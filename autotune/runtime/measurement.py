@@ -36,6 +36,14 @@ class Measurement:
     # the spread reached: of the last ``sub_windows`` sub-windows, all of one length (the
     # longest the window grew to); None: of all of them
     reached_spread: float | None = None
+    set_size: int = 0  # sub-windows a set (the last ones are of the final length); 0: all
+
+    @property
+    def settled_sub_windows(self) -> tuple[float, ...]:
+        """The rates of the last set: the sub-windows of the length the window settled on
+        (uneven data lengthens them), without the shorter, noisier ones before."""
+        values = self.sub_window_samples_per_s
+        return values[-self.set_size :] if self.set_size else values
 
     @property
     def spread(self) -> float:

@@ -90,6 +90,7 @@ def run_window(
         epoch_start_s=epoch_start_s,
         first_step_s=first_step_s,
         reached_spread=relative_spread(tally.rates[-sub_windows:]),
+        set_size=sub_windows,
     )
 
 

@@ -88,7 +88,7 @@ def confirm(
                 label=label,
                 trial_number=number,
                 config=config,
-                sub_windows=tuple(v for m in measured for v in m.sub_window_samples_per_s),
+                sub_windows=tuple(v for m in measured for v in m.settled_sub_windows),
                 startup_s=statistics.median(
                     startup_per_epoch(
                         config,

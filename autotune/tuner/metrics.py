@@ -87,7 +87,7 @@ class Confirmed:
     label: str  # "trial 7" or "baseline"
     trial_number: int | None
     config: PipelineConfig
-    sub_windows: tuple[float, ...]  # steady rates of every sub-window of every round
+    sub_windows: tuple[float, ...]  # each round's settled sub-windows (its last set)
     startup_s: float = 0.0  # median cost of an epoch's start beyond one batch
     epoch_samples: int | None = None
     peak_memory_bytes: int | None = None
@@ -141,9 +141,19 @@ def pick_winner(confirmed: list[Confirmed]) -> tuple[Confirmed, list[str]]:
     if winner is not top:
         notes.append(
             f"{winner.label} is the pick among the finalists within {SAME_SPEED:.0%} of the "
-            "fastest: it buffers fewer batches, uses fewer workers or less memory"
+            f"fastest: the one that {_cheaper_by(winner, tied)}"
         )
     return winner, notes
+
+
+def _cheaper_by(winner: Confirmed, tied: list[Confirmed]) -> str:
+    """What made ``winner`` the cheapest of ``tied``, in words."""
+    others = [c for c in tied if c is not winner]
+    if all(winner.config.buffered_batches < c.config.buffered_batches for c in others):
+        return f"buffers fewest batches ({winner.config.buffered_batches})"
+    if all(winner.config.num_workers < c.config.num_workers for c in others):
+        return f"uses fewest workers ({winner.config.num_workers})"
+    return "buffers fewest batches, then uses fewest workers, then least memory"
 
 
 def ties(rows: list[tuple[str, float, tuple[float, float]]]) -> dict[str, str]:

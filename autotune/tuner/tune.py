@@ -54,7 +54,7 @@ class StudyResult:
     baseline_text: str = ""  # what the baseline runs, in one line
     as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
     ablation: Ablation | None = None  # what each setting of the winner is worth
-    device: str = "cpu"
+    device: str | None = None
 
     def _find(self, label: str) -> Confirmed | None:
         return next((c for c in self.confirmed if c.label == label), None)

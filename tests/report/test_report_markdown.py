@@ -273,23 +273,31 @@ def test_the_notes_compare_only_configs_one_setting_apart(tmp_path):
         "winner": {"label": "winner", "samples_per_s": 310.0, "iqr": [300.0, 320.0], "rounds": 2},
         "rows": [
             {
+                "label": "decoder=pil",
                 "knob": "decoder",
                 "winner_value": "pil_reduced",
                 "value": "pil",
+                "also_changed": [],
                 "config": "w2 pf2 pil t1 bs8",
                 "samples_per_s": 200.0,
                 "iqr": [195.0, 205.0],
+                "winner_samples_per_s": 310.0,
                 "ratio": 0.645,
-                "effect": "the winner's setting is worth 1.55x",
+                "verdict": "worth",
+                "effect": "the winner's decoder is worth 1.55x",
             },
             {
+                "label": "main_threads=2",
                 "knob": "main_threads",
                 "winner_value": 1,
                 "value": 2,
+                "also_changed": [],
                 "config": "w2 pf2 pil_reduced t2 bs8",
                 "samples_per_s": 305.0,
                 "iqr": [298.0, 312.0],
+                "winner_samples_per_s": 310.0,
                 "ratio": 0.984,
+                "verdict": "none",
                 "effect": "no measurable effect here",
             },
         ],
@@ -299,8 +307,8 @@ def test_the_notes_compare_only_configs_one_setting_apart(tmp_path):
         "budget": 0.25,
     }
     notes = [
-        "reduced decode (pil_reduced) is 1.55x the winner at full decode (pil, the "
-        "other settings the same)"
+        "reduced decode (pil_reduced) is 1.55x the winner at full decode (pil, nothing else "
+        "changed)"
     ]
     confirmation = [
         {
@@ -347,11 +355,11 @@ def test_the_notes_compare_only_configs_one_setting_apart(tmp_path):
     assert "### What each setting is worth" in text
     assert (
         "| decoder | pil_reduced | pil | 200.0 | 0.65 | 195-205 | "
-        "the winner's setting is worth 1.55x |" in text
+        "the winner's decoder is worth 1.55x |" in text
     )
     assert "no measurable effect here (inside the spread): main_threads=2" in text
     assert "left out by the budget: num_workers=0" in text
-    assert "30 s: 15% of the search's 200 s" in text
+    assert "in 2 rounds, in 30 s: 15% of the search's 200 s" in text
     # trials 1 and 2 overlap: a tie, not ranked
     assert "| =1 | **trial 1 (build_loader)** |" in text and "| =1 | trial 2 |" in text
     # far below the loader's own bound on a CPU device: the cores are what is shared
@@ -376,4 +384,4 @@ def test_a_real_study_reports_what_each_setting_is_worth(quick_study):
     assert_every_comparison_is_controlled(text, worth)
     best = yaml.safe_load((cwd / "studies" / "synthetic-tiny" / "best.yaml").read_text())
     changed = best["measured"]["worth"]["changed"]
-    assert set(changed) == {f"{r['knob']}={r['value']}" for r in worth["rows"]}
+    assert set(changed) == {r["label"] for r in worth["rows"]}

@@ -1,0 +1,79 @@
+"""The winner's one-setting variants: which settings are put back, what each change implies,
+the order they are measured in."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+
+from autotune.pipeline.config import PipelineConfig
+from autotune.tuner.variants import decoders_ranked, variants
+
+BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
+WINNER_CONFIG = PipelineConfig(
+    batch_size=32,
+    num_workers=2,
+    prefetch_factor=4,
+    persistent_workers=True,
+    decoder="pil_reduced",
+    main_threads=1,
+)
+DECODERS = ["as_is", "pil", "pil_reduced", "opencv", "torchvision"]
+TUNED = ["num_workers", "prefetch_factor", "persistent_workers", "decoder", "main_threads"]
+
+
+def _changed(a: PipelineConfig, b: PipelineConfig) -> set[str]:
+    return {f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
+
+
+def test_each_variant_changes_one_setting_of_the_winner():
+    ranked = ["pil", "torchvision", "opencv", "as_is"]
+    out = variants(WINNER_CONFIG, BASELINE, tuned=TUNED, decoders_ranked=ranked)
+    assert [v.label for v in out] == [
+        "decoder=pil",  # the best other decoder first: what reducing is worth
+        "main_threads=2",  # torch's own thread count, as the baseline runs
+        "persistent_workers=False",
+        "num_workers=0",
+        "prefetch_factor=2",
+        "decoder=torchvision",
+        "decoder=opencv",
+        "decoder=as_is",  # the user's pipeline as it is, at the winner's loader settings
+    ]
+    for v in out:
+        assert _changed(v.config, WINNER_CONFIG) == {v.knob, *v.also_changed}, v.label
+    implied = {v.label: v.also_changed for v in out if v.also_changed}
+    # no workers: DataLoader refuses a prefetch factor and persistence; the Dataset as it is
+    # brings its own transfer and keeps every sample
+    assert implied == {
+        "num_workers=0": ("persistent_workers", "prefetch_factor"),
+        "decoder=as_is": ("drop_last", "transfer"),
+    }
+
+
+def test_settings_the_space_fixes_are_not_put_back():
+    # a CPU space: no transfer, pin_memory...; the winner's uint8 transfer is not the tuner's
+    out = variants(WINNER_CONFIG, BASELINE, tuned=["num_workers"], decoders_ranked=[])
+    assert [v.label for v in out] == ["num_workers=0"]
+
+
+def test_a_dali_winner_is_not_compared_with_a_dataloader_decoder():
+    dali = PipelineConfig(batch_size=32, decoder="dali", main_threads=1)
+    out = variants(dali, BASELINE, tuned=TUNED, decoders_ranked=["pil", "opencv"])
+    assert [v.label for v in out] == ["main_threads=2"]
+
+
+def test_the_decoders_are_ranked_full_decodes_first_for_a_reducing_winner():
+    study = optuna.create_study(direction="maximize")
+    for decoder, value in (("pil", 300.0), ("opencv", 350.0), ("as_is", 400.0)):
+        config = PipelineConfig(batch_size=32, decoder=decoder)
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=value,
+                params={},
+                distributions={},
+                user_attrs={"pipeline": config.to_dict()},
+            )
+        )
+    ranked = decoders_ranked(study, WINNER_CONFIG, DECODERS)
+    assert ranked == ["opencv", "pil", "torchvision", "as_is"]
