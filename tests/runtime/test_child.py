@@ -126,6 +126,15 @@ def test_the_sampler_runs_on_until_its_epoch_is_ended() -> None:
     assert len(next(again)) == 2  # a new epoch, endless again
 
 
+def test_the_window_reads_a_seeded_random_order_over_the_whole_dataset() -> None:
+    """Uneven data (a folder sorted by size, say) is timed as training reads it: across the
+    whole dataset, never its first files; the same seed, the same order."""
+    first = [index for index, _ in zip(UntilEnded(1000, seed=0), range(64), strict=False)]
+    assert first != sorted(first) and max(first) > 900 and min(first) < 100
+    again = [index for index, _ in zip(UntilEnded(1000, seed=0), range(64), strict=False)]
+    assert again == first
+
+
 def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:
     persistent = PipelineConfig(
         batch_size=4, num_workers=1, prefetch_factor=2, persistent_workers=True
