@@ -20,7 +20,7 @@ from autotune.diagnose import page_cache
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageTime, pick
-from autotune.runtime.window import warmup_batches
+from autotune.runtime.window_length import warmup_batches
 from autotune.schema import WindowConfig
 from autotune.session import Session
 

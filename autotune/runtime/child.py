@@ -24,7 +24,8 @@ from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
-from autotune.runtime.window import run_ceiling, run_window, warmup_batches
+from autotune.runtime.window import run_ceiling, run_window
+from autotune.runtime.window_length import warmup_batches
 from autotune.runtime.workload import TrainStep, job_step
 
 ENDLESS = 10**9  # samples: the window stops the loader long before
@@ -35,19 +36,27 @@ Report = Callable[[int, float], None]  # (sub-window index, rate so far) as each
 class UntilEnded(Sampler[int]):
     """Shuffled passes over ``range(n)`` without end, until ``end_epoch()``: the window runs
     without an epoch boundary, then makes one on purpose to time what a new epoch costs.
-    Each ``iter()`` is a new epoch, endless again."""
+    Each ``iter()`` is a new epoch, endless again. Each pass is whole batches of
+    ``batch_size`` (a random few left out of it, as ``drop_last`` does), so that a window can
+    time whole passes (``pass_batches``)."""
 
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.ended = n, False
+    def __init__(self, n: int, seed: int, batch_size: int = 1) -> None:
+        self.n, self.batch_size, self.ended = n, batch_size, False
         self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def pass_batches(self) -> int | None:
+        """Batches a pass; None where one pass is less than a batch."""
+        return self.n // self.batch_size or None
 
     def end_epoch(self) -> None:
         self.ended = True
 
     def __iter__(self) -> Iterator[int]:
         self.ended = False
+        whole = self.pass_batches * self.batch_size if self.pass_batches else self.n
         while not self.ended:
-            for index in torch.randperm(self.n, generator=self.generator).tolist():
+            for index in torch.randperm(self.n, generator=self.generator)[:whole].tolist():
                 if self.ended:  # read as the loader hands out work: stops within one batch
                     return
                 yield index
@@ -131,7 +140,8 @@ def _time_window(
     stream = _is_stream(job)
     # no epoch ends inside the window (start-up is timed on its own); one ends after it. A
     # stream has no sampler: it is read again and again, each worker its own share
-    sampler = None if stream else UntilEnded(len(job.source), job.seed)
+    batch_size = job.pipeline.batch_size
+    sampler = None if stream else UntilEnded(len(job.source), job.seed, batch_size)
     # DALI reads the sampler ahead on its own: no boundary is made there
     own_loader = decoders.DECODERS.get(job.pipeline.decoder)
     makes_epochs = sampler is not None and (own_loader is None or not own_loader.replaces_loader)
@@ -156,6 +166,9 @@ def _time_window(
         gpu=gpu,
         end_epoch=sampler.end_epoch if makes_epochs else None,
         count=_count(job),
+        # the loader's batches are the sampler's passes cut in whole batches (DALI reads the
+        # sampler ahead on its own: no passes known there)
+        pass_batches=sampler.pass_batches if makes_epochs else None,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

@@ -37,6 +37,7 @@ class Measurement:
     # longest the window grew to); None: of all of them
     reached_spread: float | None = None
     set_size: int = 0  # sub-windows a set (the last ones are of the final length); 0: all
+    whole_passes: bool = False  # each sub-window read whole passes over the data
 
     @property
     def settled_sub_windows(self) -> tuple[float, ...]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.pipeline.batches import samples_in
+from autotune.runtime import window_length
 from autotune.runtime.gpu_monitor import UtilizationSampler
 from autotune.runtime.measurement import Measurement, relative_spread
 
@@ -23,15 +24,6 @@ Count = Callable[[Batch], int]  # samples in a batch
 
 class WindowStopped(Exception):
     """Raised by an ``on_sub_window`` callback to stop a window early (a pruned trial)."""
-
-
-def warmup_batches(buffered_batches: int, extra: int) -> int:
-    """Batches to run before timing: drain the prefetch buffer, then a few at the true rate.
-
-    A window that starts right after start-up drains ``num_workers * prefetch_factor`` ready
-    batches and reports a rate the pipeline cannot sustain, rewarding big prefetch factors.
-    """
-    return buffered_batches + extra
 
 
 def run_window(
@@ -52,6 +44,7 @@ def run_window(
     count: Count = samples_in,
     target_spread: float = 0.0,
     max_timed_s: float = math.inf,
+    pass_batches: int | None = None,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans;
     then, given ``end_epoch``, an epoch boundary.
@@ -65,18 +58,31 @@ def run_window(
     sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
     batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
     ``count(batch)``: the samples in a batch. Uneven samples make short spans disagree:
+    sub-windows are whole passes of ``pass_batches`` where they fit (``window_length``), and
     sets twice as long follow until ``target_spread`` (0: never) or ``max_timed_s``
     (``_time_sets``); the rate is all timed samples over all timed seconds."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
-    needed = _warm_up(it, step, warmup, min_sub_window_s, count, sync=sync, clock=clock)
-    batches_per_window = -(-max(batches_per_window, needed or 0) // align) * align
+    batch_rate = _warm_up(it, step, warmup, sync=sync, clock=clock)
+    shape = window_length.sub_windows(
+        at_least=batches_per_window,
+        batch_rate=batch_rate,
+        min_sub_window_s=min_sub_window_s,
+        align=align,
+        consumed=1 + warmup,
+        pass_batches=pass_batches,
+        count=sub_windows,
+        max_timed_s=max_timed_s,
+    )
+    for _ in range(shape.skip):  # to where a pass starts, untimed
+        step(next(it))
+    batches_per_window = shape.batches
 
     tally = _Tally()
     timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
-    shape = {"sub_windows": sub_windows, "target_spread": target_spread}
-    shape.update(batches_per_window=batches_per_window, max_timed_s=max_timed_s)
-    _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **shape)
+    sets = {"sub_windows": sub_windows, "target_spread": target_spread}
+    sets.update(batches_per_window=batches_per_window, max_timed_s=max_timed_s)
+    _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=tally.rate,
@@ -91,6 +97,7 @@ def run_window(
         first_step_s=first_step_s,
         reached_spread=relative_spread(tally.rates[-sub_windows:]),
         set_size=sub_windows,
+        whole_passes=shape.whole_passes,
     )
 
 
@@ -187,37 +194,26 @@ def _warm_up(
     it: Iterator[Batch],
     step: Step,
     warmup: int,
-    min_sub_window_s: float,
-    count: Count,
     *,
     sync: Callable[[], None],
     clock: Callable[[], float],
-) -> int | None:
+) -> float | None:
     """Runs ``warmup`` batches, timing the last few (they come at the sustained rate).
 
-    Returns the batches a sub-window needs to last ``min_sub_window_s`` at that rate; None
-    when there is no such bound, no warm-up, or a tail of no measurable time (it says
-    nothing about the rate).
+    Returns that rate in batches/s; None with no warm-up or a tail of no measurable time
+    (it says nothing about the rate).
     """
     tail = max(1, min(warmup, 4))
-    samples = 1
     for index in range(warmup):
         if index == warmup - tail:
             sync()
-            tail_start, tail_samples = clock(), 0
-        batch = next(it)
-        step(batch)
-        if index >= warmup - tail:
-            samples = count(batch)
-            tail_samples += samples
+            tail_start = clock()
+        step(next(it))
     sync()
-    if not (warmup and min_sub_window_s > 0):
+    if not warmup:
         return None
     tail_span = clock() - tail_start
-    if tail_span <= 0:
-        return None
-    rate = tail_samples / tail_span
-    return math.ceil(min_sub_window_s * rate / max(1, samples))
+    return tail / tail_span if tail_span > 0 else None
 
 
 @dataclass

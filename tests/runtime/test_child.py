@@ -65,7 +65,9 @@ def test_the_window_reports_each_sub_window(source) -> None:
     assert [index for index, _ in reported] == [0, 1, 2]
     assert reported[-1][1] == m.samples_per_s  # the rate so far, at the end the result
     assert len(m.sub_window_samples_per_s) == 3 and m.samples_per_s > 0
-    assert (m.warmup_batches, m.timed_batches) == (1, 6)  # no workers: nothing buffered
+    # no workers: nothing buffered. 16 samples are 4 batches of 4: each sub-window is at
+    # least 2 batches, so it is one whole pass over the data
+    assert (m.warmup_batches, m.timed_batches) == (1, 3 * 4) and m.whole_passes
     assert m.gpu_peak_memory_bytes is None and m.gpu_utilization_pct is None  # no GPU
 
 
@@ -133,6 +135,12 @@ def test_the_window_reads_a_seeded_random_order_over_the_whole_dataset() -> None
     assert first != sorted(first) and max(first) > 900 and min(first) < 100
     again = [index for index, _ in zip(UntilEnded(1000, seed=0), range(64), strict=False)]
     assert again == first
+    # passes of whole batches: 10 samples in batches of 4 are passes of 8 distinct samples
+    cut = UntilEnded(10, seed=0, batch_size=4)
+    stream = [index for index, _ in zip(cut, range(24), strict=False)]
+    assert cut.pass_batches == 2
+    assert all(len(set(stream[i : i + 8])) == 8 for i in (0, 8, 16))
+    assert UntilEnded(3, seed=0, batch_size=4).pass_batches is None  # less than a batch
 
 
 def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:

@@ -18,8 +18,8 @@ from autotune.runtime.window import (
     WindowStopped,
     run_ceiling,
     run_window,
-    warmup_batches,
 )
+from autotune.runtime.window_length import warmup_batches
 
 BATCH_SIZE = 8
 T_BATCH = 0.25  # seconds the fake loader takes per batch once its buffer is drained
@@ -368,3 +368,21 @@ def test_the_pruner_sees_every_sub_window_of_the_lengthened_sets() -> None:
         on_sub_window=lambda index, rate: seen.append(index),
     )
     assert seen == list(range(len(m.sub_window_samples_per_s)))
+
+
+def test_a_small_dataset_is_timed_in_whole_passes_from_where_one_starts() -> None:
+    """Batch i of a pass of 6 costs 2 s if it is the pass's first (its big file), else
+    0.25 s: sub-windows of 4 batches disagree by whether they hold it; whole passes agree."""
+    per_pass = lambda i: 2.0 if i % 6 == 0 else 0.25  # noqa: E731
+    short, _ = window(buffered=0, cost=per_pass, batches_per_window=4)
+    assert short.spread > 0.5 and not short.whole_passes
+    passes, loader = window(buffered=0, cost=per_pass, batches_per_window=4, pass_batches=6)
+    assert passes.whole_passes and passes.spread == 0.0
+    assert passes.timed_batches == 3 * 6  # 4 batches rounded up to a pass
+    # the first batch and 4 warm-up ones are gone: one more, untimed, to where a pass starts
+    assert loader.drawn == 1 + 4 + 1 + 3 * 6
+
+
+def test_passes_too_long_for_the_time_cap_are_not_waited_for() -> None:
+    m, _ = window(buffered=2, batches_per_window=4, pass_batches=1000, max_timed_s=30.0)
+    assert not m.whole_passes and m.timed_batches == 3 * 4

@@ -1,0 +1,64 @@
+"""How long a timed window's parts are: the warm-up before timing, and each sub-window's
+batches, in whole rounds of the workers and, where the data is small enough, whole passes
+over it.
+
+Pure arithmetic: ``run_window`` measures, this decides.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def warmup_batches(buffered_batches: int, extra: int) -> int:
+    """Batches to run before timing: drain the prefetch buffer, then a few at the true rate.
+
+    A window that starts right after start-up drains ``num_workers * prefetch_factor`` ready
+    batches and reports a rate the pipeline cannot sustain, rewarding big prefetch factors.
+    """
+    return buffered_batches + extra
+
+
+@dataclass(frozen=True)
+class SubWindows:
+    """The shape of the timed part: each sub-window's batches, and the untimed batches run
+    first so that the first sub-window starts where a pass over the data starts."""
+
+    batches: int
+    skip: int = 0
+    whole_passes: bool = False
+
+
+def sub_windows(
+    *,
+    at_least: int,
+    batch_rate: float | None,
+    min_sub_window_s: float,
+    align: int,
+    consumed: int,
+    pass_batches: int | None,
+    count: int,
+    max_timed_s: float,
+) -> SubWindows:
+    """Sub-windows of at least ``at_least`` batches and ``min_sub_window_s`` seconds at
+    ``batch_rate`` (batches/s seen at the end of the warm-up; None: unknown), in whole rounds
+    of ``align`` workers (they deliver batches round-robin, in bursts).
+
+    Where a pass over the data is ``pass_batches`` long (the sampler's passes are whole
+    batches, and the loader hands batches back in its order) and ``count`` sub-windows of
+    whole passes fit in ``max_timed_s``, each sub-window is whole passes and starts where one
+    starts (``consumed`` batches are gone, so ``skip`` more are run untimed first): every
+    sub-window then reads every sample once, as an epoch does, and uneven samples (a
+    thumbnail beside a camera original) no longer make sub-windows disagree by which of them
+    each drew.
+    """
+    needed = math.ceil(min_sub_window_s * batch_rate) if batch_rate and min_sub_window_s else 0
+    wanted = max(at_least, needed, 1)
+    if pass_batches:
+        unit = math.lcm(max(1, align), pass_batches)
+        batches = -(-wanted // unit) * unit
+        if batch_rate and count * batches / batch_rate <= max_timed_s:
+            return SubWindows(batches, skip=-consumed % pass_batches, whole_passes=True)
+    unit = max(1, align)
+    return SubWindows(-(-wanted // unit) * unit)
