@@ -46,21 +46,16 @@ def run_window(
     max_timed_s: float = math.inf,
     pass_batches: int | None = None,
 ) -> Measurement:
-    """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans;
-    then, given ``end_epoch``, an epoch boundary.
-
-    Each sub-window has at least ``batches_per_window`` batches, more if the rate seen at the
-    end of the warm-up says it would last under ``min_sub_window_s``, rounded up to a multiple
-    of ``align`` (the worker count: workers deliver batches round-robin, in bursts, and a
-    window of whole rounds does not depend on where in a round it starts).
-    ``on_sub_window(index, rate_so_far)`` sees each sub-window as it ends (a pruner may
-    raise ``WindowStopped``). ``gpu`` samples the GPU's utilization during the timed
-    sub-windows only. ``batches`` must not run out until ``end_epoch()`` ends its epoch: the
-    batches in flight are drained, and a new ``iter(batches)`` timed (``epoch_start_s``).
-    ``count(batch)``: the samples in a batch. Uneven samples make short spans disagree:
-    sub-windows are whole passes of ``pass_batches`` where they fit (``window_length``), and
-    sets twice as long follow until ``target_spread`` (0: never) or ``max_timed_s``
-    (``_time_sets``); the rate is all timed samples over all timed seconds."""
+    """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans
+    (at least ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of
+    ``align`` workers, whole passes of ``pass_batches`` where they fit: ``window_length``),
+    in sets twice as long until they agree within ``target_spread`` (0: never) or the next
+    would pass ``max_timed_s`` (``_time_sets``); then, given ``end_epoch``, an epoch boundary:
+    the batches in flight drained and a new ``iter(batches)`` timed (``epoch_start_s``).
+    ``batches`` must not run out before. ``on_sub_window(index, rate_so_far)`` sees each
+    sub-window as it ends (a pruner may raise ``WindowStopped``); ``gpu`` samples the GPU
+    during the timed spans only; ``count(batch)``: the samples in a batch. The rate is all
+    timed samples over all timed seconds."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _warm_up(it, step, warmup, sync=sync, clock=clock)
