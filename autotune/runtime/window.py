@@ -54,29 +54,22 @@ def run_window(
     the batches in flight drained and a new ``iter(batches)`` timed (``epoch_start_s``).
     ``batches`` must not run out before. ``on_sub_window(index, rate_so_far)`` sees each
     sub-window as it ends (a pruner may raise ``WindowStopped``); ``gpu`` samples the GPU
-    during the timed spans only; ``count(batch)``: the samples in a batch. The rate is all
-    timed samples over all timed seconds."""
+    during the timed spans only; ``count(batch)``: samples in a batch. Rate: all timed
+    samples over all timed seconds."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _warm_up(it, step, warmup, sync=sync, clock=clock)
+    lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
+    lengths.update(align=align, pass_batches=pass_batches, max_timed_s=max_timed_s)
     shape = window_length.sub_windows(
-        at_least=batches_per_window,
-        batch_rate=batch_rate,
-        min_sub_window_s=min_sub_window_s,
-        align=align,
-        consumed=1 + warmup,
-        pass_batches=pass_batches,
-        count=sub_windows,
-        max_timed_s=max_timed_s,
+        batch_rate=batch_rate, consumed=1 + warmup, count=sub_windows, **lengths
     )
     for _ in range(shape.skip):  # to where a pass starts, untimed
         step(next(it))
-    batches_per_window = shape.batches
-
     tally = _Tally()
     timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     sets = {"sub_windows": sub_windows, "target_spread": target_spread}
-    sets.update(batches_per_window=batches_per_window, max_timed_s=max_timed_s)
+    sets.update(batches_per_window=shape.batches, max_timed_s=max_timed_s)
     _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
