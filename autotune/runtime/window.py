@@ -52,10 +52,9 @@ def run_window(
     in sets twice as long until they agree within ``target_spread`` (0: never) or the next
     would pass ``max_timed_s`` (``_time_sets``); then, given ``end_epoch``, an epoch boundary:
     the batches in flight drained and a new ``iter(batches)`` timed (``epoch_start_s``).
-    ``batches`` must not run out before. ``on_sub_window(index, rate_so_far)`` sees each
-    sub-window as it ends (a pruner may raise ``WindowStopped``); ``gpu`` samples the GPU
-    during the timed spans only; ``count(batch)``: samples in a batch. Rate: all timed
-    samples over all timed seconds."""
+    ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
+    ``WindowStopped``); ``gpu`` samples the GPU in the timed spans; ``count(batch)``:
+    samples in a batch. Rate: all timed samples over all timed seconds."""
     it = iter(batches)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _warm_up(it, step, warmup, sync=sync, clock=clock)
