@@ -173,12 +173,20 @@ def ties(rows: list[tuple[str, float, tuple[float, float]]]) -> dict[str, str]:
 def _pick_beating_the_baseline(
     confirmed: list[Confirmed], way: str
 ) -> tuple[Confirmed, list[str]]:
-    """``pick_winner``, but never a config slower than the baseline: then the baseline."""
+    """``pick_winner``, but never a config that is not faster than the baseline beyond the
+    spread (slower, or a tie: their IQRs overlap): then the baseline."""
     winner, notes = pick_winner(confirmed)
     base = next((c for c in confirmed if c.label == BASELINE), None)
-    if base is not None and winner is not base and winner.median <= base.median:
-        notes.append("nothing beat the baseline here: the baseline's settings are kept")
-        winner = base
+    if base is not None and winner is not base:
+        if winner.median <= base.median:
+            notes.append("nothing beat the baseline here: the baseline's settings are kept")
+            winner = base
+        elif overlaps(winner.iqr, base.iqr):
+            notes.append(
+                "nothing beat the baseline beyond the spread here (the fastest ties with it): "
+                "the baseline's settings are kept"
+            )
+            winner = base
     return winner, [f"{way}: {n}" for n in notes]
 
 

@@ -92,3 +92,13 @@ def test_each_way_has_its_pick_and_loader_kwargs_never_lose_to_the_baseline():
     assert (winner, as_is_winner) == (tuned, base)
     assert any(n.startswith("loader_kwargs: baseline is the pick") for n in notes), notes
     assert pick_each_way([tuned])[1] is None  # no as-is config confirmed: no pick
+
+
+def test_a_pick_that_ties_with_the_baseline_keeps_the_baseline():
+    base = _as_is("baseline", 0, (180.0, 200.0, 220.0, 240.0))
+    tied = _as_is("trial 5", 2, (200.0, 230.0, 240.0, 260.0))  # faster median, IQRs overlap
+    winner, as_is_winner, notes = pick_each_way([base, tied])
+    assert winner is base and as_is_winner is base
+    assert any("beyond the spread" in n for n in notes), notes
+    clear = _as_is("trial 6", 2, (300.0, 310.0, 305.0, 320.0))
+    assert pick_each_way([base, clear])[0] is clear
