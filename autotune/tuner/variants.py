@@ -56,8 +56,10 @@ def variants(
     """The winner with each ``tuned`` setting that differs from PyTorch's default put back to
     it, and with each decoder of ``decoders_ranked`` (best first) swapped in: the best other
     decoder first, then the settings, then the other decoders; one that would be the winner
-    again, or another variant again, left out. DALI replaces the DataLoader: it is not
-    swapped in or out (its loader settings are not the DataLoader's)."""
+    again, or another variant again, left out. A switch the winner leaves at PyTorch's
+    default (``persistent_workers``, ``pin_memory``, ...) is turned on instead: folklore says
+    "always", and the row says what it is worth here. DALI replaces the DataLoader: it is
+    not swapped in or out (its loader settings are not the DataLoader's)."""
     out: list[Variant] = []
     seen = {winner}
 
@@ -80,9 +82,19 @@ def variants(
                 add(knob, 2, _with(winner, prefetch_factor=None))
         elif getattr(winner, knob) != default and default is not None:
             add(knob, default, _with(winner, **{knob: default}))
+        elif default is False and _switchable(winner, knob):
+            add(knob, True, _with(winner, **{knob: True}))
     for name in swaps[1:]:
         add("decoder", name, _with(winner, decoder=name))
     return out
+
+
+def _switchable(winner: PipelineConfig, knob: str) -> bool:
+    """Whether turning ``knob`` on is a config of its own: persistence needs workers; a
+    switch the pipeline as it is keeps off (device prefetch, channels-last) stays off."""
+    if knob == "persistent_workers":
+        return winner.num_workers > 0 and winner.decoder != "dali"
+    return knob == "pin_memory" or not winner.as_is
 
 
 def _differing(a: PipelineConfig, b: PipelineConfig) -> set[str]:

@@ -77,3 +77,17 @@ def test_the_decoders_are_ranked_full_decodes_first_for_a_reducing_winner():
         )
     ranked = decoders_ranked(study, WINNER_CONFIG, DECODERS)
     assert ranked == ["opencv", "pil", "torchvision", "as_is"]
+
+
+def test_a_switch_the_winner_leaves_off_is_turned_on():
+    """Folklore says "always persistent workers": the row says what it is worth here."""
+    transient = dataclasses.replace(WINNER_CONFIG, persistent_workers=False)
+    out = variants(transient, BASELINE, tuned=TUNED, decoders_ranked=[])
+    assert [v.label for v in out] == [
+        "main_threads=2",
+        "persistent_workers=True",
+        "num_workers=0",
+        "prefetch_factor=2",
+    ]
+    no_workers = PipelineConfig(batch_size=32, decoder="pil", main_threads=2)
+    assert variants(no_workers, BASELINE, tuned=TUNED, decoders_ranked=[]) == []
