@@ -162,7 +162,21 @@ def ablate(
     started = time.monotonic()
     picked = [(WINNER, winner.trial_number, winner.config)]
     picked += [(v.label, None, v.config) for v in measured]
-    rows = confirm(session, picked, rounds=cfg.ablation_rounds, run=run, stage="worth")
+    ran: set[PipelineConfig] = set()
+
+    def run_and_note(job: Any, **kwargs: Any) -> Any:
+        ran.add(job.pipeline)
+        return run(job, **kwargs)
+
+    deadline = started + cfg.ablation_budget * spent_on_search  # the estimate, enforced
+    rows = confirm(
+        session,
+        picked,
+        rounds=cfg.ablation_rounds,
+        run=run_and_note,
+        stage="worth",
+        deadline=deadline,
+    )
     confirmed = {c.label: c for c in rows}
     again = confirmed.get(WINNER)
     if again is None:  # stopped, or the winner failed in these rounds
@@ -174,11 +188,11 @@ def ablate(
             for v in measured
             if v.label in confirmed
         ),
-        labels,
+        (*(v.label for v in measured if v.config not in ran), *labels),
         round(time.monotonic() - started, 1),
         spent_on_search,
         cfg.ablation_budget,
-        failed=tuple(v.label for v in measured if v.label not in confirmed),
+        failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -56,14 +57,22 @@ def confirm(
     rounds: int,
     run: Run = run_trial,
     stage: str = "confirm",
+    deadline: float | None = None,
 ) -> list[Confirmed]:
     """Re-measures ``picked`` for ``rounds`` interleaved rounds (A B C A B C ...); ``stage``
-    names them in the log."""
+    names them in the log. Given a ``deadline`` (``time.monotonic()``), no run starts that
+    would end past it at the longest run's length so far: the rest are not measured."""
     timeout = session.config.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
+    longest = 0.0
     for round_index in range(rounds):
         for label, _, config in picked:
+            if deadline is not None and time.monotonic() + longest > deadline:
+                log.info("%s: the time allowed is spent, the rest is not measured", stage)
+                return _confirmed(session, picked, runs)
+            started = time.monotonic()
             outcome = run(session.job(config), timeout_s=timeout)
+            longest = max(longest, time.monotonic() - started)
             if outcome.failure is not None and outcome.failure.kind == "interrupted":
                 return []
             runs[label].append(outcome)
@@ -77,6 +86,13 @@ def confirm(
                 config.short(),
                 rate,
             )
+    return _confirmed(session, picked, runs)
+
+
+def _confirmed(
+    session: Session, picked: list[Finalist], runs: dict[str, list[TrialOutcome]]
+) -> list[Confirmed]:
+    """Each of ``picked`` with a measurement in ``runs``, its figures over them."""
     confirmed = []
     for label, number, config in picked:
         measured = [o.measurement for o in runs[label] if o.measurement is not None]

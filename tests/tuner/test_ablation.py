@@ -10,6 +10,7 @@ from helpers import make_session
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
+from autotune.tuner import ablation as ablation_module
 from autotune.tuner.ablation import NO_EFFECT, WINNER, ablate, faster_note, reduced_decode_note
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.variants import variants
@@ -128,3 +129,25 @@ def test_a_variant_faster_than_the_winner_is_said_not_picked():
     note = faster_note(ablation)
     assert note is not None and "decoder=torchvision (1.20x)" in note
     assert "raise study.n_trials" in note
+
+
+def test_no_run_starts_that_would_pass_the_budget(monkeypatch):
+    """The estimate said 4 variants fit; the runs take longer than the search's did: the
+    budget is enforced, the rest left out, none of them called failed."""
+    import autotune.tuner.confirm as confirm_module
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(confirm_module.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(ablation_module.time, "monotonic", lambda: clock["now"])
+    session = make_session(["study.epoch_aware=false", "study.ablation_budget=0.25"])
+    inner = _fake_run([])
+
+    def slow(job, *, timeout_s):
+        clock["now"] += 30.0  # three times the search's 10 s a run
+        return inner(job, timeout_s=timeout_s)
+
+    # 400 s of search: 100 s allowed, a run is 30 s: the winner and two variants, then stop
+    ablation = ablate(session, _study([10.0] * 40), _winner(), BASELINE, run=slow)
+    assert ablation is not None and len(ablation.rows) == 2 and not ablation.failed
+    assert ablation.seconds <= 100.0
+    assert ablation.left_out[:2] == ("persistent_workers=False", "num_workers=0")
