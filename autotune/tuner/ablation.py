@@ -1,6 +1,6 @@
-"""What each setting of the winner is worth: the winner beside itself with one setting put
-back to what PyTorch does by default (the decoder: swapped for each other decoder of the
-space), measured interleaved in the same rounds, within a share of the search's time.
+"""What each setting of the winner is worth: the winner beside itself with one setting
+changed (``variants``), measured interleaved in the same rounds, within a share of the
+search's time that is planned and then enforced.
 
 Importances say which settings moved samples/s across the search; this says what each
 setting of *the pick* buys on this machine, in comparisons that differ in one setting only.

@@ -1,5 +1,6 @@
 """The winner's one-setting variants: each setting it tuned put back to what PyTorch does by
-default, and other decoders swapped in, in the order they are worth measuring."""
+default (a switch it left off turned on), and other decoders swapped in, in the order they
+are worth measuring."""
 
 from __future__ import annotations
 
