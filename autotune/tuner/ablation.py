@@ -169,14 +169,8 @@ def ablate(
         return run(job, **kwargs)
 
     deadline = started + cfg.ablation_budget * spent_on_search  # the estimate, enforced
-    rows = confirm(
-        session,
-        picked,
-        rounds=cfg.ablation_rounds,
-        run=run_and_note,
-        stage="worth",
-        deadline=deadline,
-    )
+    rounds = {"rounds": cfg.ablation_rounds, "stage": "worth", "deadline": deadline}
+    rows = confirm(session, picked, run=run_and_note, **rounds)
     confirmed = {c.label: c for c in rows}
     again = confirmed.get(WINNER)
     if again is None:  # stopped, or the winner failed in these rounds
