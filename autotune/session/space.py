@@ -140,6 +140,11 @@ class SearchSpace:
             points = grown
         return points
 
+    def choices(self, name: str) -> list[Any]:
+        """Every value the knob ``name`` takes here; [] where the space has no such knob."""
+        knob = next((k for k in self.knobs if k.name == name), None)
+        return knob.values() if knob is not None else []
+
     def neighbours(self, params: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
         """The points one knob away from ``params``, one list per knob (in declaration
         order), nearest changes first within each: one more worker, then one fewer...

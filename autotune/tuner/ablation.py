@@ -126,11 +126,6 @@ def _row(variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confir
     return out
 
 
-def _decoder_choices(session: Session) -> list[str]:
-    knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
-    return knob.values() if knob is not None else []
-
-
 def ablate(
     session: Session,
     study: optuna.Study,
@@ -144,7 +139,7 @@ def ablate(
     has none, the budget is 0, or the rounds were stopped."""
     cfg = session.config.study
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
-    ranked = decoders_ranked(study, winner.config, _decoder_choices(session))
+    ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
     planned = variants(winner.config, baseline, tuned=tuned, decoders_ranked=ranked)
     split = _within_budget(session, study, planned) if planned else None
     if split is None:

@@ -31,7 +31,7 @@ def search(
     space = objective.session.space
     deadline = time.monotonic() + cfg.timeout if cfg.timeout else None
     polish = round(cfg.n_trials * cfg.polish_fraction)
-    decoders = next((k.values() for k in space.knobs if k.name == "decoder"), [])
+    decoders = space.choices("decoder")
     both_ways = len(decoders) > 1  # as_is is always one of them
 
     def time_left() -> float | None:

@@ -89,8 +89,7 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
         return {}
     log.info("profiling the loader's stages per decoder: the CPU-work bound")
     recipe = recipes.from_config(cfg.recipe)
-    knob = next((k for k in session.space.knobs if k.name == "decoder"), None)
-    names = knob.values() if knob is not None else [AS_IS]  # no decoders: as it is
+    names = session.space.choices("decoder") or [AS_IS]  # no decoders: as it is
     bounds = {}
     for name in names:
         if name != AS_IS and decoders.DECODERS[name].on_device:

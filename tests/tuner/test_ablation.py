@@ -6,26 +6,14 @@ from __future__ import annotations
 import optuna
 import pytest
 from helpers import make_session
+from winner_data import BASELINE, DECODERS, TUNED, WINNER_CONFIG
 
-from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.tuner import ablation as ablation_module
 from autotune.tuner.ablation import NO_EFFECT, WINNER, ablate, faster_note, reduced_decode_note
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.variants import variants
-
-BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
-WINNER_CONFIG = PipelineConfig(
-    batch_size=32,
-    num_workers=2,
-    prefetch_factor=4,
-    persistent_workers=True,
-    decoder="pil_reduced",
-    main_threads=1,
-)
-DECODERS = ["as_is", "pil", "pil_reduced", "opencv", "torchvision"]
-TUNED = ["num_workers", "prefetch_factor", "persistent_workers", "decoder", "main_threads"]
 
 
 def _study(walls: list[float]) -> optuna.Study:

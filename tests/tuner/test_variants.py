@@ -6,21 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import optuna
+from winner_data import BASELINE, DECODERS, TUNED, WINNER_CONFIG
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner.variants import decoders_ranked, variants
-
-BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
-WINNER_CONFIG = PipelineConfig(
-    batch_size=32,
-    num_workers=2,
-    prefetch_factor=4,
-    persistent_workers=True,
-    decoder="pil_reduced",
-    main_threads=1,
-)
-DECODERS = ["as_is", "pil", "pil_reduced", "opencv", "torchvision"]
-TUNED = ["num_workers", "prefetch_factor", "persistent_workers", "decoder", "main_threads"]
 
 
 def _changed(a: PipelineConfig, b: PipelineConfig) -> set[str]:
