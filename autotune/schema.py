@@ -192,10 +192,14 @@ class WindowConfig:
     sub_windows: int = 5
     batches_per_window: int = 4  # at least; more when a sub-window would be shorter than:
     min_sub_window_s: float = 0.4
-    # uneven samples: sub-windows twice as long, set after set, until the last set's
-    # (max - min) / median is under this (0: never) or the next set would pass max_timed_s
+    # uneven samples: more sub-windows, set after set, until the last set's spans (each one
+    # sub-window more than the set before) have (max - min) / median under this (0: never)
+    # or the next set would pass max_timed_s
     target_spread: float = 0.10
     max_timed_s: float = 20.0
+    # the same cap for the runs that rank (the confirmation, the worth table): the search
+    # only steers, a ranking must hold
+    confirm_max_timed_s: float = 40.0
 
     def __post_init__(self) -> None:
         _require(self.warmup_extra_batches >= 1, "window.warmup_extra_batches must be >= 1")
@@ -204,6 +208,9 @@ class WindowConfig:
         _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
         _require(self.target_spread >= 0, "window.target_spread must be >= 0 (0: never extend)")
         _require(self.max_timed_s > 0, "window.max_timed_s must be > 0 seconds")
+        _require(
+            self.confirm_max_timed_s > 0, "window.confirm_max_timed_s must be > 0 seconds"
+        )
 
 
 @dataclass

@@ -230,12 +230,13 @@ def time_copy(
 
 def _pooled(runs: tuple[Measurement, ...]) -> Measurement:
     """Several runs of one loader as one: the median of the runs' rates (each its samples
-    over its time), and all their sub-windows for the spread."""
+    over its time), and all their sub-windows and settled spans for the spread."""
     subs = tuple(rate for m in runs for rate in m.sub_window_samples_per_s)
     return dataclasses.replace(
         runs[0],
         samples_per_s=statistics.median(m.samples_per_s for m in runs),
         sub_window_samples_per_s=subs,
+        settled_samples_per_s=tuple(rate for m in runs for rate in m.settled_sub_windows),
         data_wait_fraction=statistics.mean(m.data_wait_fraction for m in runs),
         timed_batches=sum(m.timed_batches for m in runs),
     )

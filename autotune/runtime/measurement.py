@@ -33,26 +33,22 @@ class Measurement:
     # the run's first step, after the first batch: its one-off warm-up (allocations; with
     # compile=true, compiling the model), never inside the start-up or the timed windows
     first_step_s: float | None = None
-    # the spread reached: of the last ``sub_windows`` sub-windows, all of one length (the
-    # longest the window grew to); None: of all of them
-    reached_spread: float | None = None
-    set_size: int = 0  # sub-windows a set (the last ones are of the final length); 0: all
+    # the last set: ``sub_windows`` spans of equal length, each ``grouped`` consecutive
+    # sub-windows (uneven data groups them until they agree); empty: all the sub-windows
+    settled_samples_per_s: tuple[float, ...] = ()
+    grouped: int = 1
     whole_passes: bool = False  # each sub-window read whole passes over the data
 
     @property
     def settled_sub_windows(self) -> tuple[float, ...]:
-        """The rates of the last set: the sub-windows of the length the window settled on
-        (uneven data lengthens them), without the shorter, noisier ones before."""
-        values = self.sub_window_samples_per_s
-        return values[-self.set_size :] if self.set_size else values
+        """The rates of the last set: spans of the length the window settled on (uneven data
+        lengthens them), without the shorter, noisier ones."""
+        return self.settled_samples_per_s or self.sub_window_samples_per_s
 
     @property
     def spread(self) -> float:
-        """(max - min) / median of the sub-windows of the final length: how far apart
-        equal spans of this run were."""
-        if self.reached_spread is not None:
-            return self.reached_spread
-        return relative_spread(self.sub_window_samples_per_s)
+        """(max - min) / median of the last set: how far apart equal spans of this run were."""
+        return relative_spread(self.settled_sub_windows)
 
 
 def relative_spread(values: Sequence[float]) -> float:

@@ -49,9 +49,9 @@ def run_window(
     """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans
     (at least ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of
     ``align`` workers, whole passes of ``pass_batches`` where they fit: ``window_length``),
-    in sets twice as long until they agree within ``target_spread`` (0: never) or the next
-    would pass ``max_timed_s`` (``_time_sets``); then, given ``end_epoch``, an epoch boundary:
-    the batches in flight drained and a new ``iter(batches)`` timed (``epoch_start_s``).
+    more until ``sub_windows`` equal spans of them agree within ``target_spread`` (0: never)
+    or the next would pass ``max_timed_s`` (``_time_sets``); then, given ``end_epoch``, an
+    epoch boundary: the batches in flight drained, a new ``iter(batches)`` timed.
     ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
     ``WindowStopped``); ``gpu`` samples the GPU in the timed spans; ``count(batch)``:
     samples in a batch. Rate: all timed samples over all timed seconds."""
@@ -69,7 +69,7 @@ def run_window(
     timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     sets = {"sub_windows": sub_windows, "target_spread": target_spread}
     sets.update(batches_per_window=shape.batches, max_timed_s=max_timed_s)
-    _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
+    grouped = _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=tally.rate,
@@ -82,8 +82,8 @@ def run_window(
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
         epoch_start_s=epoch_start_s,
         first_step_s=first_step_s,
-        reached_spread=relative_spread(tally.rates[-sub_windows:]),
-        set_size=sub_windows,
+        settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
+        grouped=grouped,
         whole_passes=shape.whole_passes,
     )
 
@@ -100,27 +100,27 @@ def _time_sets(
     target_spread: float,
     max_timed_s: float,
     on_sub_window: Callable[[int, float], None] | None,
-) -> None:
-    """Times a set of ``sub_windows`` sub-windows, then sets twice as long while the last
-    set spreads wider than ``target_spread`` and the next fits in ``max_timed_s``."""
-
-    def time_set(n_batches: int) -> float:
-        before = tally.elapsed
+) -> int:
+    """Times sub-windows of ``batches_per_window`` until the last ``sub_windows`` spans of
+    equal length agree within ``target_spread``, or the next sub-window would pass
+    ``max_timed_s``. A span is ``grouped`` consecutive sub-windows, one more each time another
+    set of ``sub_windows`` is timed: every sub-window counts again in the longer spans, where
+    timing sets twice as long from scratch would throw the shorter ones away. Returns
+    ``grouped``."""
+    grouped = 1
+    while True:
         for _ in range(sub_windows):
-            _time_sub_window(it, step, n_batches, tally, count, **timing)
+            _time_sub_window(it, step, batches_per_window, tally, count, **timing)
             if on_sub_window is not None:
                 on_sub_window(len(tally.rates) - 1, tally.rate)
-        return tally.elapsed - before
-
-    set_s = time_set(batches_per_window)
-    while (
-        target_spread > 0
-        and sub_windows > 1
-        and relative_spread(tally.rates[-sub_windows:]) > target_spread
-        and tally.elapsed + 2 * set_s <= max_timed_s
-    ):
-        batches_per_window *= 2
-        set_s = time_set(batches_per_window)
+        if target_spread <= 0 or sub_windows == 1:
+            return grouped
+        if relative_spread(tally.spans_of(grouped, sub_windows)) <= target_spread:
+            return grouped
+        per_sub_window = tally.elapsed / len(tally.rates)
+        if tally.elapsed + sub_windows * per_sub_window > max_timed_s:
+            return grouped
+        grouped += 1
 
 
 def _next_epoch_start(
@@ -208,6 +208,7 @@ class _Tally:
     """What the timed sub-windows saw so far."""
 
     rates: list[float] = field(default_factory=list)  # samples/s of each sub-window
+    spans: list[tuple[int, float]] = field(default_factory=list)  # its samples and seconds
     waited: float = 0.0  # seconds spent waiting for the next batch
     elapsed: float = 0.0  # seconds timed
     cpu: float = 0.0  # CPU seconds of this process
@@ -218,6 +219,16 @@ class _Tally:
     def rate(self) -> float:
         """Samples/s over everything timed so far."""
         return self.samples / self.elapsed if self.elapsed > 0 else float("inf")
+
+    def spans_of(self, grouped: int, count: int) -> list[float]:
+        """Samples/s of the last ``count`` spans of ``grouped`` consecutive sub-windows."""
+        last = self.spans[-grouped * count :]
+        rates = []
+        for start in range(0, len(last), grouped):
+            samples = sum(n for n, _ in last[start : start + grouped])
+            seconds = sum(s for _, s in last[start : start + grouped])
+            rates.append(samples / seconds if seconds > 0 else float("inf"))
+        return rates
 
 
 def _time_sub_window(
@@ -256,6 +267,7 @@ def _time_sub_window(
     tally.samples += samples
     tally.batches += n_batches
     tally.rates.append(samples / span if span > 0 else float("inf"))
+    tally.spans.append((samples, span))
 
 
 def run_ceiling(

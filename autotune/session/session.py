@@ -180,16 +180,22 @@ class Session:
             return None
         return len(self.source) // cfg.batch_size * cfg.batch_size
 
-    def job(self, pipeline: PipelineConfig, kind: str = "window") -> TrialJob:
-        """One measurement of ``pipeline`` on this session's workload."""
+    def job(
+        self, pipeline: PipelineConfig, kind: str = "window", *, ranking: bool = False
+    ) -> TrialJob:
+        """One measurement of ``pipeline`` on this session's workload; ``ranking``: a run that
+        ranks configs (its window may grow to ``window.confirm_max_timed_s``)."""
         cfg = self.config
+        window = cfg.window
+        if ranking:
+            window = dataclasses.replace(window, max_timed_s=window.confirm_max_timed_s)
         limit = cfg.study.trial_memory_limit_gb
         return TrialJob(
             pipeline=pipeline,
             source=self.source,
             model=cfg.model,
             recipe=cfg.recipe,
-            window=cfg.window,
+            window=window,
             device=self.device,
             seed=cfg.seed,
             kind=kind,  # type: ignore[arg-type]

@@ -71,7 +71,7 @@ def confirm(
                 log.info("%s: the time allowed is spent, the rest is not measured", stage)
                 return _confirmed(session, picked, runs)
             started = time.monotonic()
-            outcome = run(session.job(config), timeout_s=timeout)
+            outcome = run(session.job(config, ranking=True), timeout_s=timeout)
             longest = max(longest, time.monotonic() - started)
             if outcome.failure is not None and outcome.failure.kind == "interrupted":
                 return []

@@ -325,31 +325,41 @@ def uneven(buffered: int, every: int) -> Callable[[int], float]:
     return lambda i: 0.0 if i < buffered else (4.0 if i % every == 0 else 0.25)
 
 
-def test_uneven_batches_lengthen_the_sub_windows_until_they_agree() -> None:
+def test_uneven_batches_lengthen_the_spans_until_they_agree() -> None:
     short, _ = window(buffered=0, cost=uneven(0, 7), batches_per_window=2)
     assert short.spread > 0.5  # what the short window saw
     long, _ = window(
         buffered=0, cost=uneven(0, 7), batches_per_window=2, target_spread=0.1, max_timed_s=1e6
     )
     assert long.spread <= 0.1
-    # each set twice as long as the one before: 3 sub-windows of 2, 4, 8... batches
-    sizes = [2 * 2**k for k in range(len(long.sub_window_samples_per_s) // 3)]
-    assert long.timed_batches == 3 * sum(sizes)
-    assert len(long.sub_window_samples_per_s) > 3
+    # sub-windows of 2 batches throughout, whole sets of 3; the last set's spans are
+    # ``grouped`` of them each, one more than the set before
+    rates = long.sub_window_samples_per_s
+    assert long.timed_batches == 2 * len(rates) and len(rates) % 3 == 0
+    assert long.grouped == len(rates) // 3 > 1
+    last = rates[-3 * long.grouped :]
+    spans = [last[i : i + long.grouped] for i in range(0, len(last), long.grouped)]
+    # each span: its samples over its seconds (the sub-windows hold equal samples)
+    expected = [len(s) / sum(1 / r for r in s) for s in spans]
+    assert long.settled_sub_windows == pytest.approx(expected)
 
 
 def test_the_time_cap_stops_the_lengthening_and_the_spread_reached_is_kept() -> None:
+    """Batches that grow ever slower never agree: the cap ends the window."""
     capped, _ = window(
-        buffered=0, cost=uneven(0, 7), batches_per_window=2, target_spread=0.01, max_timed_s=30
+        buffered=0,
+        cost=lambda i: 0.25 + 0.25 * (i // 4),
+        batches_per_window=2,
+        target_spread=0.01,
+        max_timed_s=300,
     )
-    # the first set lasted 6 batches' time; each next set doubles: none may pass 30 s in all
     timed_s = capped.timed_batches * BATCH_SIZE / capped.samples_per_s
-    assert timed_s <= 30
+    assert timed_s <= 300
+    assert capped.grouped > 1  # it did lengthen before the cap
     assert capped.spread > 0.01  # the target was not reached: what was reached is stored
-    assert capped.spread == pytest.approx(
-        (max(capped.sub_window_samples_per_s[-3:]) - min(capped.sub_window_samples_per_s[-3:]))
-        / statistics.median(capped.sub_window_samples_per_s[-3:])
-    )
+    spans = capped.settled_sub_windows
+    assert len(spans) == 3
+    assert capped.spread == pytest.approx((max(spans) - min(spans)) / statistics.median(spans))
 
 
 def test_even_batches_are_not_lengthened() -> None:

@@ -73,10 +73,13 @@ def test_each_way_of_applying_gets_its_own_finalists():
 
 
 def test_confirmation_interleaves_the_finalists():
-    session = make_session(["study.epoch_aware=false"])  # steady rates: 300 is 300
+    session = make_session(  # steady rates: 300 is 300
+        ["study.epoch_aware=false", "window.max_timed_s=2", "window.confirm_max_timed_s=7"]
+    )
     order = []
 
     def run(job, *, timeout_s):
+        assert job.window.max_timed_s == 7  # a ranking run may grow longer than a search's
         order.append(job.pipeline.num_workers)
         rate = 100.0 * (1 + job.pipeline.num_workers)
         m = Measurement(rate, (rate, rate), 0.1, 0.01, 4, 8)
