@@ -9,17 +9,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.pipeline.batches import samples_in
 from autotune.runtime import window_length
 from autotune.runtime.gpu_monitor import UtilizationSampler
-from autotune.runtime.measurement import Measurement, relative_spread
-
-Batch = Any  # what the loader yields: (images, labels), or the user's own batch
-Step = Callable[[Batch], None]
-Count = Callable[[Batch], int]  # samples in a batch
+from autotune.runtime.measurement import Measurement
+from autotune.runtime.peers import ALONE, Peers
+from autotune.runtime.timed_spans import Batch, Count, Step, Tally, time_sets
 
 
 class WindowStopped(Exception):
@@ -45,31 +42,31 @@ def run_window(
     target_spread: float = 0.0,
     max_timed_s: float = math.inf,
     pass_batches: int | None = None,
+    peers: Peers = ALONE,
 ) -> Measurement:
-    """Times ``step`` over ``batches``: start-up, warm-up, then ``sub_windows`` timed spans
-    (at least ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of
-    ``align`` workers, whole passes of ``pass_batches`` where they fit: ``window_length``),
-    more until ``sub_windows`` equal spans of them agree within ``target_spread`` (0: never)
-    or the next would pass ``max_timed_s`` (``_time_sets``); then, given ``end_epoch``, an
-    epoch boundary: the batches in flight drained, a new ``iter(batches)`` timed.
-    ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
-    ``WindowStopped``); ``gpu`` samples the GPU in the timed spans; ``count(batch)``:
-    samples in a batch. Rate: all timed samples over all timed seconds."""
+    """Times ``step`` over ``batches``: start-up, warm-up, then timed sub-windows (at least
+    ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of ``align``
+    workers, whole passes of ``pass_batches`` where they fit: ``window_length``), until
+    ``sub_windows`` equal spans of them agree within ``target_spread`` (0: at once) or
+    ``max_timed_s`` ends it (``timed_spans``); then, given ``end_epoch``, an epoch boundary
+    timed. ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
+    ``WindowStopped``); ``gpu`` samples the GPU; ``count(batch)``: its samples; ``peers``:
+    the other ranks, with whom each decision is agreed and each span starts and ends
+    (``runtime.peers``). Rate: timed samples over timed seconds."""
     it = iter(batches)
+    sync = _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
-    batch_rate = _warm_up(it, step, warmup, sync=sync, clock=clock)
+    batch_rate = _slowest(peers, _warm_up(it, step, warmup, sync=sync, clock=clock))
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
     lengths.update(align=align, pass_batches=pass_batches, max_timed_s=max_timed_s)
-    shape = window_length.sub_windows(
-        batch_rate=batch_rate, consumed=1 + warmup, count=sub_windows, **lengths
-    )
+    lengths.update(batch_rate=batch_rate, consumed=1 + warmup, count=sub_windows)
+    shape = window_length.sub_windows(**lengths)
     for _ in range(shape.skip):  # to where a pass starts, untimed
         step(next(it))
-    tally = _Tally()
-    timing = {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
-    sets = {"sub_windows": sub_windows, "target_spread": target_spread}
+    tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
+    sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
     sets.update(batches_per_window=shape.batches, max_timed_s=max_timed_s)
-    grouped = _time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
+    grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=tally.rate,
@@ -88,39 +85,23 @@ def run_window(
     )
 
 
-def _time_sets(
-    it: Iterator[Batch],
-    step: Step,
-    tally: _Tally,
-    count: Count,
-    timing: dict[str, Any],
-    *,
-    sub_windows: int,
-    batches_per_window: int,
-    target_spread: float,
-    max_timed_s: float,
-    on_sub_window: Callable[[int, float], None] | None,
-) -> int:
-    """Times sub-windows of ``batches_per_window`` until the last ``sub_windows`` spans of
-    equal length agree within ``target_spread``, or the next sub-window would pass
-    ``max_timed_s``. A span is ``grouped`` consecutive sub-windows, one more each time another
-    set of ``sub_windows`` is timed: every sub-window counts again in the longer spans, where
-    timing sets twice as long from scratch would throw the shorter ones away. Returns
-    ``grouped``."""
-    grouped = 1
-    while True:
-        for _ in range(sub_windows):
-            _time_sub_window(it, step, batches_per_window, tally, count, **timing)
-            if on_sub_window is not None:
-                on_sub_window(len(tally.rates) - 1, tally.rate)
-        if target_spread <= 0 or sub_windows == 1:
-            return grouped
-        if relative_spread(tally.spans_of(grouped, sub_windows)) <= target_spread:
-            return grouped
-        per_sub_window = tally.elapsed / len(tally.rates)
-        if tally.elapsed + sub_windows * per_sub_window > max_timed_s:
-            return grouped
-        grouped += 1
+def _with_peers(sync: Callable[[], None], peers: Peers) -> Callable[[], None]:
+    """``sync``, then a barrier: a timed span starts and ends when every rank's does."""
+    if peers is ALONE:
+        return sync
+
+    def sync_all() -> None:
+        sync()
+        peers.wait()
+
+    return sync_all
+
+
+def _slowest(peers: Peers, batch_rate: float | None) -> float | None:
+    """The slowest rank's warm-up rate (None where any rank has none): every rank shapes
+    its sub-windows alike."""
+    agreed = peers.least(-1.0 if batch_rate is None else batch_rate)
+    return None if agreed < 0 else agreed
 
 
 def _next_epoch_start(
@@ -201,73 +182,6 @@ def _warm_up(
         return None
     tail_span = clock() - tail_start
     return tail / tail_span if tail_span > 0 else None
-
-
-@dataclass
-class _Tally:
-    """What the timed sub-windows saw so far."""
-
-    rates: list[float] = field(default_factory=list)  # samples/s of each sub-window
-    spans: list[tuple[int, float]] = field(default_factory=list)  # its samples and seconds
-    waited: float = 0.0  # seconds spent waiting for the next batch
-    elapsed: float = 0.0  # seconds timed
-    cpu: float = 0.0  # CPU seconds of this process
-    samples: int = 0
-    batches: int = 0
-
-    @property
-    def rate(self) -> float:
-        """Samples/s over everything timed so far."""
-        return self.samples / self.elapsed if self.elapsed > 0 else float("inf")
-
-    def spans_of(self, grouped: int, count: int) -> list[float]:
-        """Samples/s of the last ``count`` spans of ``grouped`` consecutive sub-windows."""
-        last = self.spans[-grouped * count :]
-        rates = []
-        for start in range(0, len(last), grouped):
-            samples = sum(n for n, _ in last[start : start + grouped])
-            seconds = sum(s for _, s in last[start : start + grouped])
-            rates.append(samples / seconds if seconds > 0 else float("inf"))
-        return rates
-
-
-def _time_sub_window(
-    it: Iterator[Batch],
-    step: Step,
-    n_batches: int,
-    tally: _Tally,
-    count: Count,
-    *,
-    sync: Callable[[], None],
-    clock: Callable[[], float],
-    cpu_clock: Callable[[], float],
-    gpu: UtilizationSampler | None,
-) -> None:
-    """Times one sub-window of ``n_batches`` and adds it to ``tally``."""
-    samples = 0
-    waited = tally.waited  # a local in the timed loop, summed in the same order as ever
-    sync()
-    if gpu is not None:
-        gpu.start()
-    cpu_start = cpu_clock()
-    window_start = clock()
-    for _ in range(n_batches):
-        before = clock()
-        batch = next(it)
-        waited += clock() - before
-        step(batch)
-        samples += count(batch)
-    sync()
-    span = clock() - window_start
-    tally.cpu += cpu_clock() - cpu_start
-    if gpu is not None:
-        gpu.stop()
-    tally.waited = waited
-    tally.elapsed += span
-    tally.samples += samples
-    tally.batches += n_batches
-    tally.rates.append(samples / span if span > 0 else float("inf"))
-    tally.spans.append((samples, span))
 
 
 def run_ceiling(

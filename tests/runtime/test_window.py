@@ -396,3 +396,43 @@ def test_a_small_dataset_is_timed_in_whole_passes_from_where_one_starts() -> Non
 def test_passes_too_long_for_the_time_cap_are_not_waited_for() -> None:
     m, _ = window(buffered=2, batches_per_window=4, pass_batches=1000, max_timed_s=30.0)
     assert not m.whole_passes and m.timed_batches == 3 * 4
+
+
+class OtherRankLengthens:
+    """Peers of which another rank still spreads too wide twice, and is the slowest to warm
+    up: what this rank must follow, or the ranks' steps (each an all-reduce) part ways."""
+
+    def __init__(self) -> None:
+        self.asked, self.waits, self.lengthen = [], 0, 2
+
+    def wait(self) -> None:
+        self.waits += 1
+
+    def least(self, value: float) -> float:
+        return min(value, 0.5)  # batches/s: the other rank's warm-up
+
+    def total(self, value: float) -> float:
+        return 2 * value
+
+    def any(self, flag: bool) -> bool:
+        self.asked.append(flag)
+        wanted, self.lengthen = self.lengthen > 0, self.lengthen - 1
+        return flag or wanted
+
+
+def test_the_ranks_agree_on_each_decision_and_meet_at_each_span() -> None:
+    peers = OtherRankLengthens()
+    alone, _ = window(buffered=2, target_spread=0.1, max_timed_s=1e6)
+    together, _ = window(buffered=2, target_spread=0.1, max_timed_s=1e6, peers=peers)
+    assert alone.grouped == 1  # even batches: this rank alone would stop at once
+    assert peers.asked == [False, False, False]  # its own answer each time: "no need"
+    assert together.grouped == 3 and together.timed_batches == 3 * 3 * 4  # the other's way
+    # a barrier at each span's start and end, besides start-up and warm-up
+    assert peers.waits >= 2 * len(together.sub_window_samples_per_s)
+
+
+def test_the_ranks_shape_their_sub_windows_for_the_slowest_warm_up() -> None:
+    alone, _ = window(buffered=2, min_sub_window_s=6)
+    together, _ = window(buffered=2, min_sub_window_s=6, peers=OtherRankLengthens())
+    # 6 s at this rank's 4/3 batches/s: 8 batches; at the other's 0.5: 3, so the 4 asked
+    assert alone.timed_batches == 3 * 8 and together.timed_batches == 3 * 4

@@ -1,0 +1,122 @@
+"""The timed part of a window: sub-windows of equal length, timed one after another, and the
+spans they settle into: as many of them grouped as it takes for a set of spans to agree.
+
+Pure timing over an iterator of batches and a step (``run_window`` calls it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.runtime.gpu_monitor import UtilizationSampler
+from autotune.runtime.measurement import relative_spread
+from autotune.runtime.peers import ALONE, Peers
+
+Batch = Any  # what the loader yields: (images, labels), or the user's own batch
+Step = Callable[[Batch], None]
+Count = Callable[[Batch], int]  # samples in a batch
+
+
+def time_sets(
+    it: Iterator[Batch],
+    step: Step,
+    tally: Tally,
+    count: Count,
+    timing: dict[str, Any],
+    *,
+    sub_windows: int,
+    batches_per_window: int,
+    target_spread: float,
+    max_timed_s: float,
+    on_sub_window: Callable[[int, float], None] | None,
+    peers: Peers = ALONE,
+) -> int:
+    """Times sub-windows of ``batches_per_window`` until the last ``sub_windows`` spans of
+    equal length agree within ``target_spread``, or the next sub-window would pass
+    ``max_timed_s``. A span is ``grouped`` consecutive sub-windows, one more each time another
+    set of ``sub_windows`` is timed: every sub-window counts again in the longer spans, where
+    timing sets twice as long from scratch would throw the shorter ones away. Returns
+    ``grouped``."""
+    grouped = 1
+    while True:
+        for _ in range(sub_windows):
+            time_sub_window(it, step, batches_per_window, tally, count, **timing)
+            if on_sub_window is not None:
+                on_sub_window(len(tally.rates) - 1, tally.rate)
+        if target_spread <= 0 or sub_windows == 1:
+            return grouped
+        wide = relative_spread(tally.spans_of(grouped, sub_windows)) > target_spread
+        per_sub_window = tally.elapsed / len(tally.rates)
+        fits = tally.elapsed + sub_windows * per_sub_window <= max_timed_s
+        if not peers.any(wide and fits):  # every rank times as many sub-windows
+            return grouped
+        grouped += 1
+
+
+@dataclass
+class Tally:
+    """What the timed sub-windows saw so far."""
+
+    rates: list[float] = field(default_factory=list)  # samples/s of each sub-window
+    spans: list[tuple[int, float]] = field(default_factory=list)  # its samples and seconds
+    waited: float = 0.0  # seconds spent waiting for the next batch
+    elapsed: float = 0.0  # seconds timed
+    cpu: float = 0.0  # CPU seconds of this process
+    samples: int = 0
+    batches: int = 0
+
+    @property
+    def rate(self) -> float:
+        """Samples/s over everything timed so far."""
+        return self.samples / self.elapsed if self.elapsed > 0 else float("inf")
+
+    def spans_of(self, grouped: int, count: int) -> list[float]:
+        """Samples/s of the last ``count`` spans of ``grouped`` consecutive sub-windows."""
+        last = self.spans[-grouped * count :]
+        rates = []
+        for start in range(0, len(last), grouped):
+            samples = sum(n for n, _ in last[start : start + grouped])
+            seconds = sum(s for _, s in last[start : start + grouped])
+            rates.append(samples / seconds if seconds > 0 else float("inf"))
+        return rates
+
+
+def time_sub_window(
+    it: Iterator[Batch],
+    step: Step,
+    n_batches: int,
+    tally: Tally,
+    count: Count,
+    *,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+    cpu_clock: Callable[[], float],
+    gpu: UtilizationSampler | None,
+) -> None:
+    """Times one sub-window of ``n_batches`` and adds it to ``tally``."""
+    samples = 0
+    waited = tally.waited  # a local in the timed loop, summed in the same order as ever
+    sync()
+    if gpu is not None:
+        gpu.start()
+    cpu_start = cpu_clock()
+    window_start = clock()
+    for _ in range(n_batches):
+        before = clock()
+        batch = next(it)
+        waited += clock() - before
+        step(batch)
+        samples += count(batch)
+    sync()
+    span = clock() - window_start
+    tally.cpu += cpu_clock() - cpu_start
+    if gpu is not None:
+        gpu.stop()
+    tally.waited = waited
+    tally.elapsed += span
+    tally.samples += samples
+    tally.batches += n_batches
+    tally.rates.append(samples / span if span > 0 else float("inf"))
+    tally.spans.append((samples, span))
