@@ -49,6 +49,7 @@ class MachineFacts:
     torch_version: str
     torchvision_version: str
     platform: str
+    gpu_count: int = 0  # CUDA devices visible (CUDA_VISIBLE_DEVICES), 0 without CUDA
 
 
 def _read(d: Path, *names: str) -> str | None:
@@ -238,7 +239,8 @@ def detect(
         cgroup_memory_limit_bytes=limit,
         shm_free_bytes=shm_free_bytes(),
         gpu=detect_gpu(),
-        cuda_available=bool(want_cuda and torch.cuda.is_available()),
+        cuda_available=(cuda := bool(want_cuda and torch.cuda.is_available())),
+        gpu_count=torch.cuda.device_count() if cuda else 0,
         python_version=_platform.python_version(),
         torch_version=str(torch.__version__),
         torchvision_version=str(torchvision.__version__),

@@ -208,9 +208,7 @@ class WindowConfig:
         _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
         _require(self.target_spread >= 0, "window.target_spread must be >= 0 (0: never extend)")
         _require(self.max_timed_s > 0, "window.max_timed_s must be > 0 seconds")
-        _require(
-            self.confirm_max_timed_s > 0, "window.confirm_max_timed_s must be > 0 seconds"
-        )
+        _require(self.confirm_max_timed_s > 0, "window.confirm_max_timed_s must be > 0 seconds")
 
 
 @dataclass
@@ -272,6 +270,9 @@ class AutotuneConfig:
     pipeline: str | None = None
     quiet: bool = False  # results only: no per-trial progress lines, no progress bar
     device: str = "auto"  # auto | cpu | cuda
+    # processes that train together under DDP on this node, each with its own DataLoader:
+    # the tuned settings are per rank. "auto": one per visible GPU on CUDA, else 1
+    ranks: Any = 1
     batch_size: int = 32
     seed: int = 0  # the loader's seed: augmentation is random but reproducible
     studies_dir: str = "studies"
@@ -287,6 +288,10 @@ class AutotuneConfig:
             f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
         )
         _require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        _require(
+            self.ranks == "auto" or (isinstance(self.ranks, int) and self.ranks >= 1),
+            f"ranks must be a whole number >= 1 or auto, got {self.ranks!r}",
+        )
 
 
 def register_configs() -> None:

@@ -77,3 +77,44 @@ class Segfaults(nn.Module):
 
         ctypes.string_at(0)  # reads address 0: a real SIGSEGV
         return self.head(x)
+
+
+class _FailsOnRank1(nn.Module):
+    """Trains on every rank but rank 1 of a trial of several, where its third step fails in
+    the way ``fail`` says: a rank of a DDP job that crashes or hangs while the others wait
+    in their next all-reduce."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, num_classes))
+        self.steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+
+        self.steps += 1
+        if os.environ.get("RANK") == "1" and self.steps == 3:
+            self.fail()
+        return self.head(x)
+
+    def fail(self) -> None:
+        raise NotImplementedError
+
+
+class SegfaultsOnRank1(_FailsOnRank1):
+    def fail(self) -> None:
+        import ctypes
+
+        ctypes.string_at(0)  # a real SIGSEGV
+
+
+class HangsOnRank1(_FailsOnRank1):
+    def fail(self) -> None:
+        import time
+
+        time.sleep(3600)
+
+
+class RaisesOnRank1(_FailsOnRank1):
+    def fail(self) -> None:
+        raise RuntimeError("rank 1 refuses this batch")

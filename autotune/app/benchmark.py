@@ -109,7 +109,7 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
     batch_size = dict(space.defaults)["batch_size"]
     cpus = facts.usable_cpus
     defaults = space.suggest(
-        optuna.trial.FixedTrial(space.baseline_params(default_threads=torch.get_num_threads()))
+        optuna.trial.FixedTrial(space.baseline_params(default_threads=session.default_threads))
     )
     # folklore, applied as users apply it: to their own pipeline's DataLoader. The guides'
     # recipe: workers = cores (at most 8), deep prefetch, kept alive

@@ -210,6 +210,7 @@ def tune_and_export(session: Session) -> tuple[StudyResult, Path | None]:
         "model": config.model.name,
         "recipe": asdict(config.recipe),
         "device": session.device,
+        "ranks": session.ranks,
         "images": len(source),
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],

@@ -9,6 +9,7 @@ three plain sections: ``workload``, ``machine`` and ``study``.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ HEADER = (
     "#   DataLoader(dataset, shuffle=True, **autotune.loader_kwargs(this_file))\n"
     "# The whole tuned pipeline (loader, pipeline): its own decode, augment and transfer:\n"
     "#   autotune.build_loader(folder_or_dataset, this_file)\n"
+    "# Settings per rank: `ranks` processes per node were measured together (DDP), each\n"
+    "# with its own DataLoader of these settings (under torchrun, build_loader shards).\n"
 )
 
 
@@ -41,6 +44,7 @@ class BestFile:
     as_is: PipelineConfig | None = None
     as_is_measured: dict[str, Any] = field(default_factory=dict)
     baseline: str = ""  # what the speedups are ratios to, in words
+    ranks: int = 1  # processes per node measured together; the settings are each one's
     older: bool = False  # read from a file written before both ways were tuned
     workload: dict[str, Any] = field(default_factory=dict)  # dataset, model, recipe, device
     machine: dict[str, Any] = field(default_factory=dict)  # machine_section()
@@ -60,7 +64,7 @@ def machine_section(facts: MachineFacts) -> dict[str, Any]:
 
 
 def write(path: Path, best: BestFile) -> None:
-    doc: dict[str, Any] = {"baseline": best.baseline, "loader_kwargs": None}
+    doc: dict[str, Any] = {"baseline": best.baseline, "ranks": best.ranks, "loader_kwargs": None}
     if best.as_is is not None:
         doc["loader_kwargs"] = {
             "loader": best.as_is.loader_kwargs(),
@@ -91,6 +95,7 @@ def read(path: str | Path) -> BestFile:
         as_is=_as_is_config(as_is, path) if as_is else None,
         as_is_measured=as_is.get("measured") or {},
         baseline=doc.get("baseline") or "",
+        ranks=int(doc.get("ranks") or 1),
         older="loader_kwargs" not in doc,
         workload=doc.get("workload") or {},
         machine=doc.get("machine") or {},
@@ -142,6 +147,22 @@ def machine_differences(measured_on: dict[str, Any], here: MachineFacts) -> list
 
 
 _warned: set[str] = set()
+
+
+def warn_if_other_ranks(ranks: int, path: str | Path) -> None:
+    """Warns once per file when this job runs another number of ranks per node than the
+    file was measured with (torchrun's ``LOCAL_WORLD_SIZE``; 1 outside torchrun)."""
+    here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    key = f"{path} ranks"
+    if here == ranks or key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(
+        f"{path} was measured with {ranks} rank(s) per node sharing its CPUs, and this job "
+        f"runs {here}: its num_workers and threads are per rank, sized for {ranks}; tune "
+        f"again with ranks={here}",
+        stacklevel=3,
+    )
 
 
 def warn_if_other_machine(measured_on: dict[str, Any], path: str | Path) -> None:

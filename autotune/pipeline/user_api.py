@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
 from autotune.pipeline import best_file, loader, recipes, sources
 from autotune.pipeline.config import PipelineConfig
@@ -32,6 +34,7 @@ def loader_kwargs(path: str | Path) -> dict[str, Any]:
     """
     best = best_file.read(path)
     best_file.warn_if_other_machine(best.machine, path)
+    best_file.warn_if_other_ranks(best.ranks, path)
     config = best_file.as_is_of(best, path)
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
@@ -65,6 +68,10 @@ def build_loader(
     Batches come out on ``device``, augmented and normalized, ready for the model. The
     process's torch threads are set to the tuned ``main_threads`` (part of what was measured).
 
+    Inside a torchrun job of several ranks (``WORLD_SIZE`` > 1), each rank reads its own
+    shard of every epoch (a DistributedSampler, reshuffled each epoch from ``seed``: no
+    ``set_epoch`` to call) onto its own GPU (``LOCAL_RANK``) where the device is CUDA.
+
     Example:
         >>> loader = build_loader("data/train", "studies/mine-resnet50/best.yaml")
         >>> for images, labels in loader:
@@ -75,6 +82,7 @@ def build_loader(
     else:
         read = best_file.read(best)
         best_file.warn_if_other_machine(read.machine, best)
+        best_file.warn_if_other_ranks(read.ranks, best)
         config, workload = read.config, read.workload
     if isinstance(data, (str, Path)):
         data = sources.scan_imagefolder(data)
@@ -83,11 +91,54 @@ def build_loader(
         if recipe is not None and recipe != measured.get("name"):
             measured = {"name": recipe}
         recipe = recipes.from_config(RecipeConfig(**{**measured, **recipe_settings}))
+    rank = torchrun_rank()
     if device is None:
         wanted = workload.get("device", "cpu")
         device = wanted if wanted != "cuda" or torch.cuda.is_available() else "cpu"
+        if device == "cuda" and rank is not None:
+            device = f"cuda:{rank.local_rank}"
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
+    sampler = None
+    if rank is not None and not isinstance(data, IterableDataset):  # a stream shards itself
+        sampler = EpochShards(data, num_replicas=rank.world_size, rank=rank.rank, seed=seed or 0)
     return loader.build(
-        data, config, recipe=recipe, device=device, seed=seed, collate_fn=collate_fn
+        data,
+        config,
+        recipe=recipe,
+        device=device,
+        seed=seed,
+        collate_fn=collate_fn,
+        sampler=sampler,
     )
+
+
+@dataclass(frozen=True)
+class Rank:
+    """This process's place in a torchrun job (its environment)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def torchrun_rank() -> Rank | None:
+    """The rank torchrun's environment names; None outside a job of several ranks."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return None
+    return Rank(
+        rank=int(os.environ["RANK"]),
+        world_size=world_size,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+    )
+
+
+class EpochShards(DistributedSampler):
+    """DistributedSampler that moves to the next epoch's shuffle by itself at each
+    ``iter()``, where a training loop would have to call ``set_epoch``."""
+
+    def __iter__(self) -> Iterator[int]:
+        indices = super().__iter__()
+        self.set_epoch(self.epoch + 1)
+        return indices

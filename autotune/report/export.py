@@ -94,6 +94,7 @@ def export(
             as_is=as_is.config if as_is else None,
             as_is_measured=_figures(result, as_is) if as_is else {},
             baseline=result.baseline_text,
+            ranks=workload.get("ranks", 1),
             workload=workload,
             machine=machine,
             study={

@@ -24,6 +24,7 @@ from autotune.runtime.epochs import EpochTimes, measure_epochs
 from autotune.runtime.gpu_monitor import UtilizationSampler, open_sampler
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
+from autotune.runtime.peers import ALONE, Peers
 from autotune.runtime.window import run_ceiling, run_window
 from autotune.runtime.window_length import warmup_batches
 from autotune.runtime.workload import TrainStep, job_step
@@ -38,25 +39,31 @@ class UntilEnded(Sampler[int]):
     without an epoch boundary, then makes one on purpose to time what a new epoch costs.
     Each ``iter()`` is a new epoch, endless again. Each pass is whole batches of
     ``batch_size`` (a random few left out of it, as ``drop_last`` does), so that a window can
-    time whole passes (``pass_batches``)."""
+    time whole passes (``pass_batches``). Of ``ranks``, rank ``rank`` reads every
+    ``ranks``-th index of each pass from its ``rank``-th, as DistributedSampler shards: the
+    same shuffle on every rank (one seed), a disjoint share each."""
 
-    def __init__(self, n: int, seed: int, batch_size: int = 1) -> None:
+    def __init__(
+        self, n: int, seed: int, batch_size: int = 1, *, rank: int = 0, ranks: int = 1
+    ) -> None:
         self.n, self.batch_size, self.ended = n, batch_size, False
+        self.rank, self.ranks = rank, ranks
         self.generator = torch.Generator().manual_seed(seed)
 
     @property
     def pass_batches(self) -> int | None:
-        """Batches a pass; None where one pass is less than a batch."""
-        return self.n // self.batch_size or None
+        """Batches a pass of this rank's share; None where it is less than a batch."""
+        return self.n // self.ranks // self.batch_size or None
 
     def end_epoch(self) -> None:
         self.ended = True
 
     def __iter__(self) -> Iterator[int]:
         self.ended = False
-        whole = self.pass_batches * self.batch_size if self.pass_batches else self.n
+        share = self.pass_batches * self.batch_size if self.pass_batches else self.n // self.ranks
         while not self.ended:
-            for index in torch.randperm(self.n, generator=self.generator)[:whole].tolist():
+            order = torch.randperm(self.n, generator=self.generator)[: share * self.ranks]
+            for index in order[self.rank :: self.ranks].tolist():
                 if self.ended:  # read as the loader hands out work: stops within one batch
                     return
                 yield index
@@ -65,19 +72,30 @@ class UntilEnded(Sampler[int]):
         return ENDLESS
 
 
-def measure(job: TrialJob, report: Report) -> Measurement | EpochTimes:
+def measure(job: TrialJob, report: Report, peers: Peers = ALONE) -> Measurement | EpochTimes:
     """The job's window (or ceiling, or epochs); ``report`` sees each sub-window of a window as
-    it ends (it may raise ``WindowStopped``)."""
+    it ends (it may raise ``WindowStopped``). ``peers``: the other ranks of a trial of
+    several (``runtime.ranks``): this rank reads its shard of each pass, on its own GPU."""
     if job.kind == "epochs":
         return measure_epochs(job)
-    with open_sampler(torch.device(job.device)) as gpu:
-        recipe, step = _workload(job)
+    device = _device(job, peers)
+    with open_sampler(device) as gpu:
+        recipe, step = _workload(job, device)
         if job.kind == "ceiling":
-            return _time_ceiling(job, recipe, step, gpu)
-        return _time_window(job, recipe, step, report, gpu)
+            return _time_ceiling(job, recipe, step, gpu, peers)
+        return _time_window(job, recipe, step, report, gpu, peers)
 
 
-def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
+def _device(job: TrialJob, peers: Peers) -> torch.device:
+    """The job's device; on CUDA with several ranks, the rank's own GPU (torchrun's
+    LOCAL_RANK: one node)."""
+    device = torch.device(job.device)
+    if device.type == "cuda" and peers.ranks > 1:
+        return torch.device("cuda", peers.rank)
+    return device
+
+
+def _workload(job: TrialJob, device: torch.device) -> tuple[Recipe, TrainStep]:
     """The recipe and the training step, torch's threads and seed set first: the seed
     decides the model's random initialisation."""
     if job.pipeline.main_threads:
@@ -88,6 +106,7 @@ def _workload(job: TrialJob) -> tuple[Recipe, TrainStep]:
         job,
         num_classes=len(job.source.classes) or None,
         channels_last=job.pipeline.channels_last,
+        device=device,
     )
     return recipe, step
 
@@ -106,12 +125,17 @@ def _timing(job: TrialJob) -> dict[str, Any]:
 
 
 def _time_ceiling(
-    job: TrialJob, recipe: Recipe, step: TrainStep, gpu: UtilizationSampler | None
+    job: TrialJob,
+    recipe: Recipe,
+    step: TrainStep,
+    gpu: UtilizationSampler | None,
+    peers: Peers,
 ) -> Measurement:
     """The step alone, fed one batch already on the device."""
     config = PipelineConfig(batch_size=job.pipeline.batch_size, decoder=AS_IS)
     batch = next(iter(loader.build(job.source, config, recipe=recipe, device=step.device)))
-    return run_ceiling(batch, step, **_timing(job), sync=step.sync, gpu=gpu, count=_count(job))
+    timing = {"sync": step.sync, "gpu": gpu, "count": _count(job), "peers": peers}
+    return run_ceiling(batch, step, **_timing(job), **timing)
 
 
 def _count(job: TrialJob) -> Callable[[Any], int]:
@@ -134,14 +158,17 @@ def _time_window(
     step: TrainStep,
     report: Report,
     gpu: UtilizationSampler | None,
+    peers: Peers,
 ) -> Measurement:
-    """The step fed by the job's loader, and the device memory it peaked at."""
+    """The step fed by the job's loader (this rank's shard of it), and the device memory it
+    peaked at."""
     device = step.device
     stream = _is_stream(job)
     # no epoch ends inside the window (start-up is timed on its own); one ends after it. A
     # stream has no sampler: it is read again and again, each worker its own share
     batch_size = job.pipeline.batch_size
-    sampler = None if stream else UntilEnded(len(job.source), job.seed, batch_size)
+    shard = {"rank": peers.rank, "ranks": peers.ranks}
+    sampler = None if stream else UntilEnded(len(job.source), job.seed, batch_size, **shard)
     # DALI reads the sampler ahead on its own: no boundary is made there
     own_loader = decoders.DECODERS.get(job.pipeline.decoder)
     makes_epochs = sampler is not None and (own_loader is None or not own_loader.replaces_loader)
@@ -169,6 +196,7 @@ def _time_window(
         # the loader's batches are the sampler's passes cut in whole batches (DALI reads the
         # sampler ahead on its own: no passes known there)
         pass_batches=sampler.pass_batches if makes_epochs else None,
+        peers=peers,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

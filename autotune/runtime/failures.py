@@ -19,6 +19,7 @@ HINTS = {
     "shm_exhausted": "raise --shm-size (docker) or lower num_workers x prefetch_factor",
     "worker_died": "a DataLoader worker crashed: run the config with num_workers=0 to see why",
     "timeout": "the trial ran past study.trial_timeout: raise it, or the config hangs",
+    "rank_died": "a rank of the trial crashed: run the config with ranks=1 to see why",
     "corrupt_data": "remove or fix the unreadable files named in the message",
     "invalid_config": "fix the search space so that it only yields valid settings",
     "interrupted": "stopped by Ctrl-C: run the same command again to resume the study",
@@ -39,8 +40,25 @@ class Failure:
         return {"kind": self.kind, "message": self.message, "hint": self.hint}
 
 
+class RankFailed(Exception):
+    """One rank of a trial of several failed, or died: its failure is the trial's."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def describe(exc: BaseException) -> str:
+    """An exception raised inside a trial, in one line."""
+    if isinstance(exc, RankFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
 def classify(exc: BaseException) -> str:
     """The failure kind of an exception raised inside a trial."""
+    if isinstance(exc, RankFailed):
+        return exc.failure.kind
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, MemoryError) or "can't allocate memory" in text:
         return "host_oom"
@@ -62,11 +80,13 @@ def classify(exc: BaseException) -> str:
     return "error"
 
 
-def classify_signal(signum: int) -> Failure:
-    """The failure of a trial process killed by ``signum``."""
+def classify_signal(signum: int, process: str = "trial process") -> Failure:
+    """The failure of a trial process killed by ``signum``; ``process`` names it (a rank's
+    death is ``rank_died`` unless the signal says more)."""
     name = signal.Signals(signum).name
     if signum == signal.SIGKILL:
-        return Failure("host_oom", f"trial process killed by {name} (the kernel's OOM killer?)")
+        return Failure("host_oom", f"{process} killed by {name} (the kernel's OOM killer?)")
     if signum == signal.SIGBUS:
-        return Failure("shm_exhausted", f"trial process killed by {name}")
-    return Failure("error", f"trial process killed by {name}")
+        return Failure("shm_exhausted", f"{process} killed by {name}")
+    kind = "error" if process == "trial process" else "rank_died"
+    return Failure(kind, f"{process} killed by {name}")

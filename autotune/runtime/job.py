@@ -44,3 +44,5 @@ class TrialJob:
     # how DataLoader workers start: the default of the process that asked for the trial,
     # which is what the user's training script gets (not the fork server's)
     worker_start_method: str = field(default_factory=lambda: multiprocessing.get_start_method())
+    # processes that train together under DDP, each with its own DataLoader (``ranks``)
+    ranks: int = 1

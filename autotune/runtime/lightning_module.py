@@ -60,3 +60,16 @@ def training_loss(model: nn.Module, batch: Any, index: int) -> torch.Tensor:
         warnings.filterwarnings("ignore", message=".*self.log.*")
         out = model.training_step(batch, index)
     return out["loss"] if isinstance(out, Mapping) else out
+
+
+class TrainingStep(nn.Module):
+    """A LightningModule's ``training_step`` as ``forward``, the loss out: the module that
+    DistributedDataParallel wraps (its gradient hooks are armed in ``forward``), as
+    Lightning's own DDP strategy does."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any, index: int) -> torch.Tensor:
+        return training_loss(self.module, batch, index)

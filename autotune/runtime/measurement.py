@@ -38,6 +38,11 @@ class Measurement:
     settled_samples_per_s: tuple[float, ...] = ()
     grouped: int = 1
     whole_passes: bool = False  # each sub-window read whole passes over the data
+    timed_s: float = 0.0  # seconds timed in all
+    # a trial of several ranks: each rank's own rate and data wait (the figures above are
+    # the node's: all ranks' samples over the same seconds, the slowest rank's wait)
+    rank_samples_per_s: tuple[float, ...] = ()
+    rank_data_wait_fraction: tuple[float, ...] = ()
 
     @property
     def settled_sub_windows(self) -> tuple[float, ...]:

@@ -20,6 +20,9 @@ import torch.distributed as dist
 
 
 class Peers(Protocol):
+    rank: int  # this process's place: 0 .. ranks - 1 (torchrun's RANK)
+    ranks: int  # the trial's processes (WORLD_SIZE)
+
     def wait(self) -> None:
         """Returns once every rank is here."""
 
@@ -35,6 +38,8 @@ class Peers(Protocol):
 
 class Alone:
     """One process: nothing to agree with."""
+
+    rank, ranks = 0, 1
 
     def wait(self) -> None:
         pass
@@ -58,6 +63,7 @@ class ProcessGroupPeers:
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device or torch.device("cpu")
+        self.rank, self.ranks = dist.get_rank(), dist.get_world_size()
 
     def _reduce(self, value: float, op: dist.ReduceOp.RedOpType) -> float:
         tensor = torch.tensor([value], dtype=torch.float64, device=self.device)

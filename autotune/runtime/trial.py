@@ -32,9 +32,10 @@ import psutil
 
 from autotune.runtime.child import measure
 from autotune.runtime.epochs import EpochTimes
-from autotune.runtime.failures import Failure, classify, classify_signal
+from autotune.runtime.failures import Failure, classify, classify_signal, describe
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
+from autotune.runtime.ranks import measure_ranks
 from autotune.runtime.window import WindowStopped
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ FORKSERVER_PRELOAD = (
     "autotune.runtime.trial",
     "autotune.runtime.job",
     "autotune.runtime.child",
+    "autotune.runtime.ranks",
     "autotune.runtime.workload",
     "autotune.pipeline.loader",
     "torchvision.models",
@@ -122,13 +124,13 @@ def _child(job: TrialJob, conn: Any) -> None:
             raise WindowStopped(index)
 
     try:
-        measurement = measure(job, report)
+        measurement = (measure_ranks if job.ranks > 1 else measure)(job, report)
         conn.send(("done", measurement))
     except WindowStopped as stop:
         conn.send(("pruned", stop.args[0]))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the child ends
         detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""
-        conn.send(("failed", classify(exc), f"{type(exc).__name__}: {exc}".strip(), detail))
+        conn.send(("failed", classify(exc), describe(exc), detail))
 
 
 def _limit_memory(extra_bytes: int) -> None:

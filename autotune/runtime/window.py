@@ -82,6 +82,7 @@ def run_window(
         settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
         grouped=grouped,
         whole_passes=shape.whole_passes,
+        timed_s=tally.elapsed,
     )
 
 

@@ -9,13 +9,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torchvision
 from hydra.utils import get_class, get_method
 from torch import nn
 
 from autotune.errors import UsageError, imported
 from autotune.runtime.job import TrialJob
-from autotune.runtime.lightning_module import is_lightning_module, optimizer_of, training_loss
+from autotune.runtime.lightning_module import TrainingStep, is_lightning_module, optimizer_of
 from autotune.schema import ModelConfig, OptimizerConfig, StepConfig
 
 TORCHVISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small")
@@ -156,6 +157,8 @@ class TrainStep:
     GradScaler as an AMP training loop has.
 
     With no model (``model=none``) the step does nothing: the loop measures the loader alone.
+    ``distributed``: one rank of several, the model in DistributedDataParallel (each
+    backward all-reduces the gradients, as a DDP job's does).
     """
 
     def __init__(
@@ -169,6 +172,7 @@ class TrainStep:
         precision: str = "fp32",
         loss: StepConfig | None = None,
         compile: bool = False,
+        distributed: bool = False,
     ) -> None:
         self.device = device
         if model is not None:
@@ -177,7 +181,7 @@ class TrainStep:
             model = model.to(device, memory_format=memory_format).train()
             if compile:  # in place: the loss, training_step and forward call it as ever
                 model.compile()
-        self.model = model
+        self.model = self.module = model  # the model as called in the step; as built
         self.loss = build_loss(loss or StepConfig())
         # a LightningModule brings its own step and optimizer, unless a loss is named
         self.lightning = self.loss is None and is_lightning_module(model)
@@ -190,6 +194,10 @@ class TrainStep:
             self.optimizer = build_optimizer(
                 optimizer or OptimizerConfig(), model.parameters(), lr=lr
             )
+        if model is not None and distributed:
+            self.model = _distributed(TrainingStep(model) if self.lightning else model, device)
+        elif self.lightning:
+            self.model = TrainingStep(model)
         self.criterion = nn.CrossEntropyLoss()
         self.loss_name = (loss or StepConfig())._target_
         self.autocast_dtype = _AUTOCAST.get(precision)
@@ -217,9 +225,9 @@ class TrainStep:
     def _loss_of(self, batch: Any) -> torch.Tensor:
         if self.loss is not None:
             return self.loss(self.model, batch)
-        if self.lightning:
+        if self.lightning:  # the model is its TrainingStep: (batch, index) -> loss
             self.steps += 1
-            return training_loss(self.model, batch, self.steps - 1)
+            return self.model(batch, self.steps - 1)
         inputs, labels = batch
         return self.criterion(self.model(inputs), labels)
 
@@ -240,7 +248,7 @@ class TrainStep:
             what = (
                 f"step._target_={self.loss_name}"
                 if self.loss
-                else f"{type(self.model).__qualname__}.training_step"
+                else f"{type(self.module).__qualname__}.training_step"
                 if self.lightning
                 else "the default step"
             )
@@ -256,18 +264,33 @@ class TrainStep:
             torch.cuda.synchronize(self.device)
 
 
-def job_step(job: TrialJob, *, num_classes: int | None, channels_last: bool) -> TrainStep:
+def _distributed(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` in DistributedDataParallel, on this rank's device."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+
+
+def job_step(
+    job: TrialJob,
+    *,
+    num_classes: int | None,
+    channels_last: bool,
+    device: torch.device | None = None,
+) -> TrainStep:
     """The train step a trial's job describes, in the trial's process (its model built now,
-    from the seed set before; Inductor's cache pointed at the job's, for ``compile``)."""
+    from the seed set before; Inductor's cache pointed at the job's, for ``compile``), on
+    ``device`` (default: the job's); in DistributedDataParallel inside a group of ranks."""
     if job.compile_cache:  # read when Inductor first compiles, in the first step
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = job.compile_cache
     return TrainStep(
         build_model(job.model, num_classes=num_classes),
-        torch.device(job.device),
+        device or torch.device(job.device),
         lr=job.model.lr,
         channels_last=channels_last,
         optimizer=job.optimizer,
         precision=job.precision,
         loss=job.step,
         compile=job.compile_cache is not None,
+        distributed=dist.is_initialized() and dist.get_world_size() > 1,
     )

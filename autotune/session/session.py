@@ -84,6 +84,20 @@ def _with_batch_size(config: AutotuneConfig, batch_size: int) -> AutotuneConfig:
     return dataclasses.replace(config, batch_size=batch_size, search_space=space)
 
 
+def resolve_ranks(requested: int | str, device: str, facts: MachineFacts) -> int:
+    """``ranks`` as a number: ``auto`` is one rank per visible GPU on CUDA, else 1. On CUDA
+    each rank has a GPU of its own."""
+    if requested == "auto":
+        return max(1, facts.gpu_count) if device == "cuda" else 1
+    ranks = int(requested)
+    if device == "cuda" and ranks > facts.gpu_count:
+        raise UsageError(
+            f"ranks={ranks} needs {ranks} GPUs, one per rank, and {facts.gpu_count} are "
+            "visible: lower ranks, or use ranks=auto"
+        )
+    return ranks
+
+
 def resolve_device(requested: str, cuda_available: bool) -> str:
     if requested == "cuda" and not cuda_available:
         raise UsageError("device=cuda but no CUDA device is usable here: use device=cpu or auto")
@@ -105,6 +119,7 @@ class Session:
     source: Data
     space: SearchSpace
     source_fingerprint: str
+    ranks: int = 1  # processes that train together (DDP), each with its own loader
     # the ceiling and why its runs failed: empty until measured, once per train step
     _ceiling: list[tuple[Measurement | None, list[str]]] = field(
         default_factory=list, compare=False, repr=False
@@ -117,6 +132,7 @@ class Session:
         the class ``config.dataset._target_`` names, read as it is (the Python API)."""
         facts = machine.detect(want_cuda=config.device != "cpu")
         device = resolve_device(config.device, facts.cuda_available)
+        ranks = resolve_ranks(config.ranks, device, facts)
         source, example = load_source(config.dataset, dataset)
         if isinstance(source, UserData) and source.batch_size not in (None, config.batch_size):
             log.info("batch size %d: the DataModule's train_dataloader()", source.batch_size)
@@ -140,8 +156,9 @@ class Session:
             device=device,
             batch_size=config.batch_size,
             own_dataset=isinstance(source, UserData),
+            ranks=ranks,
         )
-        return cls(config, facts, device, source, space, source.fingerprint())
+        return cls(config, facts, device, source, space, source.fingerprint(), ranks)
 
     def with_config(self, config: AutotuneConfig) -> Session:
         """The same machine, data and space under other study or window settings (the
@@ -170,7 +187,20 @@ class Session:
             "step": asdict(cfg.step),
             "compile": cfg.compile,
         }
+        if self.ranks > 1:  # one rank's studies keep the fingerprint they had
+            parts["ranks"] = self.ranks
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def default_threads(self) -> int:
+        """torch's threads in a user's process left as it is: all usable CPUs alone; 1 in
+        each rank of several (torchrun sets ``OMP_NUM_THREADS=1``)."""
+        return torch.get_num_threads() if self.ranks == 1 else 1
+
+    @property
+    def cpus_per_rank(self) -> int:
+        """Each rank's share of the usable CPUs (its workers and threads), at least one."""
+        return max(1, self.facts.usable_cpus // self.ranks)
 
     @property
     def epoch_samples(self) -> int | None:
@@ -204,6 +234,7 @@ class Session:
             precision=cfg.precision,
             step=cfg.step,
             compile_cache=self.compile_cache,
+            ranks=self.ranks,
         )
 
     @property
@@ -231,7 +262,7 @@ class Session:
 
     def _measure_ceiling(self, run: Run) -> tuple[Measurement | None, list[str]]:
         measured, failures = [], []
-        for threads in dict.fromkeys((1, self.facts.usable_cpus)):
+        for threads in dict.fromkeys((1, self.cpus_per_rank)):
             label = (
                 f"the ceiling (the train step on a batch already on the device), "
                 f"{threads} thread(s)"

@@ -62,10 +62,20 @@ class SearchSpace:
         device: str,
         batch_size: int,
         own_dataset: bool = False,
+        ranks: int = 1,
     ) -> SearchSpace:
         """The space of ``cfg`` on this machine; ``own_dataset``: the user's own Dataset,
-        read as it is, for which only the DataLoader's arguments and threads are tuned."""
+        read as it is, for which only the DataLoader's arguments and threads are tuned;
+        ``ranks``: processes that share the CPUs, each with its own loader (``cpus`` is a
+        rank's share)."""
         notes: list[str] = []
+        if ranks > 1:
+            share = max(1, facts.usable_cpus // ranks)
+            notes.append(
+                f"{ranks} ranks share {facts.usable_cpus} usable CPUs: `cpus` (num_workers, "
+                f"main_threads) is {share} per rank"
+            )
+            facts = dataclasses.replace(facts, usable_cpus=share)
         if own_dataset:
             cfg = _without_image_pipeline(cfg, notes)
         knobs: list[Knob] = []

@@ -24,13 +24,16 @@ class TrialFailed(Exception):
     """A trial that did not produce a measurement; its reason is on the trial."""
 
 
-def precheck(config: PipelineConfig, facts: MachineFacts, *, sample_bytes: int) -> str | None:
+def precheck(
+    config: PipelineConfig, facts: MachineFacts, *, sample_bytes: int, ranks: int = 1
+) -> str | None:
     """Why this config would exhaust shared or host memory, or None if it fits.
 
     Workers hand batches over through /dev/shm: ``num_workers × prefetch_factor`` batches are
-    in flight, and pinning copies each once more into page-locked host memory.
+    in flight, for each of ``ranks`` loaders, and pinning copies each once more into
+    page-locked host memory.
     """
-    in_flight = config.buffered_batches * config.batch_size * sample_bytes
+    in_flight = ranks * config.buffered_batches * config.batch_size * sample_bytes
     mib = 2**20
     if (
         config.num_workers
@@ -114,7 +117,9 @@ class Objective:
         # float32 crosses 4x the bytes of uint8 (whole images with augment_on=gpu: not
         # known before reading them, so that case is checked at the crop's size)
         sample_bytes = self.sample_bytes * (4 if config.transfer == "float" else 1)
-        reason = precheck(config, self.session.facts, sample_bytes=sample_bytes)
+        reason = precheck(
+            config, self.session.facts, sample_bytes=sample_bytes, ranks=self.session.ranks
+        )
         if reason:
             store.record_skipped(trial, config, reason)
             log.info("%s skipped: %s%s", head, reason, best_so_far(trial))

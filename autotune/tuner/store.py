@@ -41,7 +41,9 @@ class TrialKey:
     STEADY = "samples_per_s_steady"
     SUB_WINDOWS = "samples_per_s_sub_windows"
     SPREAD = "spread"
-    DATA_WAIT = "data_wait_fraction"
+    DATA_WAIT = "data_wait_fraction"  # with several ranks: the slowest rank's
+    RANK_RATES = "samples_per_s_ranks"  # several ranks: each rank's own rate
+    RANK_DATA_WAITS = "data_wait_fraction_ranks"  # and its own data wait
     TIME_TO_FIRST_BATCH = "time_to_first_batch_s"
     EPOCH_START = "epoch_start_s"  # to a next epoch's first batch in hand
     FIRST_STEP = "first_step_s"  # the run's first step: its warm-up (compiling, if asked)
@@ -172,6 +174,9 @@ def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOu
                 TrialKey.WARMUP_BATCHES: m.warmup_batches,
             }
         )
+        if m.rank_samples_per_s:
+            attrs[TrialKey.RANK_RATES] = [round(v, 1) for v in m.rank_samples_per_s]
+            attrs[TrialKey.RANK_DATA_WAITS] = [round(v, 3) for v in m.rank_data_wait_fraction]
         if m.epoch_start_s is not None:
             attrs[TrialKey.EPOCH_START] = round(m.epoch_start_s, 3)
         if m.first_step_s is not None:

@@ -11,7 +11,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 import optuna
-import torch
 from optuna.trial import TrialState
 
 from autotune.pipeline import decoders, recipes, tutorial
@@ -119,7 +118,7 @@ def tune(session: Session) -> StudyResult:
     Ctrl-C stops after cleaning up the current trial; the result is then the best so far.
     """
     study = store.open_study(session.config.study, session.fingerprint)
-    baseline_params = session.space.baseline_params(default_threads=torch.get_num_threads())
+    baseline_params = session.space.baseline_params(default_threads=session.default_threads)
     if not study.get_trials(deepcopy=False):
         study.enqueue_trial(baseline_params, user_attrs={store.TrialKey.ROLE: store.BASELINE})
     with stoppable(run_trial) as (stop, run):
@@ -162,7 +161,7 @@ def _confirmed(
 
 def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
     """What the baseline runs, in one line: the tutorial's pipeline, or the user's Dataset."""
-    threads = baseline.main_threads or torch.get_num_threads()
+    threads = baseline.main_threads or session.default_threads
     if isinstance(session.source, Source):
         recipe = recipes.from_config(session.config.recipe)
         return tutorial.describe(recipe, baseline.batch_size, threads)

@@ -60,12 +60,15 @@ def test_the_header_and_the_order_of_sections(tmp_path: Path) -> None:
     path = tmp_path / "best.yaml"
     best_file.write(path, BEST)
     lines = path.read_text().splitlines()
-    assert lines[:5] == best_file.HEADER.splitlines()
+    header = len(best_file.HEADER.splitlines())
+    assert lines[:header] == best_file.HEADER.splitlines()
     assert "**autotune.loader_kwargs(this_file)" in lines[2]
     assert "autotune.build_loader(folder_or_dataset, this_file)" in lines[4]
-    top = [line.split(":")[0] for line in lines[5:] if line and not line[0].isspace()]
+    assert "per rank" in lines[5]
+    top = [line.split(":")[0] for line in lines[header:] if line and not line[0].isspace()]
     assert top == [
         "baseline",
+        "ranks",
         "loader_kwargs",
         "loader",
         "pipeline",
@@ -181,3 +184,13 @@ def test_warns_once_per_file_measured_elsewhere(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _load_and_warn(elsewhere)  # once per file
+
+
+def test_the_ranks_a_file_was_measured_with_are_kept(tmp_path) -> None:
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BestFile(PipelineConfig(num_workers=1), ranks=2))
+    assert best_file.read(path).ranks == 2
+    assert "ranks: 2" in path.read_text()
+    older = tmp_path / "older.yaml"
+    older.write_text(path.read_text().replace("ranks: 2\n", ""))
+    assert best_file.read(older).ranks == 1  # written before ranks: one process

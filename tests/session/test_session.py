@@ -16,7 +16,7 @@ from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.schema import ModelConfig
 from autotune.session import Session
-from autotune.session.session import resolve_device
+from autotune.session.session import resolve_device, resolve_ranks
 
 SMALL = ["dataset.count=16", "dataset.num_classes=2", "search_space=quick"]
 
@@ -95,3 +95,27 @@ def test_a_job_carries_the_session_workload() -> None:
     assert job.kind == "ceiling" and job.device == "cpu"
     assert job.model == session.config.model and job.window == session.config.window
     assert job.memory_limit_bytes == int(1.5 * 2**30)
+
+
+def test_ranks_share_the_cpus_and_go_into_every_job_and_the_fingerprint() -> None:
+    alone = Session.build(to_config(compose([*SMALL, "search_space=default"])))
+    two = Session.build(to_config(compose([*SMALL, "search_space=default", "ranks=2"])))
+    cpus = alone.facts.usable_cpus
+    assert alone.ranks == 1 and two.ranks == 2
+    assert two.cpus_per_rank == max(1, cpus // 2) and alone.cpus_per_rank == cpus
+    workers = {k.name: k for k in two.space.knobs}["num_workers"]
+    assert workers.high == two.cpus_per_rank  # `cpus` in the space: a rank's share
+    assert any("2 ranks share" in note for note in two.space.notes)
+    assert two.job(PipelineConfig()).ranks == 2 and alone.job(PipelineConfig()).ranks == 1
+    assert two.default_threads == 1  # torchrun's OMP_NUM_THREADS=1 for each rank
+    assert two.fingerprint != alone.fingerprint
+
+
+def test_ranks_on_cuda_need_a_gpu_each() -> None:
+    facts = make_session().facts
+    four = dataclasses.replace(facts, gpu_count=4)
+    assert resolve_ranks("auto", "cuda", four) == 4
+    assert resolve_ranks("auto", "cpu", four) == 1
+    assert resolve_ranks(2, "cpu", facts) == 2
+    with pytest.raises(UsageError, match="ranks=8 needs 8 GPUs, one per rank, and 4 are"):
+        resolve_ranks(8, "cuda", four)

@@ -109,3 +109,11 @@ def test_a_failed_measurement_raises_and_records_its_reason(cfg, facts, source):
         objective(cfg, facts, source, run)(trial)
     assert trial.user_attrs["failure"]["kind"] == "worker_died"
     assert "num_workers=0" in trial.user_attrs["failure"]["hint"]
+
+
+def test_precheck_counts_every_rank_s_loader(facts):
+    config = PipelineConfig(batch_size=64, num_workers=2, prefetch_factor=4)
+    in_flight = 2 * 4 * 64 * 3 * 224 * 224  # one loader's batches in flight
+    shm = dataclasses.replace(facts, shm_free_bytes=3 * in_flight, memory_available_bytes=2**40)
+    assert precheck(config, shm, sample_bytes=3 * 224 * 224, ranks=2) is None
+    assert "/dev/shm" in precheck(config, shm, sample_bytes=3 * 224 * 224, ranks=4)

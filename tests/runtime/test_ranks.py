@@ -1,0 +1,96 @@
+"""Trials of several ranks: real torch.distributed (gloo) rank processes, each with its own
+DataLoader over its shard and the model in DistributedDataParallel; ranks that really crash
+or hang, and Ctrl-C, leave nothing behind."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from test_trial import _no_leftovers, job
+
+from autotune.pipeline.sources import synthetic
+from autotune.runtime.child import UntilEnded
+from autotune.runtime.measurement import Measurement
+from autotune.runtime.ranks import node_measurement
+from autotune.runtime.trial import run_trial
+
+
+@pytest.fixture(scope="module")
+def source():
+    return synthetic(count=32, num_classes=2)
+
+
+def test_each_rank_reads_a_disjoint_share_of_each_pass_in_whole_batches() -> None:
+    n, batch_size = 26, 4  # 13 a rank: 3 whole batches, one sample left out of each share
+    shares = [UntilEnded(n, seed=5, batch_size=batch_size, rank=r, ranks=2) for r in (0, 1)]
+    assert [s.pass_batches for s in shares] == [3, 3]
+    passes = [iter(s) for s in shares]
+    for _ in range(3):  # the same shuffle on both ranks (one seed), each pass a new one
+        zero, one = ([next(it) for _ in range(12)] for it in passes)
+        assert not set(zero) & set(one) and len(set(zero) | set(one)) == 24
+    alone = UntilEnded(n, seed=5, batch_size=batch_size)
+    assert alone.pass_batches == 6
+
+
+def test_the_node_adds_the_ranks_samples_over_the_same_seconds() -> None:
+    def rank(rate: float, wait: float, spans: tuple[float, ...]) -> Measurement:
+        return Measurement(
+            rate, spans, wait, 0.5, 4, 8, timed_s=2.0, settled_samples_per_s=spans, grouped=1
+        )
+
+    node = node_measurement([rank(100.0, 0.1, (90.0, 110.0)), rank(80.0, 0.4, (70.0, 90.0))])
+    assert node.samples_per_s == 180.0
+    assert node.sub_window_samples_per_s == (160.0, 200.0) == node.settled_sub_windows
+    assert node.data_wait_fraction == 0.4  # the slowest rank's
+    assert node.rank_samples_per_s == (100.0, 80.0)
+    assert node.rank_data_wait_fraction == (0.1, 0.4)
+
+
+@pytest.mark.slow
+def test_two_ranks_measure_the_node_with_ddp(source):
+    outcome = run_trial(job(source, workers=1, ranks=2), timeout_s=120)
+    assert outcome.status == "ok", outcome.failure
+    m = outcome.measurement
+    assert len(m.rank_samples_per_s) == 2 and all(r > 0 for r in m.rank_samples_per_s)
+    # lockstep (each step all-reduces): the node's rate is the ranks' together
+    assert m.samples_per_s == pytest.approx(sum(m.rank_samples_per_s), rel=0.1)
+    assert len(outcome.intermediate) == len(m.sub_window_samples_per_s)
+    _no_leftovers()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "kind", "words"),
+    [
+        ("faulty.SegfaultsOnRank1", "rank_died", "rank 1 of 2 killed by SIGSEGV"),
+        ("faulty.RaisesOnRank1", "error", "rank 1: RuntimeError: rank 1 refuses this batch"),
+    ],
+)
+def test_a_rank_that_fails_ends_the_trial_with_its_failure(source, model, kind, words):
+    outcome = run_trial(job(source, target=model, ranks=2), timeout_s=120)
+    assert outcome.status == "failed"
+    assert outcome.failure.kind == kind and words in outcome.failure.message, outcome.failure
+    _no_leftovers()
+
+
+@pytest.mark.slow
+def test_a_rank_that_hangs_is_a_timeout_and_every_rank_is_reaped(source):
+    outcome = run_trial(job(source, target="faulty.HangsOnRank1", ranks=2), timeout_s=15)
+    assert outcome.status == "failed" and outcome.failure.kind == "timeout"
+    _no_leftovers()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_two_rank_trial_takes_every_rank_down(source):
+    stop = threading.Event()
+
+    def press_ctrl_c(index: int, value: float) -> bool:
+        stop.set()  # what the tuner's SIGINT handler does, mid-window
+        return False
+
+    outcome = run_trial(
+        job(source, workers=1, ranks=2), timeout_s=120, should_prune=press_ctrl_c, stop=stop
+    )
+    assert outcome.status == "failed" and outcome.failure.kind == "interrupted"
+    _no_leftovers()
