@@ -14,6 +14,9 @@ One run measures, on this machine and in this order:
    bound, the most any worker count could deliver on these CPUs, and on a CPU device the
    tighter limit where the train step shares those CPUs with the loader.
 
+``--scenario ranks`` measures something else: settings tuned for 2 ranks with both running,
+against the settings people copy to their ranks (``app.ranks_benchmark``).
+
 It writes ``studies/benchmark/<scenario>/results.json`` and ``results.md``; both studies stay in
 ``studies/benchmark/<scenario>/benchmark.db`` for the dashboard. Extra ``key=value`` arguments
 are Hydra overrides, as for ``python -m autotune`` (``window=quick`` for a fast smoke run).
@@ -35,7 +38,7 @@ from typing import Any
 import optuna
 import torch
 
-from autotune.app import cli
+from autotune.app import cli, ranks_benchmark
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
 from autotune.pipeline.config import AS_IS, PipelineConfig
@@ -60,6 +63,7 @@ class Scenario:
     overrides: tuple[str, ...]
     about: str
     needs_cuda: bool = False
+    ranks: int = 1  # > 1: tuned per rank at this many ranks against copied settings
 
 
 _SPACE = "search_space=benchmark"
@@ -99,6 +103,12 @@ SCENARIOS = {
         ),
         "1920x1080 synthetic JPEGs, resnet50 on the GPU, center_crop_eval at 224",
         needs_cuda=True,
+    ),
+    "ranks": Scenario(
+        ("dataset=synthetic", "model=tiny", "device=cpu", "study.ablation_budget=0"),
+        "ImageNet-sized synthetic JPEGs, model=tiny, 2 ranks (DDP, gloo) on the CPU: tuned "
+        "per rank against settings copied to the ranks",
+        ranks=2,
     ),
 }
 
@@ -191,13 +201,18 @@ def run(
     run_one: Run = run_trial,
 ) -> dict[str, Any]:
     """The whole benchmark; returns what results.json holds."""
-    config = cli.to_config(cli.compose([*SCENARIOS[scenario].overrides, *overrides]))
+    chosen = SCENARIOS[scenario]
+    config = cli.to_config(cli.compose([*chosen.overrides, *overrides]))
     session = Session.build(config)
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
-    measured = _measure(session, folder, rounds, run_one)
     command = " ".join(["python -m autotune.benchmark", f"--scenario {scenario}", *overrides])
-    return results(measured, scenario=scenario, about=SCENARIOS[scenario].about, command=command)
+    if chosen.ranks > 1:
+        together = Session.build(dataclasses.replace(config, ranks=chosen.ranks))
+        measured = ranks_benchmark.measure(session, together, folder, rounds, run_one)
+        return {**measured, "about": chosen.about, "command": command}
+    measured = _measure(session, folder, rounds, run_one)
+    return results(measured, scenario=scenario, about=chosen.about, command=command)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -225,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         results = run(args.scenario, args.overrides, rounds=args.rounds, out=args.out)
         folder = args.out / args.scenario
         (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        (folder / "results.md").write_text(markdown(results))
-        print(markdown(results))
+        per_rank = SCENARIOS[args.scenario].ranks > 1
+        text = ranks_benchmark.markdown(results) if per_rank else markdown(results)
+        (folder / "results.md").write_text(text)
+        print(text)
         print(f"results: {folder / 'results.json'}")
         return 0
 
