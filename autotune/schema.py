@@ -292,6 +292,11 @@ class AutotuneConfig:
             self.ranks == "auto" or (isinstance(self.ranks, int) and self.ranks >= 1),
             f"ranks must be a whole number >= 1 or auto, got {self.ranks!r}",
         )
+        _require(
+            self.ranks == 1 or self.mode in ("tune", "report"),
+            f"mode={self.mode} times one process; ranks={self.ranks} is for tuning: run "
+            f"mode={self.mode} with ranks=1",
+        )
 
 
 def register_configs() -> None:

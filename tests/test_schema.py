@@ -154,3 +154,12 @@ def test_study_rules_are_usage_errors(override: str, mentions: str) -> None:
 def test_imagefolder_without_root_is_a_usage_error(dataset: str) -> None:
     with pytest.raises(UsageError, match="dataset.root"):
         load(f"dataset={dataset}")
+
+
+def test_ranks_are_a_whole_number_or_auto_and_only_tuned() -> None:
+    assert load("ranks=2").ranks == 2 and load("ranks=auto").ranks == "auto"
+    for bad, words in (("ranks=0", "ranks must be"), ("ranks=two", "ranks must be")):
+        with pytest.raises(UsageError, match=words):
+            load(bad)
+    with pytest.raises(UsageError, match="mode=verify times one process"):
+        load("ranks=2", "mode=verify")

@@ -36,6 +36,7 @@ from autotune.runtime.window import WindowStopped
 
 Report = Callable[[int, float], None]  # (sub-window index, node rate so far); may raise
 ROOT_CAUSE_WAIT_S = 2.0  # after a rank's error, how long a rank's death may still explain it
+GRACEFUL_END_S = 10.0  # for a rank that reported to shut its workers down
 
 
 def measure_ranks(job: TrialJob, report: Report) -> Measurement:
@@ -44,6 +45,7 @@ def measure_ranks(job: TrialJob, report: Report) -> Measurement:
     stops there). A rank's failure is raised as ``RankFailed``."""
     ctx = multiprocessing.get_context("fork")  # nothing of torch has run here yet: safe
     procs, links = [], []
+    ended = 0.0  # seconds a rank may take to end on its own: none after a failure
     with tempfile.TemporaryDirectory(prefix="autotune-ranks-") as rendezvous:
         try:
             for rank in range(job.ranks):
@@ -53,9 +55,12 @@ def measure_ranks(job: TrialJob, report: Report) -> Measurement:
                 there.close()
                 procs.append(proc)
                 links.append(here)
-            return node_measurement(_gather(procs, links, report))
+            measured = node_measurement(_gather(procs, links, report))
+            ended = GRACEFUL_END_S
+            return measured
         finally:
             for proc in procs:
+                proc.join(ended)
                 if proc.is_alive():
                     proc.kill()
                 proc.join()

@@ -124,7 +124,8 @@ def _child(job: TrialJob, conn: Any) -> None:
             raise WindowStopped(index)
 
     try:
-        measurement = (measure_ranks if job.ranks > 1 else measure)(job, report)
+        several = job.ranks > 1 and job.kind != "epochs"  # real epochs: one process
+        measurement = (measure_ranks if several else measure)(job, report)
         conn.send(("done", measurement))
     except WindowStopped as stop:
         conn.send(("pruned", stop.args[0]))
