@@ -80,11 +80,17 @@ def _workload_line(stored: stored_result.StoredResult) -> str:
     if not work or not machine:
         return ""
     crop = (work.get("recipe") or {}).get("crop_size")
+    ranks = work.get("ranks") or 1
+    together = (
+        f"; {ranks} ranks (DDP) measured together, every setting below per rank"
+        if ranks > 1
+        else ""
+    )
     return (
         f"Dataset `{work.get('dataset')}` ({work.get('images')} images), model "
         f"`{work.get('model')}`, crop {crop}, device `{work.get('device')}`; "
         f"{machine.get('usable_cpus')} usable CPUs, GPU {machine.get('gpu') or 'none'}, "
-        f"torch {machine.get('torch')}.\n"
+        f"torch {machine.get('torch')}{together}.\n"
     )
 
 

@@ -155,6 +155,7 @@ def _rank_main(job: TrialJob, rank: int, rendezvous: str, link: Connection) -> N
     )
     if job.pipeline.main_threads:  # what torchrun users set; the child sets torch's too
         os.environ["OMP_NUM_THREADS"] = str(job.pipeline.main_threads)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one node: its ranks meet on loopback
     try:
         cuda = job.device == "cuda"
         if cuda:

@@ -74,21 +74,25 @@ def search_seconds(study: optuna.Study) -> float:
     return sum(t.user_attrs.get(TrialKey.WALL_S, 0.0) for t in trials)
 
 
-def _seconds_per_run(study: optuna.Study) -> float | None:
-    """What one measured run costs: the complete trials' median wall time (None: unknown)."""
+def _seconds_per_run(study: optuna.Study, winner: Confirmed) -> float | None:
+    """What one run of the worth table costs: the winner's in the confirmation (runs that
+    rank may time longer than the search's), else the complete trials' median wall time
+    (None: unknown)."""
+    if winner.run_s:
+        return winner.run_s
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     walls = [t.user_attrs[TrialKey.WALL_S] for t in complete if TrialKey.WALL_S in t.user_attrs]
     return (statistics.median(walls) or None) if walls else None
 
 
 def _within_budget(
-    session: Session, study: optuna.Study, planned: list[Variant]
+    session: Session, study: optuna.Study, planned: list[Variant], winner: Confirmed
 ) -> tuple[list[Variant], list[Variant]] | None:
     """The planned variants that ``study.ablation_budget`` of the search's time allows (at
-    the complete trials' median wall time a run, the winner in every round too), and the
-    rest; None where nothing says what a run costs, or the budget is 0."""
+    ``_seconds_per_run`` a run, the winner in every round too), and the rest; None where
+    nothing says what a run costs, or the budget is 0."""
     cfg = session.config.study
-    per_run = _seconds_per_run(study)
+    per_run = _seconds_per_run(study, winner)
     if per_run is None or cfg.ablation_budget <= 0:
         return None
     spent_on_search, rounds = search_seconds(study), cfg.ablation_rounds
@@ -141,7 +145,7 @@ def ablate(
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
     ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
     planned = variants(winner.config, baseline, tuned=tuned, decoders_ranked=ranked)
-    split = _within_budget(session, study, planned) if planned else None
+    split = _within_budget(session, study, planned, winner) if planned else None
     if split is None:
         return None
     measured, left_out = split

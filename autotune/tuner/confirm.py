@@ -118,6 +118,7 @@ def _confirmed(
                 peak_memory_bytes=max(peaks) if peaks else None,
                 rounds=len(measured),
                 spread=statistics.median(m.spread for m in measured),
+                run_s=statistics.median(o.wall_s for o in runs[label] if o.measurement),
             )
         )
     return confirmed
