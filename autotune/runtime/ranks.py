@@ -16,9 +16,11 @@ and their workers down at once. A rank that fails or dies ends the trial with it
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -33,6 +35,8 @@ from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.peers import ProcessGroupPeers
 from autotune.runtime.window import WindowStopped
+
+log = logging.getLogger(__name__)
 
 Report = Callable[[int, float], None]  # (sub-window index, node rate so far); may raise
 ROOT_CAUSE_WAIT_S = 2.0  # after a rank's error, how long a rank's death may still explain it
@@ -66,11 +70,14 @@ def measure_ranks(job: TrialJob, report: Report) -> Measurement:
                 proc.join()
 
 
-def _gather(
-    procs: list[multiprocessing.process.BaseProcess], links: list[Connection], report: Report
-) -> list[Measurement]:
+Procs = list[multiprocessing.process.BaseProcess]
+Failed = list[tuple[float, Failure]]  # each rank's failure, at its clock (one for all ranks)
+
+
+def _gather(procs: Procs, links: list[Connection], report: Report) -> list[Measurement]:
     """Each rank's measurement, rank 0's sub-windows relayed to ``report`` on the way."""
     results: dict[int, Measurement] = {}
+    failed: Failed = []
     open_links = dict(enumerate(links))
     while len(results) < len(procs):
         sentinels = {procs[r].sentinel: r for r in range(len(procs)) if r not in results}
@@ -81,10 +88,10 @@ def _gather(
                 if message is None:
                     del open_links[rank]
                     continue
-                _handle(rank, message, link, report, results, procs)
-        for sentinel, rank in sentinels.items():
-            if sentinel in ready and rank not in results and not _pending(open_links, rank):
-                raise RankFailed(_death(procs, rank))
+                _handle(rank, message, link, report, results, failed)
+        ended = [r for s, r in sentinels.items() if s in ready and r not in results]
+        if failed or any(r not in open_links or not open_links[r].poll() for r in ended):
+            raise RankFailed(_root_cause(procs, open_links, failed))
     return [results[rank] for rank in range(len(procs))]
 
 
@@ -95,19 +102,13 @@ def _receive(link: Connection) -> Any:
         return None
 
 
-def _pending(open_links: dict[int, Connection], rank: int) -> bool:
-    """Whether a rank that ended still has a message to read (its last word first)."""
-    link = open_links.get(rank)
-    return link is not None and link.poll()
-
-
 def _handle(
     rank: int,
     message: tuple[Any, ...],
     link: Connection,
     report: Report,
     results: dict[int, Measurement],
-    procs: list[multiprocessing.process.BaseProcess],
+    failed: Failed,
 ) -> None:
     kind = message[0]
     if kind == "sub_window":  # rank 0 only: the node's rate so far
@@ -121,23 +122,39 @@ def _handle(
     elif kind == "pruned":
         raise WindowStopped(message[1])
     else:
-        _, failure_kind, text, detail = message
-        raise RankFailed(_root_cause(procs, Failure(failure_kind, f"rank {rank}: {text}")))
+        _, failure_kind, text, detail, at = message
+        if detail:
+            log.debug("rank %d failed:\n%s", rank, detail)
+        failed.append((at, Failure(failure_kind, f"rank {rank}: {text}")))
 
 
-def _root_cause(procs: list[multiprocessing.process.BaseProcess], failure: Failure) -> Failure:
-    """A rank's error, unless a rank died: then the death (a rank that segfaults makes the
-    others' next all-reduce fail, and their error is only the echo)."""
-    wait([p.sentinel for p in procs], timeout=ROOT_CAUSE_WAIT_S)
-    for rank, proc in enumerate(procs):
-        if proc.exitcode is not None and proc.exitcode < 0:
-            return _death(procs, rank)
-    return failure
+def _root_cause(procs: Procs, open_links: dict[int, Connection], failed: Failed) -> Failure:
+    """What ended the trial. A rank killed by a signal, first: the others' next all-reduce
+    fails then, and their errors are only its echo. Else the rank's error that came first,
+    by the clock all ranks share. The other ranks' word is awaited a little first."""
+    deadline = time.monotonic() + ROOT_CAUSE_WAIT_S
+    while open_links and time.monotonic() < deadline:
+        ready = wait(list(open_links.values()), timeout=deadline - time.monotonic())
+        for rank, link in list(open_links.items()):
+            if link in ready:
+                message = _receive(link)
+                if message is None:
+                    del open_links[rank]
+                elif message[0] == "failed":
+                    _handle(rank, message, link, lambda i, v: None, {}, failed)
+    for proc in procs:
+        proc.join(0.5 if proc.is_alive() else 0)
+    killed = [r for r, p in enumerate(procs) if p.exitcode is not None and p.exitcode < 0]
+    if killed:
+        return _death(procs, killed[0])
+    if failed:
+        return min(failed, key=lambda item: item[0])[1]
+    silent = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+    return _death(procs, silent[0]) if silent else Failure("rank_died", "a rank ended early")
 
 
-def _death(procs: list[multiprocessing.process.BaseProcess], rank: int) -> Failure:
+def _death(procs: Procs, rank: int) -> Failure:
     proc = procs[rank]
-    proc.join(1)
     where = f"rank {rank} of {len(procs)}"
     if proc.exitcode is not None and proc.exitcode < 0:
         return classify_signal(-proc.exitcode, where)
@@ -180,7 +197,7 @@ def _rank_main(job: TrialJob, rank: int, rendezvous: str, link: Connection) -> N
         link.send(("pruned", stop.args[0]))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then it ends
         detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""
-        link.send(("failed", classify(exc), describe(exc), detail))
+        link.send(("failed", classify(exc), describe(exc), detail, time.monotonic()))
     finally:
         if dist.is_initialized():
             with contextlib.suppress(Exception):
