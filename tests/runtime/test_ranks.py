@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 from test_trial import _no_leftovers, job
 
 from autotune.pipeline.sources import synthetic
@@ -93,4 +94,17 @@ def test_ctrl_c_during_a_two_rank_trial_takes_every_rank_down(source):
         job(source, workers=1, ranks=2), timeout_s=120, should_prune=press_ctrl_c, stop=stop
     )
     assert outcome.status == "failed" and outcome.failure.kind == "interrupted"
+    _no_leftovers()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
+def test_two_ranks_on_two_gpus_measure_the_node_with_nccl(source):
+    """One GPU per rank, NCCL's all-reduce in each step."""
+    outcome = run_trial(job(source, workers=1, ranks=2, device="cuda"), timeout_s=180)
+    assert outcome.status == "ok", outcome.failure
+    m = outcome.measurement
+    assert len(m.rank_samples_per_s) == 2 and m.gpu_peak_memory_bytes
     _no_leftovers()

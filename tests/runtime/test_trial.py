@@ -32,7 +32,9 @@ def source():
     return synthetic(count=24, num_classes=2)
 
 
-def job(source, *, model="tiny", target=None, workers=0, batch_size=4, crop=32, **kwargs):
+def job(
+    source, *, model="tiny", target=None, workers=0, batch_size=4, crop=32, device="cpu", **kwargs
+):
     pipeline = PipelineConfig(
         batch_size=batch_size, num_workers=workers, prefetch_factor=2 if workers else None
     )
@@ -42,7 +44,7 @@ def job(source, *, model="tiny", target=None, workers=0, batch_size=4, crop=32, 
         model=ModelConfig(name=model, _target_=target),
         recipe=RecipeConfig(crop_size=crop),
         window=WINDOW,
-        device="cpu",
+        device=device,
         **kwargs,
     )
 
