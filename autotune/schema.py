@@ -197,8 +197,7 @@ class WindowConfig:
     # or the next set would pass max_timed_s
     target_spread: float = 0.10
     max_timed_s: float = 20.0
-    # the same cap for the runs that rank (the confirmation, the worth table): the search
-    # only steers, a ranking must hold
+    # the cap of the runs that rank (confirmation, worth table): a ranking must hold
     confirm_max_timed_s: float = 40.0
 
     def __post_init__(self) -> None:
@@ -270,9 +269,7 @@ class AutotuneConfig:
     pipeline: str | None = None
     quiet: bool = False  # results only: no per-trial progress lines, no progress bar
     device: str = "auto"  # auto | cpu | cuda
-    # processes that train together under DDP on this node, each with its own DataLoader:
-    # the tuned settings are per rank. "auto": one per visible GPU on CUDA, else 1
-    ranks: Any = 1
+    ranks: Any = 1  # DDP processes on this node, settings per rank; auto: one a GPU (CUDA)
     batch_size: int = 32
     seed: int = 0  # the loader's seed: augmentation is random but reproducible
     studies_dir: str = "studies"
@@ -292,11 +289,8 @@ class AutotuneConfig:
             self.ranks == "auto" or (isinstance(self.ranks, int) and self.ranks >= 1),
             f"ranks must be a whole number >= 1 or auto, got {self.ranks!r}",
         )
-        _require(
-            self.ranks == 1 or self.mode in ("tune", "report"),
-            f"mode={self.mode} times one process; ranks={self.ranks} is for tuning: run "
-            f"mode={self.mode} with ranks=1",
-        )
+        one = f"mode={self.mode} times one process: run it with ranks=1 (ranks is for tuning)"
+        _require(self.ranks == 1 or self.mode in ("tune", "report"), one)
 
 
 def register_configs() -> None:

@@ -161,5 +161,5 @@ def test_ranks_are_a_whole_number_or_auto_and_only_tuned() -> None:
     for bad, words in (("ranks=0", "ranks must be"), ("ranks=two", "ranks must be")):
         with pytest.raises(UsageError, match=words):
             load(bad)
-    with pytest.raises(UsageError, match="mode=verify times one process"):
+    with pytest.raises(UsageError, match="mode=verify times one process: run it with ranks=1"):
         load("ranks=2", "mode=verify")

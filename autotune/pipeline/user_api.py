@@ -68,9 +68,8 @@ def build_loader(
     Batches come out on ``device``, augmented and normalized, ready for the model. The
     process's torch threads are set to the tuned ``main_threads`` (part of what was measured).
 
-    Inside a torchrun job of several ranks (``WORLD_SIZE`` > 1), each rank reads its own
-    shard of every epoch (a DistributedSampler, reshuffled each epoch from ``seed``: no
-    ``set_epoch`` to call) onto its own GPU (``LOCAL_RANK``) where the device is CUDA.
+    Under torchrun (``WORLD_SIZE`` > 1) each rank reads its shard of every epoch (reshuffled
+    each epoch from ``seed``: no ``set_epoch`` to call), onto its own GPU (``LOCAL_RANK``).
 
     Example:
         >>> loader = build_loader("data/train", "studies/mine-resnet50/best.yaml")
@@ -91,26 +90,26 @@ def build_loader(
         if recipe is not None and recipe != measured.get("name"):
             measured = {"name": recipe}
         recipe = recipes.from_config(RecipeConfig(**{**measured, **recipe_settings}))
-    rank = torchrun_rank()
-    if device is None:
-        wanted = workload.get("device", "cpu")
-        device = wanted if wanted != "cuda" or torch.cuda.is_available() else "cpu"
-        if device == "cuda" and rank is not None:
-            device = f"cuda:{rank.local_rank}"
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
-    sampler = None
-    if rank is not None and not isinstance(data, IterableDataset):  # a stream shards itself
-        sampler = EpochShards(data, num_replicas=rank.world_size, rank=rank.rank, seed=seed or 0)
-    return loader.build(
-        data,
-        config,
-        recipe=recipe,
-        device=device,
-        seed=seed,
-        collate_fn=collate_fn,
-        sampler=sampler,
-    )
+    device, sampler = _placement(data, device, workload.get("device", "cpu"), seed)
+    reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
+    return loader.build(data, config, collate_fn=collate_fn, **reading)
+
+
+def _placement(
+    data: Any, device: str | torch.device | None, measured: str, seed: int | None
+) -> tuple[str | torch.device, DistributedSampler | None]:
+    """Where batches go (given, else the study's device if usable here, else cpu), and in a
+    torchrun job of several ranks, this rank's GPU and its shard of each epoch."""
+    rank = torchrun_rank()
+    if device is None:
+        device = measured if measured != "cuda" or torch.cuda.is_available() else "cpu"
+        if device == "cuda" and rank is not None:
+            device = f"cuda:{rank.local_rank}"
+    if rank is None or isinstance(data, IterableDataset):  # a stream shards itself
+        return device, None
+    return device, EpochShards(data, num_replicas=rank.world_size, rank=rank.rank, seed=seed or 0)
 
 
 @dataclass(frozen=True)

@@ -51,21 +51,20 @@ def run_window(
     ``max_timed_s`` ends it (``timed_spans``); then, given ``end_epoch``, an epoch boundary
     timed. ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
     ``WindowStopped``); ``gpu`` samples the GPU; ``count(batch)``: its samples; ``peers``:
-    the other ranks, with whom each decision is agreed and each span starts and ends
-    (``runtime.peers``). Rate: timed samples over timed seconds."""
+    the other ranks, who agree on each decision and meet at each span (``runtime.peers``)."""
     it = iter(batches)
     sync = _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _slowest(peers, _warm_up(it, step, warmup, sync=sync, clock=clock))
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
-    lengths.update(align=align, pass_batches=pass_batches, max_timed_s=max_timed_s)
-    lengths.update(batch_rate=batch_rate, consumed=1 + warmup, count=sub_windows)
+    lengths |= {"align": align, "pass_batches": pass_batches, "max_timed_s": max_timed_s}
+    lengths |= {"batch_rate": batch_rate, "consumed": 1 + warmup, "count": sub_windows}
     shape = window_length.sub_windows(**lengths)
     for _ in range(shape.skip):  # to where a pass starts, untimed
         step(next(it))
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
-    sets.update(batches_per_window=shape.batches, max_timed_s=max_timed_s)
+    sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(

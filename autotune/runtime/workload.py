@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torchvision
 from hydra.utils import get_class, get_method
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from autotune.errors import UsageError, imported
 from autotune.runtime.job import TrialJob
@@ -266,8 +267,6 @@ class TrainStep:
 
 def _distributed(model: nn.Module, device: torch.device) -> nn.Module:
     """``model`` in DistributedDataParallel, on this rank's device."""
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
 
 
