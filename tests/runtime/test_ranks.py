@@ -4,7 +4,9 @@ or hang, and Ctrl-C, leave nothing behind."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+from typing import Any
 
 import pytest
 import torch
@@ -108,3 +110,49 @@ def test_two_ranks_on_two_gpus_measure_the_node_with_nccl(source):
     m = outcome.measurement
     assert len(m.rank_samples_per_s) == 2 and m.gpu_peak_memory_bytes
     _no_leftovers()
+
+
+def _step_on_rank(rank: int, store_path: str, lightning: bool, out: Any) -> None:
+    """One rank of two: one step of TrainStep in DistributedDataParallel on a batch of its
+    own; sends back its parameters after the step."""
+    import torch.distributed as dist
+    from lightning_example import ToneModule
+    from userdata_example import spectrograms
+
+    from autotune.runtime.workload import TinyCNN, TrainStep
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
+    torch.manual_seed(0)  # the same model on both ranks, as DDP starts from
+    model = ToneModule() if lightning else TinyCNN(num_classes=2)
+    step = TrainStep(model, torch.device("cpu"), lr=0.1, distributed=True)
+    torch.manual_seed(1 + rank)  # a batch of its own
+    if lightning:
+        from userdata_example import pad_dict_collate
+
+        data = spectrograms(8)
+        batch = pad_dict_collate([data[i] for i in range(4 * rank, 4 * rank + 4)])
+    else:
+        batch = (torch.rand(4, 3, 32, 32), torch.randint(0, 2, (4,)))
+    step(batch)
+    out.send([p.detach().clone() for p in step.module.parameters()])
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lightning", [False, True])
+def test_a_step_of_several_ranks_all_reduces_the_gradients(tmp_path, lightning):
+    """Two ranks, two different batches, one step each: the parameters agree after it (the
+    gradients were averaged), as in a DDP job. A LightningModule's training_step too."""
+    ctx = multiprocessing.get_context("forkserver")
+    pipes = [ctx.Pipe() for _ in range(2)]
+    store = str(tmp_path / "store")
+    procs = [
+        ctx.Process(target=_step_on_rank, args=(r, store, lightning, pipes[r][1]))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    zero, one = (pipes[r][0].recv() for r in range(2))
+    for p in procs:
+        p.join(30)
+    assert all(torch.equal(a, b) for a, b in zip(zero, one, strict=True))
