@@ -80,6 +80,7 @@ def test_channels_last(small_set: Source) -> None:
     assert images.is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.slow
 def test_a_trial_through_dali(small_set: Source) -> None:
     session = make_session(
         ["window=quick", "recipe.crop_size=32", "batch_size=8"], source=small_set, device="cpu"
