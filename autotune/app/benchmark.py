@@ -42,7 +42,7 @@ from autotune.app import cli, ranks_benchmark
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
 from autotune.pipeline.config import AS_IS, PipelineConfig
-from autotune.report.benchmark_results import BenchmarkRun, markdown, results
+from autotune.report.benchmark_results import BenchmarkRun, markdown, ranks_markdown, results
 from autotune.runtime.lock import host_lock
 from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.out / args.scenario
         (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         per_rank = SCENARIOS[args.scenario].ranks > 1
-        text = ranks_benchmark.markdown(results) if per_rank else markdown(results)
+        text = ranks_markdown(results) if per_rank else markdown(results)
         (folder / "results.md").write_text(text)
         print(text)
         print(f"results: {folder / 'results.json'}")

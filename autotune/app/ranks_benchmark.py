@@ -22,17 +22,15 @@ from typing import Any
 
 from autotune.errors import UsageError
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.report.benchmark_results import ranks_results
 from autotune.runtime.lock import host_lock
 from autotune.runtime.stop import stoppable
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner.confirm import Finalist, confirm
-from autotune.tuner.metrics import Confirmed, speedup
 from autotune.tuner.tune import tune
 
 log = logging.getLogger("autotune.benchmark")
-
-TARGET = 1.2  # the ranks=N pick against the ranks=1 pick copied, at N ranks: at least
 
 
 def contenders(session: Session) -> dict[str, PipelineConfig]:
@@ -78,58 +76,4 @@ def measure(
         confirmed = confirm(together, picked, rounds=rounds, run=run_one)
         if stop.is_set():
             raise KeyboardInterrupt
-    return results(together, confirmed, rounds=rounds, storage=storage)
-
-
-def results(
-    together: Session, confirmed: list[Confirmed], *, rounds: int, storage: str
-) -> dict[str, Any]:
-    """Each contender's figures at N ranks, and the ranks=N pick's ratio to each."""
-    by_label = {c.label: c for c in confirmed}
-    pick = by_label.get(f"ranks={together.ranks} pick")
-
-    def ratio(label: str) -> float | None:
-        other = by_label.get(label)
-        value = speedup(pick.median if pick else None, other.median if other else None)
-        return None if value is None else round(value, 3)
-
-    return {
-        "scenario": "ranks",
-        "ranks": together.ranks,
-        "usable_cpus": together.facts.usable_cpus,
-        "rounds": rounds,
-        "storage": storage,
-        "contenders": [c.to_dict() for c in confirmed],
-        "ratios": {
-            "vs_ranks_1_pick_copied": ratio("ranks=1 pick, copied"),
-            "vs_defaults": ratio("defaults"),
-            "vs_torchrun_defaults": ratio("torchrun defaults"),
-            "vs_lightning": ratio("lightning"),
-        },
-        "target_vs_ranks_1_pick_copied": TARGET,
-    }
-
-
-def markdown(results: dict[str, Any]) -> str:
-    """results.md: the head-to-head at N ranks, and the ratios of the ranks=N pick."""
-    n = results["ranks"]
-    lines = [
-        f"# Ranks: settings tuned for {n} ranks against settings copied to them",
-        "",
-        f"{n} ranks (DDP, gloo) on {results['usable_cpus']} usable CPUs, node samples/s, "
-        f"median of {results['rounds']} interleaved rounds.",
-        "",
-        "| contender | per-rank config | samples/s | IQR |",
-        "|---|---|---|---|",
-    ]
-    for c in results["contenders"]:
-        low, high = c["iqr"]
-        rate = c["samples_per_s"]
-        lines.append(f"| {c['label']} | `{c['config']}` | {rate:.1f} | {low}-{high} |")
-    lines += ["", f"The ranks={n} pick is:"]
-    for key, value in results["ratios"].items():
-        shown = "not measured" if value is None else f"{value:.2f}x"
-        label = key.removeprefix("vs_").replace("_", " ")
-        target = " (target >= 1.2x)" if key == "vs_ranks_1_pick_copied" else ""
-        lines.append(f"- against {label}: {shown}{target}")
-    return "\n".join(lines) + "\n"
+    return ranks_results(together, confirmed, rounds=rounds, storage=storage)

@@ -1,5 +1,5 @@
-"""The benchmark's results: ``results.json`` (every figure) and ``results.md`` (the
-head-to-head table and each ratio beside its target)."""
+"""The benchmark's results, the ranks scenario's too: ``results.json`` (every figure) and
+``results.md`` (the head-to-head table and each ratio beside its target)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ TARGETS = {
     "tuner_vs_recipe": 1.5,  # small only
     "tuner_vs_cpu_bound": 0.85,  # small only
 }
+# the ranks scenario: the ranks=N pick against the ranks=1 pick copied, at N ranks: at least
+RANKS_TARGET = 1.2
 
 
 @dataclass(frozen=True)
@@ -168,3 +170,54 @@ def markdown(results: dict[str, Any]) -> str:
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def ranks_results(
+    together: Session, confirmed: list[Confirmed], *, rounds: int, storage: str
+) -> dict[str, Any]:
+    """The ranks scenario's results.json: each contender's figures at N ranks, and the
+    ranks=N pick's ratio to each."""
+    by_label = {c.label: c for c in confirmed}
+    pick = by_label.get(f"ranks={together.ranks} pick")
+    return {
+        "scenario": "ranks",
+        "ranks": together.ranks,
+        "usable_cpus": together.facts.usable_cpus,
+        "rounds": rounds,
+        "storage": storage,
+        "contenders": [c.to_dict() for c in confirmed],
+        "ratios": {
+            "vs_ranks_1_pick_copied": _ratio(pick, by_label.get("ranks=1 pick, copied")),
+            "vs_defaults": _ratio(pick, by_label.get("defaults")),
+            "vs_torchrun_defaults": _ratio(pick, by_label.get("torchrun defaults")),
+            "vs_lightning": _ratio(pick, by_label.get("lightning")),
+        },
+        "target_vs_ranks_1_pick_copied": RANKS_TARGET,
+    }
+
+
+def ranks_markdown(results: dict[str, Any]) -> str:
+    """The ranks scenario's results.md: the head-to-head at N ranks, and the ratios of the
+    ranks=N pick."""
+    n = results["ranks"]
+    lines = [
+        f"# Ranks: settings tuned for {n} ranks against settings copied to them",
+        "",
+        f"{n} ranks (DDP, gloo) on {results['usable_cpus']} usable CPUs, node samples/s, "
+        f"median of {results['rounds']} interleaved rounds.",
+        "",
+        "| contender | per-rank config | samples/s | IQR |",
+        "|---|---|---|---|",
+    ]
+    for c in results["contenders"]:
+        low, high = c["iqr"]
+        rate = c["samples_per_s"]
+        lines.append(f"| {c['label']} | `{c['config']}` | {rate:.1f} | {low}-{high} |")
+    lines += ["", f"The ranks={n} pick is:"]
+    target = results["target_vs_ranks_1_pick_copied"]
+    for key, value in results["ratios"].items():
+        shown = "not measured" if value is None else f"{value:.2f}x"
+        label = key.removeprefix("vs_").replace("_", " ")
+        wanted = f" (target >= {target}x)" if key == "vs_ranks_1_pick_copied" else ""
+        lines.append(f"- against {label}: {shown}{wanted}")
+    return "\n".join(lines) + "\n"

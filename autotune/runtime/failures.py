@@ -8,7 +8,9 @@ Example:
 
 from __future__ import annotations
 
+import os
 import signal
+import traceback
 from dataclasses import dataclass
 
 from autotune.errors import UsageError
@@ -80,13 +82,21 @@ def classify(exc: BaseException) -> str:
     return "error"
 
 
-def classify_signal(signum: int, process: str = "trial process") -> Failure:
-    """The failure of a trial process killed by ``signum``; ``process`` names it (a rank's
-    death is ``rank_died`` unless the signal says more)."""
+def classify_signal(
+    signum: int, process: str = "trial process", otherwise: str = "error"
+) -> Failure:
+    """The failure of a trial process killed by ``signum``; ``process`` names it, and
+    ``otherwise`` is the kind where the signal says nothing more (a rank's: ``rank_died``)."""
     name = signal.Signals(signum).name
     if signum == signal.SIGKILL:
         return Failure("host_oom", f"{process} killed by {name} (the kernel's OOM killer?)")
     if signum == signal.SIGBUS:
         return Failure("shm_exhausted", f"{process} killed by {name}")
-    kind = "error" if process == "trial process" else "rank_died"
-    return Failure(kind, f"{process} killed by {name}")
+    return Failure(otherwise, f"{process} killed by {name}")
+
+
+def reported(exc: BaseException) -> tuple[str, str, str]:
+    """What a trial's process says of an exception that ended it: its kind, one line, and
+    its traceback where ``AUTOTUNE_DEBUG`` is set (else empty)."""
+    detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""
+    return classify(exc), describe(exc), detail

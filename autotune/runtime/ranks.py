@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -30,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.runtime.child import measure
-from autotune.runtime.failures import Failure, RankFailed, classify, classify_signal, describe
+from autotune.runtime.failures import Failure, RankFailed, classify_signal, reported
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.peers import ProcessGroupPeers
@@ -122,10 +121,15 @@ def _handle(
     elif kind == "pruned":
         raise WindowStopped(message[1])
     else:
-        _, failure_kind, text, detail, at = message
-        if detail:
-            log.debug("rank %d failed:\n%s", rank, detail)
-        failed.append((at, Failure(failure_kind, f"rank {rank}: {text}")))
+        failed.append(_failure_of(rank, message))
+
+
+def _failure_of(rank: int, message: tuple[Any, ...]) -> tuple[float, Failure]:
+    """A rank's ``("failed", kind, text, detail, at)``: when, and its failure."""
+    _, kind, text, detail, at = message
+    if detail:
+        log.debug("rank %d failed:\n%s", rank, detail)
+    return at, Failure(kind, f"rank {rank}: {text}")
 
 
 def _root_cause(procs: Procs, open_links: dict[int, Connection], failed: Failed) -> Failure:
@@ -141,7 +145,7 @@ def _root_cause(procs: Procs, open_links: dict[int, Connection], failed: Failed)
                 if message is None:
                     del open_links[rank]
                 elif message[0] == "failed":
-                    _handle(rank, message, link, lambda i, v: None, {}, failed)
+                    failed.append(_failure_of(rank, message))
     for proc in procs:
         proc.join(0.5 if proc.is_alive() else 0)
     killed = [r for r, p in enumerate(procs) if p.exitcode is not None and p.exitcode < 0]
@@ -157,7 +161,7 @@ def _death(procs: Procs, rank: int) -> Failure:
     proc = procs[rank]
     where = f"rank {rank} of {len(procs)}"
     if proc.exitcode is not None and proc.exitcode < 0:
-        return classify_signal(-proc.exitcode, where)
+        return classify_signal(-proc.exitcode, where, otherwise="rank_died")
     return Failure("rank_died", f"{where} exited with code {proc.exitcode} without a result")
 
 
@@ -196,8 +200,7 @@ def _rank_main(job: TrialJob, rank: int, rendezvous: str, link: Connection) -> N
     except WindowStopped as stop:
         link.send(("pruned", stop.args[0]))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then it ends
-        detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""
-        link.send(("failed", classify(exc), describe(exc), detail, time.monotonic()))
+        link.send(("failed", *reported(exc), time.monotonic()))
     finally:
         if dist.is_initialized():
             with contextlib.suppress(Exception):

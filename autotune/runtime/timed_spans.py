@@ -44,11 +44,11 @@ def time_sets(
         for _ in range(sub_windows):
             time_sub_window(it, step, batches_per_window, tally, count, **timing)
             if on_sub_window is not None:
-                on_sub_window(len(tally.rates) - 1, tally.rate)
+                on_sub_window(len(tally.spans) - 1, tally.rate)
         if target_spread <= 0 or sub_windows == 1:
             return grouped
         wide = relative_spread(tally.spans_of(grouped, sub_windows)) > target_spread
-        per_sub_window = tally.elapsed / len(tally.rates)
+        per_sub_window = tally.elapsed / len(tally.spans)
         fits = tally.elapsed + sub_windows * per_sub_window <= max_timed_s
         if not peers.any(wide and fits):  # every rank times as many sub-windows
             return grouped
@@ -59,8 +59,7 @@ def time_sets(
 class Tally:
     """What the timed sub-windows saw so far."""
 
-    rates: list[float] = field(default_factory=list)  # samples/s of each sub-window
-    spans: list[tuple[int, float]] = field(default_factory=list)  # its samples and seconds
+    spans: list[tuple[int, float]] = field(default_factory=list)  # each one's samples, seconds
     waited: float = 0.0  # seconds spent waiting for the next batch
     elapsed: float = 0.0  # seconds timed
     cpu: float = 0.0  # CPU seconds of this process
@@ -68,19 +67,24 @@ class Tally:
     batches: int = 0
 
     @property
+    def rates(self) -> list[float]:
+        """Samples/s of each sub-window."""
+        return [_rate(samples, seconds) for samples, seconds in self.spans]
+
+    @property
     def rate(self) -> float:
         """Samples/s over everything timed so far."""
-        return self.samples / self.elapsed if self.elapsed > 0 else float("inf")
+        return _rate(self.samples, self.elapsed)
 
     def spans_of(self, grouped: int, count: int) -> list[float]:
         """Samples/s of the last ``count`` spans of ``grouped`` consecutive sub-windows."""
         last = self.spans[-grouped * count :]
-        rates = []
-        for start in range(0, len(last), grouped):
-            samples = sum(n for n, _ in last[start : start + grouped])
-            seconds = sum(s for _, s in last[start : start + grouped])
-            rates.append(samples / seconds if seconds > 0 else float("inf"))
-        return rates
+        spans = [last[start : start + grouped] for start in range(0, len(last), grouped)]
+        return [_rate(sum(n for n, _ in span), sum(s for _, s in span)) for span in spans]
+
+
+def _rate(samples: int, seconds: float) -> float:
+    return samples / seconds if seconds > 0 else float("inf")
 
 
 def time_sub_window(
@@ -118,5 +122,4 @@ def time_sub_window(
     tally.elapsed += span
     tally.samples += samples
     tally.batches += n_batches
-    tally.rates.append(samples / span if span > 0 else float("inf"))
     tally.spans.append((samples, span))

@@ -22,7 +22,6 @@ import resource
 import signal
 import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import psutil
 
 from autotune.runtime.child import measure
 from autotune.runtime.epochs import EpochTimes
-from autotune.runtime.failures import Failure, classify, classify_signal, describe
+from autotune.runtime.failures import Failure, classify_signal, reported
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.ranks import measure_ranks
@@ -130,8 +129,7 @@ def _child(job: TrialJob, conn: Any) -> None:
     except WindowStopped as stop:
         conn.send(("pruned", stop.args[0]))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then the child ends
-        detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""
-        conn.send(("failed", classify(exc), describe(exc), detail))
+        conn.send(("failed", *reported(exc)))
 
 
 def _limit_memory(extra_bytes: int) -> None:
