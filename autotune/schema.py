@@ -7,6 +7,7 @@ takes these dataclasses (converted once, in ``app/cli.py``), never a ``DictConfi
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +38,7 @@ class DatasetConfig:
     height: int | None = None
     seed: int = 0
     quality: int = 90
-    # mixed like a folder of photographs: sizes from thumbnails to camera originals, PNGs
-    # (some with alpha), progressive JPEGs; width and height are then not used
+    # like a photo folder: thumbnails to originals, PNGs, progressive JPEGs (no width/height)
     uneven: bool = False
 
     def __post_init__(self) -> None:
@@ -143,16 +143,15 @@ class SearchSpaceConfig:
 @dataclass
 class StudyConfig:
     name: str = "${dataset.name}-${model.name}"
-    storage: str = "sqlite:///studies/autotune.db"
+    storage: str = "sqlite:///studies/autotune.db"  # postgresql://...: hosts share the study
     n_trials: int = 20  # total trials of the study (a resumed study runs up to this many)
     timeout: float | None = None  # seconds for this run's search
     trial_timeout: float = 120.0  # a trial running longer is killed and recorded as timeout
+    heartbeat_s: int = 10  # a running trial's; silent for 3 (its host died): failed by others
     seed: int = 0
     n_startup_trials: int = 6  # TPE's random start, after the enqueued baseline
-    # the last trials polish the best so far: its unmeasured one-knob neighbours, in turn
-    polish_fraction: float = 0.25
-    # share of the search's trials spent on the pipeline as it is (loader_kwargs' way)
-    as_is_share: float = 0.3
+    polish_fraction: float = 0.25  # last trials: the best's unmeasured one-knob neighbours
+    as_is_share: float = 0.3  # of the search's trials, on the pipeline as it is (loader_kwargs)
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
     # what each setting of the winner is worth, measured after the confirmation in at most
@@ -160,7 +159,7 @@ class StudyConfig:
     ablation_budget: float = 0.25
     ablation_rounds: int = 1  # interleaved rounds of the winner and its variants
     # objective = samples/s over an epoch: each epoch's start (measured at a real boundary)
-    # charged once per epoch (the steady rate is stored beside it)
+    # charged once per epoch (the steady rate stored beside it)
     epoch_aware: bool = True
     memory_budget_gb: float | None = None  # peak memory of the process tree; over = infeasible
     trial_memory_limit_gb: float | None = None  # hard cap per trial process (RLIMIT_DATA)
@@ -172,6 +171,9 @@ class StudyConfig:
             f"study.timeout must be a positive number of seconds, got {self.timeout}",
         )
         _require(self.trial_timeout > 0, "study.trial_timeout must be > 0 seconds")
+        _require(self.heartbeat_s >= 1, "study.heartbeat_s must be >= 1 second")
+        if self.storage.startswith("postgresql://") and not importlib.util.find_spec("psycopg2"):
+            self.storage = "postgresql+psycopg://" + self.storage.removeprefix("postgresql://")
         _require(self.confirm_top_k >= 0, "study.confirm_top_k must be >= 0")
         _require(0 <= self.polish_fraction <= 1, "study.polish_fraction must be in [0, 1]")
         _require(0 <= self.as_is_share <= 1, "study.as_is_share must be in [0, 1]")
@@ -236,8 +238,10 @@ class VerifyConfig:
     samples: int | None = None
 
     def __post_init__(self) -> None:
-        _require(self.rounds >= 1, f"verify.rounds must be >= 1, got {self.rounds}")
-        _require(self.epochs >= 1, f"verify.epochs must be >= 1, got {self.epochs}")
+        for key in ("rounds", "epochs"):
+            _require(
+                getattr(self, key) >= 1, f"verify.{key} must be >= 1, got {getattr(self, key)}"
+            )
         _require(
             self.samples is None or self.samples >= 1,
             f"verify.samples must be >= 1 (or null for all), got {self.samples}",
@@ -261,8 +265,7 @@ class AutotuneConfig:
     step: StepConfig = field(default_factory=StepConfig)
     # the step's precision: fp32, or autocast to bf16 / fp16 (a GradScaler with fp16 on CUDA)
     precision: str = "fp32"
-    # torch.compile the model: compiled in each trial's warm-up (never timed), from a cache
-    # of compiled code under studies_dir that the trials share
+    # torch.compile the model in each trial's warm-up (never timed), cached under studies_dir
     compile: bool = False
     mode: str = "tune"  # tune | diagnose | report | verify
     # diagnose: the best.yaml whose pipeline is diagnosed (default: the baseline)

@@ -1,11 +1,14 @@
-"""Shared fixtures: one real quick study, run through the real CLI, reused by several tests."""
+"""Shared fixtures: one real quick study, run through the real CLI, reused by several tests;
+and a real PostgreSQL server, started for the session, with a fresh database per test."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import postgres
 import pytest
 import torch
 from helpers import QUICK, run_cli
@@ -36,3 +39,19 @@ def quick_study(
     result = run_cli(QUICK, cwd)
     assert result.returncode == 0, result.stderr[-3000:]
     return cwd, result
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.Server]:
+    """A real PostgreSQL server on loopback, for this test session."""
+    server = postgres.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: postgres.Server) -> str:
+    """A fresh database on the session's PostgreSQL server: its SQLAlchemy URL."""
+    return postgres_server.new_database()

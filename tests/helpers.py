@@ -4,11 +4,18 @@ a session without its dataset, and a trial asked of a search space. Imported as 
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
@@ -117,3 +124,43 @@ def count_reads(monkeypatch, **classes: type) -> dict[str, int]:
 
         monkeypatch.setattr(cls, "__getitem__", counted)
     return counts
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def dashboard_serving(storage: str) -> Iterator[str]:
+    """The real optuna-dashboard serving ``storage`` on loopback: its base URL, once it
+    answers."""
+    executable = shutil.which("optuna-dashboard")
+    assert executable, "optuna-dashboard is a dependency: pip install -e ."
+    port = _free_port()
+    server = subprocess.Popen(
+        [executable, storage, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                get_json(f"{base}/api/studies")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError("optuna-dashboard did not answer on loopback") from None
+                time.sleep(0.3)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -159,7 +159,7 @@ def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> Bench
         tuner = _study(session, f"{scenario}-tuner-{stamp}", storage, n_tuner)
         log.info("tuner: %d trials (%.0f%% of the grid)", n_tuner, 100 * n_tuner / n_grid)
         started = time.monotonic()
-        result = tune(tuner)
+        result, _ = tune(tuner)
         tuner_s = time.monotonic() - started
         if stop.is_set() or result.best is None:
             raise KeyboardInterrupt if stop.is_set() else UsageError("no tuner trial finished")

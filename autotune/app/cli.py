@@ -11,6 +11,7 @@ a bad override is one line and exit code 2, and only ``studies/`` is written.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from autotune.diagnose.measure import run as run_diagnosis
 from autotune.errors import UsageError
 from autotune.pipeline.user_data import UserData
 from autotune.report import dashboard, markdown, summary
-from autotune.report.export import export
+from autotune.report.export import export, export_published
 from autotune.runtime.lock import host_lock
 from autotune.schema import AutotuneConfig, register_configs
 from autotune.session import Session
@@ -199,12 +200,19 @@ def run_tune(session: Session) -> int:
 def tune_and_export(session: Session) -> tuple[StudyResult, Path | None]:
     """The study (under the host lock), then best.yaml and report.md written: the result
     and best.yaml's path (None when no trial finished)."""
-    config, source = session.config, session.source
     _describe(session)
-    with host_lock(Path(config.studies_dir)):
-        result = tune(session)
+    with host_lock(Path(session.config.studies_dir)):
+        return tune(session, export=functools.partial(_export, session))
+
+
+def _export(session: Session, result: StudyResult) -> Path | None:
+    """best.yaml and report.md into ``studies/<study>/``; None when no trial finished."""
     if result.best is None:
-        return result, None
+        return None
+    config, source = session.config, session.source
+    folder = Path(config.studies_dir) / result.study_name
+    if result.published is not None:  # another host sharing the study confirmed it
+        return export_published(result, folder)
     workload = {
         "dataset": config.dataset.name,
         "model": config.model.name,
@@ -221,11 +229,9 @@ def tune_and_export(session: Session) -> tuple[StudyResult, Path | None]:
             "kwargs": source.kwargs,
             "collate_fn": source.collate_fn,
         }
-    folder = Path(config.studies_dir) / result.study_name
-    best = export(
+    return export(
         result, session.facts, workload, folder, source_fingerprint=session.source_fingerprint
     )
-    return result, best
 
 
 def _say(text: str) -> None:

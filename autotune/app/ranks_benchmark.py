@@ -49,7 +49,7 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
 
 def _tuned(session: Session, name: str, storage: str) -> PipelineConfig:
     study = dataclasses.replace(session.config.study, name=name, storage=storage)
-    result = tune(session.with_config(dataclasses.replace(session.config, study=study)))
+    result, _ = tune(session.with_config(dataclasses.replace(session.config, study=study)))
     if result.interrupted:
         raise KeyboardInterrupt
     if result.best is None:

@@ -56,6 +56,7 @@ def machine_section(facts: MachineFacts) -> dict[str, Any]:
     return {
         "usable_cpus": facts.usable_cpus,
         "gpu": facts.gpu.name if facts.gpu else None,
+        "gpus": facts.gpu_count,
         "torch": facts.torch_version,
         "torchvision": facts.torchvision_version,
         "python": facts.python_version,
@@ -132,7 +133,7 @@ def as_is_of(best: BestFile, path: str | Path) -> PipelineConfig:
 
 def machine_differences(measured_on: dict[str, Any], here: MachineFacts) -> list[str]:
     """What differs between a ``machine:`` section and this machine, in words: usable CPUs,
-    GPU and torch version (a key missing from the section is not compared)."""
+    GPU model and count, and torch version (a key missing from the section is not compared)."""
     gpu_here = here.gpu.name if here.gpu else None
     differences = []
     if measured_on.get("usable_cpus") not in (None, here.usable_cpus):
@@ -141,6 +142,8 @@ def machine_differences(measured_on: dict[str, Any], here: MachineFacts) -> list
         )
     if "gpu" in measured_on and measured_on["gpu"] != gpu_here:
         differences.append(f"GPU {measured_on['gpu']} there, {gpu_here} here")
+    if measured_on.get("gpus") not in (None, here.gpu_count):
+        differences.append(f"{measured_on['gpus']} GPUs there, {here.gpu_count} here")
     if measured_on.get("torch") not in (None, here.torch_version):
         differences.append(f"torch {measured_on['torch']} there, {here.torch_version} here")
     return differences

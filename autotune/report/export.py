@@ -11,7 +11,7 @@ import optuna
 from autotune.machine import MachineFacts
 from autotune.pipeline import best_file
 from autotune.report import markdown
-from autotune.tuner import stored_result
+from autotune.tuner import storage, stored_result
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.tune import StudyResult
 
@@ -99,7 +99,7 @@ def export(
             machine=machine,
             study={
                 "name": result.study_name,
-                "storage": result.storage,
+                "storage": storage.shown(result.storage),
                 "trials": result.counts,
                 "interrupted": result.interrupted,
                 "written": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -110,5 +110,16 @@ def export(
     # the file list of skipped files stays in best.yaml; the study keeps their count
     counted = {k: v for k, v in workload.items() if k != "skipped"}
     stored_result.save_context(study, counted, machine)
+    markdown.write_report(result.storage, result.study_name, folder)
+    return path
+
+
+def export_published(result: StudyResult, folder: Path) -> Path:
+    """best.yaml as the host that confirmed a shared study wrote it, and report.md from the
+    storage: every host of the study hands out the same file."""
+    assert result.published is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "best.yaml"
+    path.write_text(result.published)
     markdown.write_report(result.storage, result.study_name, folder)
     return path

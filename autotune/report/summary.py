@@ -261,7 +261,11 @@ WORTH_HEADER = ("setting", "winner's", "changed to", UNIT, "x winner", "IQR", "e
 def table(result: StudyResult) -> str:
     """The summary printed at the end: finalists, baseline and limits, ratios, notes, and
     what each setting of the winner is worth."""
-    summary = Summary.of_result(result)
+    if result.published is None:
+        summary = Summary.of_result(result)
+    else:  # confirmed by another host: its figures, from the storage
+        study = optuna.load_study(study_name=result.study_name, storage=result.storage)
+        summary = Summary.of_study(study)
     lines = _text_table(summary) + summary.ratios()
     lines += [f"note: {n}" for n in summary.notes]
     worth = summary.worth_rows()

@@ -24,6 +24,7 @@ HINTS = {
     "rank_died": "a rank of the trial crashed: run the config with ranks=1 to see why",
     "corrupt_data": "remove or fix the unreadable files named in the message",
     "invalid_config": "fix the search space so that it only yields valid settings",
+    "host_lost": "the host measuring it stopped sending heartbeats (it died): the study went on",
     "interrupted": "stopped by Ctrl-C: run the same command again to resume the study",
     "error": "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -12,21 +13,30 @@ from optuna.trial import TrialState
 
 from autotune.pipeline.config import AS_IS
 from autotune.session import SearchSpace
-from autotune.tuner import store
+from autotune.tuner import storage, store
+from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import feasible_complete
 from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.progress import StudyProgress
 from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is
+
+NEXT_TRIAL = "next trial"  # the lease that starts trials one at a time across hosts
 
 
 def search(
     study: optuna.Study,
     objective: Objective,
     stop: threading.Event,
+    leases: Leases,
 ) -> None:
     """TPE for most of the budget, ``study.as_is_share`` of its trials on the pipeline as it
     is; then a polish: each way's best so far's unmeasured one-knob neighbours, the ways in
-    turn, one at a time (a hill climb), so a step TPE missed is not left on the table."""
+    turn, one at a time (a hill climb), so a step TPE missed is not left on the table.
+
+    Hosts sharing the study start their trials one at a time (``NEXT_TRIAL``): each counts
+    the trials started anywhere, queues the next step and asks for its trial under the
+    lease, so the study gets ``study.n_trials`` trials between them, none twice.
+    """
     cfg = objective.session.config.study
     space = objective.session.space
     deadline = time.monotonic() + cfg.timeout if cfg.timeout else None
@@ -37,38 +47,61 @@ def search(
     def time_left() -> float | None:
         return None if deadline is None else deadline - time.monotonic()
 
-    def going(until: int) -> bool:
-        left = time_left()
-        return (
-            store.finished_count(study) < until
-            and not stop.is_set()
-            and (left is None or left > 0)
-        )
+    def queue_tpe() -> None:
+        finished = study.get_trials(deepcopy=False, states=store.FINISHED)
+        if both_ways and not _waiting(study) and as_is_is_due(finished, cfg.as_is_share):
+            ask_for_as_is(study)
+
+    def queue_polish() -> None:
+        if not _waiting(study):
+            _enqueue_polish_step(study, space, both_ways)
 
     quiet = objective.session.config.quiet
     with StudyProgress(cfg.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
-        def run_one() -> None:
-            if stop.is_set():  # Ctrl-C since the check: start no trial, enqueue nothing
-                return
-            study.optimize(
-                objective,
-                n_trials=1,
-                timeout=time_left(),
-                catch=(TrialFailed,),
-                gc_after_trial=False,
-                callbacks=[progress],
-            )
+        def run_one(until: int, queue: Callable[[], None]) -> bool:
+            left = time_left()
+            if stop.is_set() or (left is not None and left <= 0):
+                return False
+            return _run_one(study, objective, leases, until, queue, left, stop, progress)
 
-        while going(cfg.n_trials - polish):
-            finished = study.get_trials(deepcopy=False, states=store.FINISHED)
-            if both_ways and not _waiting(study) and as_is_is_due(finished, cfg.as_is_share):
-                ask_for_as_is(study)
-            run_one()
-        while going(cfg.n_trials):
-            if not _waiting(study):
-                _enqueue_polish_step(study, space, both_ways)
-            run_one()
+        while run_one(cfg.n_trials - polish, queue_tpe):
+            pass
+        while run_one(cfg.n_trials, queue_polish):
+            pass
+
+
+def _run_one(
+    study: optuna.Study,
+    objective: Objective,
+    leases: Leases,
+    until: int,
+    queue: Callable[[], None],
+    left: float | None,
+    stop: threading.Event,
+    progress: StudyProgress,
+) -> bool:
+    """One trial, if fewer than ``until`` have started on any host: counted, queued and
+    asked for under the lease, measured after it is released."""
+    with leases.one_at_a_time(NEXT_TRIAL):
+        storage.fail_lost(study)  # a dead host's trial counts, failed, never twice
+        if stop.is_set() or store.started_count(study) >= until:
+            return False
+        queue()
+
+        def measure(trial: optuna.Trial) -> float:
+            leases.release(NEXT_TRIAL)  # the trial is RUNNING: it counts; others go on
+            return objective(trial)
+
+        study.optimize(
+            measure,
+            n_trials=1,
+            timeout=left,
+            catch=(TrialFailed,),
+            gc_after_trial=False,
+            callbacks=[progress],
+        )
+    return True
 
 
 def _waiting(study: optuna.Study) -> bool:
@@ -107,7 +140,8 @@ def next_neighbour(
         return None
     best = max(complete, key=lambda t: t.value or 0.0)
     trials = study.get_trials(deepcopy=False)
-    tried = [t.params for t in trials]
+    # a step queued or running (on any host) has its params fixed but perhaps not yet set
+    tried = [{**t.system_attrs.get("fixed_params", {}), **t.params} for t in trials]
     per_knob = [
         [p for p in points if not as_is or is_as_is(p)] for points in space.neighbours(best.params)
     ]

@@ -9,18 +9,14 @@ this one module, so a renamed key cannot break one of them silently.
 from __future__ import annotations
 
 import logging
-import warnings
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import TrialOutcome
-from autotune.schema import StudyConfig
-from autotune.tuner.ways import make_pruner
+from autotune.tuner.lease import this_process
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +32,7 @@ class TrialKey:
     ROLE = "role"  # "baseline" (enqueued first) or "polish"; absent for TPE's trials
     POLISHED = "polished_as_is"  # a polish step from the best of the pipeline as it is
     WALL_S = "wall_s"
+    HOST = "host"  # the host (and pid) that measured it: hosts may share a study
     PEAK_MEMORY_MB = "peak_memory_mb"
     EPOCH = "samples_per_s_epoch"  # the objective when study.epoch_aware
     STEADY = "samples_per_s_steady"
@@ -71,7 +68,8 @@ class StudyKey:
     WORTH = "worth"  # what each setting of the winner is worth (ablation.Ablation.to_dict())
     IMPORTANCES = "importances_fanova"  # report.md's importances, for the dashboard's list
     WORKLOAD = "workload"
-    MACHINE = "machine"
+    MACHINE = "machine"  # best_file.machine_section(): the hosts of the study are all alike
+    BEST_FILE = "best_yaml"  # best.yaml as the host that confirmed wrote it, for every host
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
 
 
@@ -83,73 +81,6 @@ STUDY_FORMAT = 2
 GRID = "grid"  # a point of the benchmark's exhaustive grid
 
 
-# --- opening ------------------------------------------------------------------------------
-
-
-def _constraints(trial: FrozenTrial) -> tuple[float]:
-    return (trial.user_attrs.get(TrialKey.CONSTRAINT, 0.0),)
-
-
-def open_study(cfg: StudyConfig, fingerprint: str) -> optuna.Study:
-    """Creates or resumes the study; refuses to resume one whose workload or space changed,
-    or that an older autotune made."""
-    if cfg.storage.startswith("sqlite:///"):
-        Path(cfg.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    # multivariate, group, constraints and metric names are "experimental" in Optuna
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(
-            seed=cfg.seed,
-            n_startup_trials=cfg.n_startup_trials,
-            multivariate=True,
-            group=True,  # conditional knobs (prefetch only with workers) form groups
-            constraints_func=_constraints if cfg.memory_budget_gb else None,
-        )
-        study = optuna.create_study(
-            study_name=cfg.name,
-            storage=cfg.storage,
-            direction="maximize",
-            sampler=sampler,
-            pruner=make_pruner(),
-            load_if_exists=True,
-        )
-        stored = study.user_attrs.get(StudyKey.FINGERPRINT)
-        if stored is None:
-            study.set_user_attr(StudyKey.FINGERPRINT, fingerprint)
-            study.set_user_attr(StudyKey.FORMAT, STUDY_FORMAT)
-            study.set_metric_names([METRIC])
-    where = f"study {cfg.name!r} in {cfg.storage}"
-    if study.user_attrs.get(StudyKey.FORMAT) != STUDY_FORMAT:
-        raise UsageError(
-            f"{where} was made by an older autotune, whose trials measured another baseline "
-            "and epoch: pick a new study.name=... to start afresh"
-        )
-    if stored is not None and stored != fingerprint:
-        raise UsageError(
-            f"{where} was made with another dataset, model, recipe, window or search space: "
-            "pick a new study.name=... to start afresh"
-        )
-    _fail_stale(study)
-    return study
-
-
-def _fail_stale(study: optuna.Study) -> None:
-    """Trials left RUNNING by a run that was killed outright (we hold the host lock, so no one
-    else is running them) are marked failed, with the reason."""
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(
-            t._trial_id,
-            TrialKey.FAILURE,
-            {
-                "kind": "error",
-                "message": "the run measuring it was killed",
-                "hint": "resumed: the trial was not finished",
-            },
-        )
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        log.warning("trial %d was left running by a killed run: marked failed", t.number)
-
-
 # --- trials: written ----------------------------------------------------------------------
 
 
@@ -159,6 +90,7 @@ def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOu
         TrialKey.CONFIG: config.short(),
         TrialKey.PIPELINE: config.to_dict(),
         TrialKey.WALL_S: round(outcome.wall_s, 2),
+        TrialKey.HOST: this_process(),
     }
     if outcome.peak_memory_bytes:
         attrs[TrialKey.PEAK_MEMORY_MB] = round(outcome.peak_memory_bytes / 2**20, 1)
@@ -227,6 +159,11 @@ def has_failure(trial: FrozenTrial) -> bool:
 
 def is_skipped(trial: FrozenTrial) -> bool:
     return TrialKey.SKIPPED in trial.user_attrs
+
+
+def started_count(study: optuna.Study) -> int:
+    """Trials started on any host: running or finished (the study's budget counts these)."""
+    return len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING)))
 
 
 def finished_count(study: optuna.Study) -> int:

@@ -8,30 +8,31 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.pipeline import decoders, recipes, tutorial
-from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline import recipes, tutorial
+from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
-from autotune.runtime.stages import profile_stages
 from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import store, stored_result
+from autotune.tuner import hosts, storage, store, stored_result
 from autotune.tuner.ablation import Ablation, ablate, faster_note, reduced_decode_note
 from autotune.tuner.confirm import confirm, finalists, from_search
+from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, pick_each_way, speedup
 from autotune.tuner.objective import Objective
-from autotune.tuner.search import search
+from autotune.tuner.references import reference_points
+from autotune.tuner.search import NEXT_TRIAL, search
 from autotune.tuner.store import StudyKey
 
 log = logging.getLogger(__name__)
-
-BOUND_PROFILE_SAMPLES = 48  # samples profiled per decoder for the CPU-work bound
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class StudyResult:
     as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
     ablation: Ablation | None = None  # what each setting of the winner is worth
     device: str | None = None
+    # another host sharing the study confirmed it: its best.yaml, as it wrote it (the rows
+    # above are then empty: the summary is read from the storage)
+    published: str | None = None
 
     def _find(self, label: str) -> Confirmed | None:
         return next((c for c in self.confirmed if c.label == label), None)
@@ -79,59 +83,53 @@ class StudyResult:
         return self.speedup_of(self.winner)
 
 
-def measure_cpu_work_bound(session: Session) -> dict[str, float]:
-    """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
-    augment and collate (``runtime.stages``): what no worker count can exceed."""
-    cfg = session.config
-    if not isinstance(session.source, Source):
-        log.info("no CPU-work bound: the stages of your own Dataset are its own")
-        return {}
-    log.info("profiling the loader's stages per decoder: the CPU-work bound")
-    recipe = recipes.from_config(cfg.recipe)
-    names = session.space.choices("decoder") or [AS_IS]  # no decoders: as it is
-    bounds = {}
-    for name in names:
-        if name != AS_IS and decoders.DECODERS[name].on_device:
-            continue  # decoded on the device: not a CPU-work bound of the same kind
-        profile = profile_stages(
-            session.source, recipe, name, BOUND_PROFILE_SAMPLES, cfg.batch_size, cfg.seed
-        )
-        bounds[name] = round(profile.cpu_work_bound(session.facts.usable_cpus), 1)
-    return bounds
+Export = Callable[[StudyResult], "Path | None"]  # writes best.yaml and the report
 
 
-def _reference_points(session: Session, study: optuna.Study, run: Run) -> None:
-    """The ceiling and the CPU-work bounds, once per study (a resumed study has them)."""
-    if StudyKey.CEILING not in study.user_attrs:
-        ceiling = session.measure_ceiling(run)
-        if ceiling is not None:
-            study.set_user_attr(StudyKey.CEILING, round(ceiling.samples_per_s, 1))
-    if StudyKey.CPU_WORK_BOUND not in study.user_attrs:
-        bounds = measure_cpu_work_bound(session)
-        if bounds:
-            study.set_user_attr(StudyKey.CPU_WORK_BOUND, bounds)
-
-
-def tune(session: Session) -> StudyResult:
-    """Runs the search (resuming a stored study), then confirms the finalists.
+def tune(
+    session: Session, export: Export = lambda result: None
+) -> tuple[StudyResult, Path | None]:
+    """Runs the search (resuming a stored study), then confirms the finalists and exports
+    the result: the result and ``export``'s best.yaml path. Of the hosts sharing a study, one
+    confirms and the others export its best.yaml.
 
     Ctrl-C stops after cleaning up the current trial; the result is then the best so far.
     """
-    study = store.open_study(session.config.study, session.fingerprint)
+    cfg = session.config.study
+    study = storage.open_study(cfg, session.fingerprint, session.facts)
+    leases = Leases(cfg.storage, study.study_name, expire_s=storage.lost_after_s(cfg))
     baseline_params = session.space.baseline_params(default_threads=session.default_threads)
-    if not study.get_trials(deepcopy=False):
-        study.enqueue_trial(baseline_params, user_attrs={store.TrialKey.ROLE: store.BASELINE})
+    with leases.one_at_a_time(NEXT_TRIAL):
+        if not study.get_trials(deepcopy=False):
+            study.enqueue_trial(baseline_params, user_attrs={store.TrialKey.ROLE: store.BASELINE})
     with stoppable(run_trial) as (stop, run):
-        _reference_points(session, study, run)
+        reference_points(session, study, run, leases)
         started = time.monotonic()
-        search(study, Objective(session, run=run), stop)
+        search(study, Objective(session, run=run), stop, leases)
         search_wall_s = time.monotonic() - started
         baseline = session.space.suggest(optuna.trial.FixedTrial(baseline_params))
-        result = _result(session, study, baseline, stop, run)
-        result = dataclasses.replace(result, search_wall_s=search_wall_s)
+        hosts.wait_for_trials_elsewhere(study, stop)
+        outcome: list[tuple[StudyResult, Path | None]] = []
+
+        def confirm_here() -> Path | None:
+            result = _result(session, study, baseline, stop, run)
+            result = dataclasses.replace(result, search_wall_s=search_wall_s)
+            outcome.append((result, export(result)))
+            return outcome[-1][1]
+
+        where = "stopped"
+        if not stop.is_set():
+            where = hosts.confirm_once(study, leases, stop, confirm_here)
+        if where == "elsewhere":
+            published = _published_result(session, study)
+            outcome.append((published, export(published)))
+        elif where == "stopped":  # Ctrl-C: this host's figures from the search
+            confirm_here()
+    leases.dispose()
+    result, best = outcome[0]
     if result.interrupted:
         log.warning("interrupted: the study is saved; run the same command again to resume")
-    return result
+    return result, best
 
 
 def _confirmed(
@@ -226,18 +224,49 @@ def _result(
         confirmed=tuple(confirmed),
         baseline_text=baseline_text,
         as_is_label=as_is_winner.label if as_is_winner else None,
-        counts=dict(Counter(t.state.name.lower() for t in trials if t.state.is_finished())),
-        failures=dict(
-            Counter(
-                store.failure_kind(t)
-                for t in trials
-                if t.state == TrialState.FAIL and store.has_failure(t)
-            )
-        ),
+        counts=_counts(trials),
+        failures=_failures(trials),
         ceiling_samples_per_s=study.user_attrs.get(StudyKey.CEILING),
         notes=tuple(notes),
         interrupted=interrupted,
         cpu_work_bound_samples_per_s=study.user_attrs.get(StudyKey.CPU_WORK_BOUND),
         ablation=ablation,
         device=session.device,
+    )
+
+
+def _counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    return dict(Counter(t.state.name.lower() for t in trials if t.state.is_finished()))
+
+
+def _failures(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    return dict(
+        Counter(
+            store.failure_kind(t)
+            for t in trials
+            if t.state == TrialState.FAIL and store.has_failure(t)
+        )
+    )
+
+
+def _published_result(session: Session, study: optuna.Study) -> StudyResult:
+    """The result another host confirmed, read from the storage, with its best.yaml."""
+    stored = stored_result.load_result(study)
+    trials = study.get_trials(deepcopy=False)
+    winner = stored.winner_trial
+    return StudyResult(
+        study_name=study.study_name,
+        storage=session.config.study.storage,
+        best=store.pipeline_of(winner) if winner is not None else None,
+        best_label=stored.winner or "none",
+        confirmed=(),
+        counts=_counts(trials),
+        failures=_failures(trials),
+        ceiling_samples_per_s=stored.ceiling,
+        notes=stored.notes,
+        cpu_work_bound_samples_per_s=stored.cpu_work_bound,
+        baseline_text=stored.baseline or "",
+        as_is_label=stored.as_is_winner,
+        device=session.device,
+        published=hosts.published(study),
     )

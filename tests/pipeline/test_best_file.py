@@ -31,10 +31,12 @@ FACTS = MachineFacts(
     torch_version="2.9.0",
     torchvision_version="0.24.0",
     platform="Linux-6.8-x86_64",
+    gpu_count=1,
 )
 MACHINE = {
     "usable_cpus": 8,
     "gpu": "NVIDIA H200",
+    "gpus": 1,
     "torch": "2.9.0",
     "torchvision": "0.24.0",
     "python": "3.11.7",
@@ -153,10 +155,13 @@ def _without_gpu(facts: MachineFacts) -> MachineFacts:
 
 def test_machine_differences() -> None:
     assert best_file.machine_differences(MACHINE, FACTS) == []
-    there = {**MACHINE, "usable_cpus": 4, "gpu": None, "torch": "2.8.0", "python": "3.10"}
+    there = {
+        **MACHINE, "usable_cpus": 4, "gpu": None, "gpus": 0, "torch": "2.8.0", "python": "3.10"
+    }
     assert best_file.machine_differences(there, FACTS) == [
         "4 usable CPUs there, 8 here",
         "GPU None there, NVIDIA H200 here",
+        "0 GPUs there, 1 here",
         "torch 2.8.0 there, 2.9.0 here",
     ]
     # what the section does not say is not compared

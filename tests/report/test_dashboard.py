@@ -3,25 +3,9 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
+from helpers import dashboard_serving, get_json
 
 
 def _has_gpu() -> bool:
@@ -33,34 +17,10 @@ def _has_gpu() -> bool:
 @pytest.mark.slow
 def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
     cwd, _ = quick_study
-    executable = shutil.which("optuna-dashboard")
-    assert executable, "optuna-dashboard is a dependency: pip install -e ."
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            executable,
-            f"sqlite:///{cwd}/studies/autotune.db",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                studies = _get(f"{base}/api/studies")["study_summaries"]
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail("optuna-dashboard did not answer on loopback")
-                time.sleep(0.3)
+    with dashboard_serving(f"sqlite:///{cwd}/studies/autotune.db") as base:
+        studies = get_json(f"{base}/api/studies")["study_summaries"]
         (study,) = [s for s in studies if s["study_name"] == "synthetic-tiny"]
-        detail = _get(f"{base}/api/studies/{study['study_id']}")
+        detail = get_json(f"{base}/api/studies/{study['study_id']}")
         assert detail["objective_names"] == ["samples_per_s"]  # study.set_metric_names
         study_attrs = {a["key"] for a in detail["user_attrs"]}
         assert {"ceiling_samples_per_s", "confirmation", "fingerprint"} <= study_attrs
@@ -98,6 +58,3 @@ def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
         assert "failure" not in attrs
         if not _has_gpu():  # measured only where there is one: absent, not zero
             assert "gpu_utilization_pct" not in attrs and "gpu_peak_memory_mb" not in attrs
-    finally:
-        server.terminate()
-        server.wait(10)

@@ -4,9 +4,13 @@ neighbours, the knobs taken in turn), and a stop that starts nothing."""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import threading
+import time
+from typing import Any
 
 import optuna
+import pytest
 from helpers import ask, make_session
 from optuna.distributions import BaseDistribution
 
@@ -14,8 +18,9 @@ from autotune import machine
 from autotune.app.cli import compose, to_config
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.session import SearchSpace
-from autotune.tuner import store
+from autotune.session import SearchSpace, Session
+from autotune.tuner import storage, store
+from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective
 from autotune.tuner.search import next_neighbour, search
 from autotune.tuner.ways import is_as_is
@@ -102,6 +107,11 @@ def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
     assert whole is not None and (whole["decoder"], whole["main_threads"]) == ("pil", 1)
 
 
+def _leases(session: Session) -> Leases:
+    cfg = session.config.study
+    return Leases(cfg.storage, cfg.name, expire_s=storage.lost_after_s(cfg))
+
+
 def _fake_run(job, *, timeout_s, should_prune=lambda i, v: False):
     """Every config measured at once: the as-is ones slower, more workers faster."""
     config = job.pipeline
@@ -127,8 +137,8 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
             "study.epoch_aware=false",
         ]
     )
-    study = store.open_study(session.config.study, session.fingerprint)
-    search(study, Objective(session, run=_fake_run), threading.Event())
+    study = storage.open_study(session.config.study, session.fingerprint)
+    search(study, Objective(session, run=_fake_run), threading.Event(), _leases(session))
     trials = study.get_trials()
     assert len(trials) == 16
     searched = [t for t in trials if store.role_of(t) != store.POLISH]
@@ -142,8 +152,55 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
 
 def test_a_stopped_search_starts_no_trial(tmp_path) -> None:
     session = make_session([f"study.storage=sqlite:///{tmp_path}/s.db", "study.name=stop"])
-    study = store.open_study(session.config.study, session.fingerprint)
+    study = storage.open_study(session.config.study, session.fingerprint)
     stop = threading.Event()
     stop.set()
-    search(study, Objective(session, run=_fake_run), stop)
+    search(study, Objective(session, run=_fake_run), stop, _leases(session))
     assert study.get_trials() == []
+
+
+def _search_as_a_host(url: str, ready: Any) -> None:
+    """One host of a shared study: the same search, on its own process."""
+    session = make_session(
+        [
+            "study.n_trials=16",
+            "study.n_startup_trials=3",
+            f"study.storage={url}",
+            "study.name=shared",
+            "study.epoch_aware=false",
+        ]
+    )
+    study = storage.open_study(session.config.study, session.fingerprint, session.facts)
+    ready.wait()  # all hosts at once, each with its study open
+    search(study, Objective(session, run=_slow_fake_run), threading.Event(), _leases(session))
+
+
+def _slow_fake_run(job, *, timeout_s, should_prune=lambda i, v: False):
+    time.sleep(0.2)  # long enough that the hosts' trials overlap
+    return _fake_run(job, timeout_s=timeout_s, should_prune=should_prune)
+
+
+@pytest.mark.slow
+def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a_trial(
+    postgres_url,
+) -> None:
+    """Three processes run the same search on one PostgreSQL study at once: the study gets
+    its 16 trials between them, no polish step is measured twice, and every host took
+    part."""
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Barrier(3)
+    hosts = [ctx.Process(target=_search_as_a_host, args=(postgres_url, ready)) for _ in range(3)]
+    for host in hosts:
+        host.start()
+    for host in hosts:
+        host.join(300)
+        assert host.exitcode == 0
+    study = optuna.load_study(study_name="shared", storage=postgres_url)
+    trials = study.get_trials()
+    assert len(trials) == 16
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    polish = [t for t in trials if store.role_of(t) == store.POLISH]
+    assert len(polish) == 4
+    polished = [tuple(sorted(t.params.items())) for t in polish]
+    assert len(set(polished)) == len(polished)
+    assert len({t.user_attrs["host"] for t in trials}) == 3

@@ -12,7 +12,7 @@ from autotune.runtime.failures import Failure
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.schema import StudyConfig
-from autotune.tuner import store, stored_result
+from autotune.tuner import storage, store, stored_result
 from autotune.tuner.store import StudyKey, TrialKey
 
 CONFIG = PipelineConfig(num_workers=2, prefetch_factor=4, decoder="opencv", main_threads=1)
@@ -90,12 +90,12 @@ def test_a_result_stored_before_the_winner_was_names_the_fastest() -> None:
 
 def test_a_study_resumes_only_with_its_own_fingerprint_and_format(tmp_path) -> None:
     cfg = StudyConfig(name="s", storage=f"sqlite:///{tmp_path}/a.db")
-    store.open_study(cfg, "abc")
-    assert store.open_study(cfg, "abc").user_attrs["format"] == store.STUDY_FORMAT  # resumed
+    storage.open_study(cfg, "abc")
+    assert storage.open_study(cfg, "abc").user_attrs["format"] == store.STUDY_FORMAT  # resumed
     with pytest.raises(UsageError, match="another dataset, model, recipe, window or search"):
-        store.open_study(cfg, "xyz")
+        storage.open_study(cfg, "xyz")
     older = StudyConfig(name="old", storage=cfg.storage)
     made = optuna.create_study(study_name="old", storage=cfg.storage)
     made.set_user_attr("fingerprint", "abc")  # as an older autotune left it: no format
     with pytest.raises(UsageError, match="made by an older autotune"):
-        store.open_study(older, "abc")
+        storage.open_study(older, "abc")

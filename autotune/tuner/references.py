@@ -1,0 +1,60 @@
+"""The study's reference points, measured once per study: the ceiling (the step with data
+already in memory) and the CPU-work bound (what decoding and augmenting allow on all CPUs)."""
+
+from __future__ import annotations
+
+import logging
+
+import optuna
+
+from autotune.pipeline import decoders, recipes
+from autotune.pipeline.config import AS_IS
+from autotune.pipeline.sources import Source
+from autotune.runtime.stages import profile_stages
+from autotune.session import Session
+from autotune.session.session import Run
+from autotune.tuner import hosts
+from autotune.tuner.lease import Leases
+from autotune.tuner.store import StudyKey
+
+log = logging.getLogger(__name__)
+
+BOUND_PROFILE_SAMPLES = 48  # samples profiled per decoder for the CPU-work bound
+
+
+def measure_cpu_work_bound(session: Session) -> dict[str, float]:
+    """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
+    augment and collate (``runtime.stages``): what no worker count can exceed."""
+    cfg = session.config
+    if not isinstance(session.source, Source):
+        log.info("no CPU-work bound: the stages of your own Dataset are its own")
+        return {}
+    log.info("profiling the loader's stages per decoder: the CPU-work bound")
+    recipe = recipes.from_config(cfg.recipe)
+    names = session.space.choices("decoder") or [AS_IS]  # no decoders: as it is
+    bounds = {}
+    for name in names:
+        if name != AS_IS and decoders.DECODERS[name].on_device:
+            continue  # decoded on the device: not a CPU-work bound of the same kind
+        profile = profile_stages(
+            session.source, recipe, name, BOUND_PROFILE_SAMPLES, cfg.batch_size, cfg.seed
+        )
+        bounds[name] = round(profile.cpu_work_bound(session.facts.usable_cpus), 1)
+    return bounds
+
+
+def reference_points(session: Session, study: optuna.Study, run: Run, leases: Leases) -> None:
+    """The ceiling and the CPU-work bounds, once per study (a resumed study has them), by
+    one host of those sharing it."""
+    attrs = study.user_attrs
+    if StudyKey.CEILING in attrs and StudyKey.CPU_WORK_BOUND in attrs:
+        return
+    with hosts.measuring_references(leases) as here:
+        if here and StudyKey.CEILING not in attrs:
+            ceiling = session.measure_ceiling(run)
+            if ceiling is not None:
+                study.set_user_attr(StudyKey.CEILING, round(ceiling.samples_per_s, 1))
+        if here and StudyKey.CPU_WORK_BOUND not in attrs:
+            bounds = measure_cpu_work_bound(session)
+            if bounds:
+                study.set_user_attr(StudyKey.CPU_WORK_BOUND, bounds)

@@ -1,0 +1,169 @@
+"""The study in its storage: opened (created, or resumed when its workload, space, format
+and kind of host match), with heartbeats, and the trials of runs and hosts that died marked
+failed, never left running."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+import zlib
+from pathlib import Path
+
+import optuna
+import sqlalchemy
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import UsageError
+from autotune.machine import MachineFacts
+from autotune.pipeline import best_file
+from autotune.runtime.failures import Failure
+from autotune.schema import StudyConfig
+from autotune.tuner.lease import this_process
+from autotune.tuner.store import METRIC, STUDY_FORMAT, StudyKey, TrialKey
+from autotune.tuner.ways import make_pruner
+
+log = logging.getLogger(__name__)
+
+
+def _constraints(trial: FrozenTrial) -> tuple[float]:
+    return (trial.user_attrs.get(TrialKey.CONSTRAINT, 0.0),)
+
+
+def lost_after_s(cfg: StudyConfig) -> float:
+    """A trial (or a lease) silent for this long belongs to a host that died."""
+    return 3 * cfg.heartbeat_s
+
+
+def shown(storage: str) -> str:
+    """A storage URL as it may be printed or written: its password hidden."""
+    try:
+        return sqlalchemy.engine.make_url(storage).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return storage
+
+
+def _storage(cfg: StudyConfig) -> optuna.storages.RDBStorage:
+    """The study's storage, with heartbeats: a trial running on a host that dies is failed by
+    the next host that looks, after ``lost_after_s``."""
+    where = f"study.storage={shown(cfg.storage)}"
+    try:
+        return optuna.storages.RDBStorage(
+            cfg.storage,
+            heartbeat_interval=cfg.heartbeat_s,
+            grace_period=int(lost_after_s(cfg)),
+        )
+    except ImportError:
+        raise UsageError(
+            f"{where} needs a database driver that is not installed: for PostgreSQL, "
+            "pip install 'autotune[shared]'"
+        ) from None
+    except sqlalchemy.exc.ArgumentError:
+        raise UsageError(
+            f"{where} is not a database URL: use sqlite:///PATH or postgresql://USER@HOST/DB"
+        ) from None
+    except sqlalchemy.exc.OperationalError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        raise UsageError(f"cannot open {where}: {reason}") from None
+
+
+def _seed(cfg: StudyConfig) -> int:
+    """``study.seed`` for a study of one host (SQLite); hosts sharing a server's study each
+    mix in their own name, or they would all draw the same random first points."""
+    if cfg.storage.startswith("sqlite"):
+        return cfg.seed
+    return zlib.crc32(f"{cfg.seed} {this_process()}".encode())
+
+
+def open_study(
+    cfg: StudyConfig, fingerprint: str, facts: MachineFacts | None = None
+) -> optuna.Study:
+    """Creates or resumes the study; refuses to resume one whose workload or space changed,
+    that an older autotune made, or (given ``facts``) that hosts of another kind measured."""
+    if cfg.storage.startswith("sqlite:///"):
+        Path(cfg.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    # multivariate, group, constraints and metric names are "experimental" in Optuna
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=_seed(cfg),
+            n_startup_trials=cfg.n_startup_trials,
+            multivariate=True,
+            group=True,  # conditional knobs (prefetch only with workers) form groups
+            constraints_func=_constraints if cfg.memory_budget_gb else None,
+            constant_liar=True,  # hosts sharing the study: never the point another is running
+        )
+        study = optuna.create_study(
+            study_name=cfg.name,
+            storage=_storage(cfg),
+            direction="maximize",
+            sampler=sampler,
+            pruner=make_pruner(),
+            load_if_exists=True,
+        )
+        stored = study.user_attrs.get(StudyKey.FINGERPRINT)
+        if stored is None:
+            study.set_user_attr(StudyKey.FINGERPRINT, fingerprint)
+            study.set_user_attr(StudyKey.FORMAT, STUDY_FORMAT)
+            study.set_metric_names([METRIC])
+    where = f"study {cfg.name!r} in {shown(cfg.storage)}"
+    if facts is not None:  # first: another kind of host is also another search space
+        _refuse_another_kind_of_host(study, where, facts)
+    if study.user_attrs.get(StudyKey.FORMAT) != STUDY_FORMAT:
+        raise UsageError(
+            f"{where} was made by an older autotune, whose trials measured another baseline "
+            "and epoch: pick a new study.name=... to start afresh"
+        )
+    if stored is not None and stored != fingerprint:
+        raise UsageError(
+            f"{where} was made with another dataset, model, recipe, window or search space: "
+            "pick a new study.name=... to start afresh"
+        )
+    if cfg.storage.startswith("sqlite"):
+        _fail_stale(study)  # one host: we hold its lock, so no one else runs them
+    fail_lost(study)
+    return study
+
+
+def _refuse_another_kind_of_host(study: optuna.Study, where: str, facts: MachineFacts) -> None:
+    """Every host of a study is of one kind (usable CPUs, GPU model and count, torch): a
+    figure from another kind would rank against figures it cannot be compared with."""
+    machine = study.user_attrs.get(StudyKey.MACHINE)
+    if machine is None:
+        study.set_user_attr(StudyKey.MACHINE, best_file.machine_section(facts))
+        return
+    differences = best_file.machine_differences(machine, facts)
+    if differences:
+        raise UsageError(
+            f"{where} is measured on other hosts ({'; '.join(differences)}): run it on a host "
+            "like theirs, or pick a new study.name=... for this one"
+        )
+
+
+def _mark_failed(study: optuna.Study, trial_id: int, failure: Failure) -> bool:
+    """Records ``failure`` on a running trial and fails it; False where another process got
+    there first."""
+    try:
+        study._storage.set_trial_user_attr(trial_id, TrialKey.FAILURE, failure.to_dict())
+        return study._storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    except UpdateFinishedTrialError:
+        return False
+
+
+def _fail_stale(study: optuna.Study) -> None:
+    """Trials left RUNNING by a run that was killed outright are marked failed, with the
+    reason."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if _mark_failed(study, t._trial_id, Failure("error", "the run measuring it was killed")):
+            log.warning("trial %d was left running by a killed run: marked failed", t.number)
+
+
+def fail_lost(study: optuna.Study) -> None:
+    """Trials whose host stopped sending heartbeats (it died) are marked failed, with the
+    reason: none stays RUNNING forever, and none is counted twice."""
+    storage = study._storage
+    for trial_id in storage._get_stale_trial_ids(study._study_id):  # Optuna's heartbeat check
+        number = storage.get_trial_number_from_id(trial_id)
+        lost = Failure("host_lost", "the host measuring it stopped sending heartbeats")
+        if _mark_failed(study, trial_id, lost):
+            log.warning("trial %d: its host stopped sending heartbeats: marked failed", number)
