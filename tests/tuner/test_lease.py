@@ -78,7 +78,7 @@ def _count_under_lease(storage: str, counter: str, times: int) -> None:
 
 @pytest.mark.slow
 def test_processes_racing_for_a_lease_let_exactly_one_in(storage):
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     racers = [ctx.Process(target=_race, args=(storage, "confirmation", results)) for _ in range(4)]
     for p in racers:
@@ -93,7 +93,7 @@ def test_processes_racing_for_a_lease_let_exactly_one_in(storage):
 def test_one_at_a_time_serialises_processes(storage, tmp_path):
     counter = tmp_path / "counter"
     counter.write_text("0")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")
     workers = [
         ctx.Process(target=_count_under_lease, args=(storage, str(counter), 10)) for _ in range(3)
     ]
