@@ -164,3 +164,13 @@ def dashboard_serving(storage: str) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def torchrun(script: Path, nproc: int, *args: str) -> None:
+    """``torchrun --nproc_per_node nproc script args`` on this machine (CPU), as a user runs
+    a training script."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc_per_node", str(nproc), str(script), *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]

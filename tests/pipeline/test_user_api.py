@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from helpers import torchrun
 
 import autotune
 from autotune import machine
@@ -114,16 +112,6 @@ def test_build_loader_from_a_folder_and_a_config(small_set: Source) -> None:
     assert tuned.dataloader.dataset.source == small_set
 
 
-def _torchrun(script: Path, nproc: int, *args: str) -> None:
-    """``torchrun --nproc_per_node nproc script args`` on this machine (CPU), as a user runs
-    a training script."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc_per_node", str(nproc), str(script), *args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
 @pytest.mark.slow
 def test_build_loader_under_torchrun_gives_each_rank_its_shard_with_the_tuned_settings(
     tmp_path: Path,
@@ -133,7 +121,7 @@ def test_build_loader_under_torchrun_gives_each_rank_its_shard_with_the_tuned_se
     )
     path = tmp_path / "best.yaml"
     best_file.write(path, BestFile(tuned, as_is=tuned, ranks=2))
-    _torchrun(Path(__file__).with_name("torchrun_reader.py"), 2, str(path), str(tmp_path))
+    torchrun(Path(__file__).with_name("torchrun_reader.py"), 2, str(path), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for epoch in (0, 1):
         zero, one = (set(r["epochs"][epoch]) for r in ranks)
@@ -145,10 +133,10 @@ def test_build_loader_under_torchrun_gives_each_rank_its_shard_with_the_tuned_se
 
 
 @pytest.mark.slow
-def test_a_file_tuned_for_other_ranks_warns_under_torchrun(tmp_path: Path) -> None:
+def test_a_file_tuned_for_other_ranks_warns_undertorchrun(tmp_path: Path) -> None:
     tuned = PipelineConfig(batch_size=4, num_workers=1, decoder="as_is", main_threads=1)
     path = tmp_path / "best.yaml"
     best_file.write(path, BestFile(tuned, as_is=tuned))  # one rank
-    _torchrun(Path(__file__).with_name("torchrun_reader.py"), 2, str(path), str(tmp_path))
+    torchrun(Path(__file__).with_name("torchrun_reader.py"), 2, str(path), str(tmp_path))
     (warning,) = json.loads((tmp_path / "rank0.json").read_text())["warnings"]
     assert "measured with 1 rank(s) per node" in warning and "ranks=2" in warning
