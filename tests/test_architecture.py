@@ -64,7 +64,12 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 LAYER_FOLDERS = set(MAY_IMPORT) - {"entry", "leaf", "api"}  # the rest are folders
 LEAF_MODULES = {"errors", "schema", "machine"}  # autotune/<name>.py
-ENTRY_SHIMS = {"autotune.__main__", "autotune.benchmark", "autotune.shard"}
+ENTRY_SHIMS = {
+    "autotune.__main__",
+    "autotune.benchmark",
+    "autotune.shard",
+    "autotune.slow_storage",
+}
 # The one import against the table: the public API's ``autotune.tune`` imports the tune
 # mode's entry point when it is first asked for, so that ``import autotune`` in a training
 # script stays light. It is in a function, so it makes no cycle at import time.

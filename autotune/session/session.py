@@ -30,6 +30,7 @@ from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig, DatasetConfig
+from autotune.session import read_wait
 from autotune.session.space import SearchSpace
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,13 @@ class Session:
         )
         if isinstance(source, UserData):
             step.check(example, dataset=f"dataset._target_={source.target}")
-        recipes.from_config(config.recipe)  # and so does an unknown recipe
+        recipe = recipes.from_config(config.recipe)  # and so does an unknown recipe
+        # where reads wait, more workers than CPUs: measured on the user's storage
+        waits = (
+            read_wait.measure(source, recipe, facts)
+            if isinstance(source, sources.Source)
+            else None
+        )
         space = SearchSpace.from_config(
             config.search_space,
             facts,
@@ -157,6 +164,7 @@ class Session:
             batch_size=config.batch_size,
             own_dataset=isinstance(source, UserData),
             ranks=ranks,
+            read_wait=waits,
         )
         return cls(config, facts, device, source, space, source.fingerprint(), ranks)
 

@@ -22,6 +22,7 @@ from autotune.pipeline import decoders
 from autotune.pipeline.config import AS_IS, AS_IS_FIXED, PipelineConfig
 from autotune.schema import SearchSpaceConfig
 from autotune.session.knobs import INACTIVE, Knob, build_knob
+from autotune.session.read_wait import ReadWait
 
 # DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
 NEED_WORKERS = ("prefetch_factor", "persistent_workers")
@@ -63,12 +64,15 @@ class SearchSpace:
         batch_size: int,
         own_dataset: bool = False,
         ranks: int = 1,
+        read_wait: ReadWait | None = None,
     ) -> SearchSpace:
         """The space of ``cfg`` on this machine; ``own_dataset``: the user's own Dataset,
         read as it is, for which only the DataLoader's arguments and threads are tuned;
         ``ranks``: processes that share the CPUs, each with its own loader (``cpus`` is a
-        rank's share)."""
+        rank's share); ``read_wait``: where reads wait, ``num_workers`` up to ``cpus`` goes
+        beyond the CPUs, as far as the waits ask."""
         notes: list[str] = []
+        cpus = facts.usable_cpus
         if ranks > 1:
             share = max(1, facts.usable_cpus // ranks)
             notes.append(
@@ -83,6 +87,9 @@ class SearchSpace:
         features = {"cuda": device == "cuda"}
         for name, knob_cfg in cfg.knobs.items():
             knob = build_knob(name, knob_cfg, facts, declared=[*knobs, *left_out])
+            if name == "num_workers" and knob_cfg.high == "cpus" and read_wait and read_wait.waits:
+                knob = dataclasses.replace(knob, high=max(1, read_wait.workers // ranks))
+                notes.append(read_wait.note(cpus))
             if knob_cfg.requires and not features[knob_cfg.requires]:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
