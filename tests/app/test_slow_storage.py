@@ -3,13 +3,16 @@ answered late, concurrently for concurrent readers, with the folder's bytes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import optuna
 import pytest
+from helpers import QUICK, run_cli
 
 from autotune.app.slow_storage import mounted, unavailable_reason
 from autotune.pipeline import sources
@@ -61,3 +64,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         )
         assert done.returncode == 2
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_study_on_storage_that_waits_searches_workers_beyond_the_cpus(images, tmp_path):
+    with mounted(images.root, latency_ms=10) as mount:
+        args = [
+            *QUICK,
+            "search_space=default",
+            "study.n_trials=3",
+            "study.confirm_top_k=0",  # the space is what is checked: no confirmation
+            "study.ablation_budget=0",
+            "dataset=imagefolder",
+            f"dataset.root={mount}",
+            "dataset.name=slow",
+        ]
+        done = run_cli(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cpus = len(os.sched_getaffinity(0))
+    assert f"beyond the {cpus} usable CPUs" in done.stdout
+    study = optuna.load_study(
+        study_name="slow-tiny", storage=f"sqlite:///{tmp_path}/studies/autotune.db"
+    )
+    highs = {t.distributions["num_workers"].high for t in study.trials if t.distributions}
+    assert highs and min(highs) > cpus
