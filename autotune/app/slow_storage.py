@@ -116,7 +116,8 @@ def mounted(src: Path, *, latency_ms: float, mb_per_s: float = 0.0) -> Iterator[
             server.wait(10)
         except subprocess.TimeoutExpired:
             server.kill()
-        mount.rmdir()
+        with contextlib.suppress(OSError):  # still busy, or removed by hand: left as it is
+            mount.rmdir()
 
 
 def _parse(args: list[str]) -> tuple[Path, Path, float, float]:

@@ -47,11 +47,14 @@ class Leases:
         self.study_name, self.expire_s = study_name, expire_s
         self.holder = holder or this_process()
         self._engine = sa.create_engine(storage, poolclass=NullPool)
-        try:
-            _METADATA.create_all(self._engine)
-        except sa.exc.DBAPIError:  # another host created it between the check and the CREATE
-            if not sa.inspect(self._engine).has_table(LEASES.name):
-                raise
+        for attempt in range(5):
+            try:
+                _METADATA.create_all(self._engine)
+                break
+            except sa.exc.DBAPIError:  # another host is creating it this moment: look again
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def _now(self, conn: sa.Connection) -> datetime.datetime:
         now = conn.execute(sa.select(sa.func.now())).scalar_one()

@@ -5,6 +5,7 @@ failed, never left running."""
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 import zlib
 from pathlib import Path
@@ -48,11 +49,7 @@ def _storage(cfg: StudyConfig) -> optuna.storages.RDBStorage:
     the next host that looks, after ``lost_after_s``."""
     where = f"study.storage={shown(cfg.storage)}"
     try:
-        return optuna.storages.RDBStorage(
-            cfg.storage,
-            heartbeat_interval=cfg.heartbeat_s,
-            grace_period=int(lost_after_s(cfg)),
-        )
+        return _open_rdb(cfg)
     except ImportError:
         raise UsageError(
             f"{where} needs a database driver that is not installed: for PostgreSQL, "
@@ -65,6 +62,24 @@ def _storage(cfg: StudyConfig) -> optuna.storages.RDBStorage:
     except sqlalchemy.exc.OperationalError as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
         raise UsageError(f"cannot open {where}: {reason}") from None
+
+
+def _open_rdb(cfg: StudyConfig, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage. Hosts started together on a new database all create its tables
+    at once, and PostgreSQL lets one of them in (the others see a duplicate type or table):
+    those try again, and find the tables made."""
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(
+                cfg.storage,
+                heartbeat_interval=cfg.heartbeat_s,
+                grace_period=int(lost_after_s(cfg)),
+            )
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _seed(cfg: StudyConfig) -> int:

@@ -170,8 +170,8 @@ def _search_as_a_host(url: str, ready: Any) -> None:
             "study.epoch_aware=false",
         ]
     )
+    ready.wait()  # all hosts at once: opening a new database together, then searching
     study = storage.open_study(session.config.study, session.fingerprint, session.facts)
-    ready.wait()  # all hosts at once, each with its study open
     search(study, Objective(session, run=_slow_fake_run), threading.Event(), _leases(session))
 
 
