@@ -178,7 +178,9 @@ def _pick_beating_the_baseline(
     spread (slower, or a tie: their IQRs overlap): then the baseline."""
     winner, notes = pick_winner(confirmed)
     base = next((c for c in confirmed if c.label == BASELINE), None)
-    if base is not None and winner is not base:
+    if winner is base:
+        notes.append("nothing beat the baseline here: it was the fastest of the finalists")
+    elif base is not None:
         if winner.median <= base.median:
             notes.append("nothing beat the baseline here: the baseline's settings are kept")
             winner = base

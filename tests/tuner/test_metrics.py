@@ -86,7 +86,9 @@ def test_each_way_has_its_pick_and_loader_kwargs_never_lose_to_the_baseline():
     winner, as_is_winner, _ = pick_each_way([base, tuned, as_is])
     assert (winner, as_is_winner) == (tuned, as_is)
     slower = _as_is("trial 3", 1, (150.0, 160.0))  # as it is, workers made it slower
-    assert pick_each_way([base, tuned, slower])[:2] == (tuned, base)
+    winner, as_is_winner, notes = pick_each_way([base, tuned, slower])
+    assert (winner, as_is_winner) == (tuned, base)
+    assert "loader_kwargs: nothing beat the baseline here: it was the fastest" in notes[0], notes
     level = _as_is("trial 4", 2, (201.0, 203.0))  # as fast: the baseline needs no workers
     winner, as_is_winner, notes = pick_each_way([base, tuned, level])
     assert (winner, as_is_winner) == (tuned, base)
