@@ -154,13 +154,12 @@ class StudyConfig:
     as_is_share: float = 0.3  # of the search's trials, on the pipeline as it is (loader_kwargs)
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
-    # what each setting of the winner is worth, measured after the confirmation in at most
-    # this share of the search's time (0: not measured)
-    ablation_budget: float = 0.25
+    ablation_budget: float = 0.25  # what each setting is worth: at most this share of the search
     ablation_rounds: int = 1  # interleaved rounds of the winner and its variants
     # objective = samples/s over an epoch: each epoch's start (measured at a real boundary)
     # charged once per epoch (the steady rate stored beside it)
     epoch_aware: bool = True
+    epochs: int = 1  # planned: a prepared copy (`cache`) costs its preparation / epochs each
     memory_budget_gb: float | None = None  # peak memory of the process tree; over = infeasible
     trial_memory_limit_gb: float | None = None  # hard cap per trial process (RLIMIT_DATA)
 
@@ -180,6 +179,7 @@ class StudyConfig:
         _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
         _require(self.ablation_budget >= 0, "study.ablation_budget must be >= 0 (0: none)")
         _require(self.ablation_rounds >= 1, "study.ablation_rounds must be >= 1")
+        _require(self.epochs >= 1, f"study.epochs must be >= 1, got {self.epochs}")
         for key in ("memory_budget_gb", "trial_memory_limit_gb"):
             value = getattr(self, key)
             _require(value is None or value > 0, f"study.{key} must be > 0 GB, got {value}")

@@ -222,6 +222,9 @@ def _export(session: Session, result: StudyResult) -> Path | None:
         "images": len(source),
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
+        # where build_loader finds (or makes) the prepared copy ``cache`` names
+        "prepared_dir": str(session.prepared_root),
+        "epochs": config.study.epochs,
     }
     if isinstance(source, UserData):  # its names, never its contents
         workload["dataset_target"] = {

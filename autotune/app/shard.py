@@ -13,7 +13,7 @@ from pathlib import Path
 from autotune.app import cli
 from autotune.errors import UsageError
 from autotune.pipeline import shards
-from autotune.session.session import load_source
+from autotune.session.data import load_source
 
 OWN_KEYS = ("out=", "samples_per_shard=")
 

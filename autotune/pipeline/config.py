@@ -26,6 +26,7 @@ PIPELINE_KEYS = (
     "channels_last",
     "dali_num_threads",
     "dali_prefetch_queue_depth",
+    "cache",
 )
 # Decoders that decode a whole batch on the device in the training process: the workers only
 # read bytes, and augmentation necessarily follows on the device.
@@ -41,8 +42,12 @@ AS_IS_FIXED = {
     "device_prefetch": False,
     "channels_last": False,
     "drop_last": False,
+    "cache": "none",
 }
 AUGMENT_ON = ("cpu", "gpu")
+# a prepared copy of the images (pipeline/prepared.py): none, re-encoded at the size the
+# recipe needs, or decoded pixels at that size
+CACHES = ("none", "resized", "decoded")
 TRANSFERS = ("uint8", "float")
 
 
@@ -83,11 +88,15 @@ class PipelineConfig:
     # decoder=dali only: DALI's CPU threads and its queue of ready batches
     dali_num_threads: int | None = None
     dali_prefetch_queue_depth: int | None = None
+    cache: str = "none"
 
     def __post_init__(self) -> None:
         if self.as_is:
             for key, value in AS_IS_FIXED.items():
                 object.__setattr__(self, key, value)
+        if self.cache == "decoded" and self.decoder not in (AS_IS, "dali"):
+            # nothing left to decode: one name for every decoder (refused with DALI below)
+            object.__setattr__(self, "decoder", "pil")
         # a device decoder hands the device whole images: augmentation can only follow there,
         # and device-side augmentation needs the uint8 images, not normalized floats
         if self.decoder in DEVICE_DECODERS:
@@ -107,6 +116,13 @@ class PipelineConfig:
             raise UsageError(f"augment_on must be one of {AUGMENT_ON}, got {self.augment_on!r}")
         if self.transfer not in TRANSFERS:
             raise UsageError(f"transfer must be one of {TRANSFERS}, got {self.transfer!r}")
+        if self.cache not in CACHES:
+            raise UsageError(f"cache must be one of {CACHES}, got {self.cache!r}")
+        if self.cache == "decoded" and self.decoder == "dali":
+            raise UsageError(
+                "cache=decoded hands pixels to the workers, and DALI reads files itself: "
+                "use cache=resized with decoder=dali"
+            )
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_workers < 0:
@@ -176,7 +192,10 @@ class PipelineConfig:
                     parts.append("persist")
             if self.pin_memory:
                 parts.append("pin")
-            parts.append(self.decoder)
+            # a decoded copy's pixels need no decoder
+            parts.append("decoded" if self.cache == "decoded" else self.decoder)
+            if self.cache == "resized":
+                parts.append("resized")
             if self.augment_on != "cpu":
                 parts.append(f"aug-{self.augment_on}")
         if self.transfer != "uint8" and not self.as_is:

@@ -31,6 +31,7 @@ from autotune.pipeline import decoders, tutorial
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.dali import DaliLoader
 from autotune.pipeline.device_stage import DeviceStage, Normalize
+from autotune.pipeline.prepared import DecodedPixels, PreparedCopy
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.side_stream import prefetch_on_side_stream
 from autotune.pipeline.sources import Source
@@ -43,12 +44,15 @@ Batch = tuple[Any, torch.Tensor]
 
 
 class EncodedImageDataset(Dataset):
-    """Reads one sample of a ``Source`` and does the workers' share of the pipeline.
+    """Reads one sample of a ``Source`` (or of a decoded copy of one: its pixels, no decode)
+    and does the workers' share of the pipeline.
 
     Returns ``(image, label)``; what ``image`` is depends on the settings (module docstring).
     """
 
-    def __init__(self, source: Source, *, recipe: Recipe, config: PipelineConfig) -> None:
+    def __init__(
+        self, source: Source | DecodedPixels, *, recipe: Recipe, config: PipelineConfig
+    ) -> None:
         decoders.DECODERS[config.decoder]  # fail here, not in a worker, on an unknown name
         self.source, self.recipe, self.decoder_name = source, recipe, config.decoder
         self.on_device = decoders.DECODERS[config.decoder].on_device
@@ -75,7 +79,12 @@ class EncodedImageDataset(Dataset):
                     log.warning("skipping %s: %s", self.source.paths[i], exc)
         raise ValueError(f"no image of {self.source.root} could be decoded")
 
-    def _prepare(self, data: bytes, decoder: decoders.Decoder) -> torch.Tensor:
+    def _prepare(self, data: bytes | torch.Tensor, decoder: decoders.Decoder) -> torch.Tensor:
+        if isinstance(data, torch.Tensor):  # a decoded copy's pixels
+            if self.on_device or self.augment_on == "gpu":
+                return data
+            image = self.recipe.from_pixels(data)
+            return self.normalize(image) if self.normalize is not None else image
         if self.on_device:
             width, height, orientation = decoders.probe(data)  # a damaged header fails here
             if data[:2] == b"\xff\xd8" and orientation == 1:
@@ -137,6 +146,7 @@ def build(
     sampler: Sampler[int] | Sequence[int] | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
     repeat: bool = False,
+    prepared: PreparedCopy | None = None,
 ) -> TunedLoader:
     """Builds the loader a ``PipelineConfig`` describes.
 
@@ -154,6 +164,7 @@ def build(
         collate_fn: your Dataset's own collate, read as it is (``decoder=as_is``).
         repeat: an iterable Dataset is read again and again, each worker its own share (the
             trial runner's window, where no epoch ends; a map-style one gets a sampler).
+        prepared: the prepared copy of the Source ``config.cache`` names (``prepared.ensure``).
     """
     device = torch.device(device)
     reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
@@ -167,11 +178,13 @@ def build(
             f"decoder={config.decoder}: the tuner's decoders read image folders; your own "
             f"Dataset ({dataset.target}) is read as it is (decoder=as_is)"
         )
+    if config.cache != "none":
+        dataset = _prepared_data(dataset, config, prepared)
     if decoders.DECODERS[config.decoder].replaces_loader:
         if not isinstance(dataset, Source):
             raise TypeError("decoder=dali reads the files itself: pass a Source or a folder")
         return DaliLoader(dataset, config, **reading)  # type: ignore[return-value]
-    if isinstance(dataset, Source):
+    if isinstance(dataset, (Source, DecodedPixels)):
         dataset = EncodedImageDataset(dataset, recipe=recipe, config=config)
     return _tuned(
         dataset,
@@ -180,6 +193,23 @@ def build(
         worker_init_fn=worker_init if config.num_workers else None,
         **reading,
     )
+
+
+def _prepared_data(
+    dataset: Dataset | Source, config: PipelineConfig, prepared: PreparedCopy | None
+) -> Source | DecodedPixels:
+    """What the workers read in place of ``dataset``: its prepared copy."""
+    if not isinstance(dataset, Source):
+        raise UsageError(
+            f"cache={config.cache} prepares a copy of an image folder; a Dataset of your own "
+            "is read as it is: use cache=none"
+        )
+    if prepared is None or prepared.kind != config.cache:
+        raise UsageError(
+            f"cache={config.cache}: pass the prepared copy (prepared.ensure), or use "
+            "autotune.build_loader, which prepares it"
+        )
+    return prepared.data()
 
 
 def _as_it_is(

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
-from autotune.pipeline import best_file, loader, recipes, sources
+from autotune import machine
+from autotune.pipeline import best_file, loader, preparation, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.schema import RecipeConfig
 
@@ -49,6 +50,7 @@ def build_loader(
     device: str | torch.device | None = None,
     seed: int | None = 0,
     collate_fn: Callable[[list[Any]], Any] | None = None,
+    prepared_dir: str | Path | None = None,
     **recipe_settings: Any,
 ) -> loader.TunedLoader:
     """The tuned pipeline, built the same way the trials measured it.
@@ -63,6 +65,8 @@ def build_loader(
         device: where batches arrive; default: the study's device if usable here, else cpu.
         seed: seeds shuffling and the workers' augmentation.
         collate_fn: your Dataset's own collate (read as it is).
+        prepared_dir: where the prepared copy ``cache:`` names is kept (found there, or made
+            there once, with every usable CPU); default: where the study kept its own.
         recipe_settings: overrides of the recipe's settings, e.g. ``crop_size=160``.
 
     Batches come out on ``device``, augmented and normalized, ready for the model. The
@@ -94,7 +98,12 @@ def build_loader(
         torch.set_num_threads(config.main_threads)
     device, sampler = _placement(data, device, workload.get("device", "cpu"), seed)
     reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
-    return loader.build(data, config, collate_fn=collate_fn, **reading)
+    copy = None
+    if config.cache != "none" and isinstance(data, sources.Source):
+        folder = prepared_dir or workload.get("prepared_dir") or Path("studies") / "prepared"
+        cpus = machine.detect(want_cuda=False).usable_cpus
+        copy = preparation.ensure(data, recipe, config.cache, Path(folder), processes=cpus)
+    return loader.build(data, config, collate_fn=collate_fn, prepared=copy, **reading)
 
 
 def _placement(

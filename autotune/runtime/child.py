@@ -182,6 +182,7 @@ def _time_window(
         seed=job.seed,
         sampler=sampler,
         repeat=stream,
+        prepared=job.prepared,
     )
     measurement = run_window(
         tuned,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.prepared import PreparedCopy
 from autotune.pipeline.user_data import Data
 from autotune.schema import ModelConfig, OptimizerConfig, RecipeConfig, StepConfig, WindowConfig
 
@@ -46,3 +47,4 @@ class TrialJob:
     worker_start_method: str = field(default_factory=lambda: multiprocessing.get_start_method())
     # processes that train together under DDP, each with its own DataLoader (``ranks``)
     ranks: int = 1
+    prepared: PreparedCopy | None = None  # the copy ``pipeline.cache`` names, ready

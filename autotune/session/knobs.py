@@ -20,7 +20,7 @@ import optuna
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
-from autotune.pipeline.config import AS_IS
+from autotune.pipeline.config import AS_IS, CACHES
 from autotune.schema import KnobConfig
 
 # Every knob and the value it takes when its condition does not hold.
@@ -38,9 +38,12 @@ INACTIVE = {
     "channels_last": False,
     "dali_num_threads": None,
     "dali_prefetch_queue_depth": None,
+    "cache": "none",
 }
 # the decoder knob's values: the user's pipeline as it is, or one of the tuner's decoders
 DECODER_VALUES = (AS_IS, *decoders.DECODERS)
+# the values a choice knob may list, where they are a closed set
+KNOWN_VALUES = {"decoder": DECODER_VALUES, "cache": CACHES}
 FEATURES = ("cuda",)
 TYPES = ("int", "choice", "bool", "fixed")
 _OPS = {
@@ -134,10 +137,9 @@ def build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[K
     if cfg.type == "fixed":
         if cfg.value is None and name not in ("prefetch_factor", "main_threads"):
             raise UsageError(f"{where}.value must be set for a fixed knob")  # None: torch's
-        if name == "decoder" and cfg.value not in DECODER_VALUES:
-            raise UsageError(
-                f"{where}.value {cfg.value!r} is not a decoder; known: {', '.join(DECODER_VALUES)}"
-            )
+        known = KNOWN_VALUES.get(name)
+        if known is not None and cfg.value not in known:
+            raise UsageError(f"{where}.value {cfg.value!r} is unknown; known: {', '.join(known)}")
         return Knob(name, "fixed", value=cfg.value, when=when)
     if cfg.type == "bool":
         return Knob(name, "bool", when=when)
@@ -170,13 +172,12 @@ def _choices(name: str, cfg: KnobConfig, where: str) -> tuple[Any, ...]:
     choices = tuple(cfg.choices or ())
     if not choices:
         raise UsageError(f"{where}.choices must list at least one value")
-    if name == "decoder":
-        unknown = sorted(set(choices) - set(DECODER_VALUES))
-        if unknown:
-            raise UsageError(
-                f"{where}.choices has unknown decoders {unknown}; known: "
-                f"{', '.join(DECODER_VALUES)}"
-            )
+    known = KNOWN_VALUES.get(name)
+    unknown = sorted(set(choices) - set(known or choices), key=str)
+    if unknown:
+        raise UsageError(
+            f"{where}.choices has unknown values {unknown}; known: {', '.join(known)}"
+        )
     return choices
 
 

@@ -20,17 +20,18 @@ from typing import Any
 import torch
 
 from autotune import machine
-from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.pipeline import recipes, sources
+from autotune.pipeline import preparation, prepared, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.user_data import Data, UserData
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.workload import TrainStep, build_model
-from autotune.schema import AutotuneConfig, DatasetConfig
-from autotune.session import read_wait
+from autotune.schema import AutotuneConfig
+from autotune.session import copy_fit, read_wait
+from autotune.session.data import load_source
+from autotune.session.placement import resolve_device, resolve_ranks
 from autotune.session.space import SearchSpace
 
 log = logging.getLogger(__name__)
@@ -50,31 +51,6 @@ STEP_KEYS = (
 )
 
 
-def load_source(cfg: DatasetConfig, instance: Any = None) -> tuple[Data, Any]:
-    """The dataset's samples: the user's own Dataset (checked; with a batch of two of its
-    samples; ``instance``: a Dataset object of class ``_target_``), generated (and cached)
-    synthetic JPEGs, or an image folder (no batch)."""
-    if cfg._target_:
-        return UserData.inspect(cfg._target_, cfg.kwargs, cfg.collate_fn, instance=instance)
-    return _image_source(cfg), None
-
-
-def _image_source(cfg: DatasetConfig) -> Data:
-    if cfg.kind == "synthetic":
-        size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
-        return sources.synthetic(
-            count=cfg.count,
-            num_classes=cfg.num_classes,
-            size=size,
-            seed=cfg.seed,
-            quality=cfg.quality,
-            uneven=cfg.uneven,
-        )
-    if not cfg.root:
-        raise UsageError("dataset.root is not set: add dataset.root=PATH (class sub-folders)")
-    return sources.scan_imagefolder(Path(cfg.root).expanduser())
-
-
 def _with_batch_size(config: AutotuneConfig, batch_size: int) -> AutotuneConfig:
     """``config`` at another batch size, the search space's fixed batch size with it."""
     knobs = dict(config.search_space.knobs)
@@ -83,26 +59,6 @@ def _with_batch_size(config: AutotuneConfig, batch_size: int) -> AutotuneConfig:
         knobs["batch_size"] = dataclasses.replace(fixed, value=batch_size)
     space = dataclasses.replace(config.search_space, knobs=knobs)
     return dataclasses.replace(config, batch_size=batch_size, search_space=space)
-
-
-def resolve_ranks(requested: int | str, device: str, facts: MachineFacts) -> int:
-    """``ranks`` as a number: ``auto`` is one rank per visible GPU on CUDA, else 1. On CUDA
-    each rank has a GPU of its own."""
-    if requested == "auto":
-        return max(1, facts.gpu_count) if device == "cuda" else 1
-    ranks = int(requested)
-    if device == "cuda" and ranks > facts.gpu_count:
-        raise UsageError(
-            f"ranks={ranks} needs {ranks} GPUs, one per rank, and {facts.gpu_count} are "
-            "visible: lower ranks, or use ranks=auto"
-        )
-    return ranks
-
-
-def resolve_device(requested: str, cuda_available: bool) -> str:
-    if requested == "cuda" and not cuda_available:
-        raise UsageError("device=cuda but no CUDA device is usable here: use device=cpu or auto")
-    return "cuda" if requested == "cuda" or (requested == "auto" and cuda_available) else "cpu"
 
 
 @dataclass(frozen=True)
@@ -124,6 +80,9 @@ class Session:
     # the ceiling and why its runs failed: empty until measured, once per train step
     _ceiling: list[tuple[Measurement | None, list[str]]] = field(
         default_factory=list, compare=False, repr=False
+    )
+    _copies: dict[str, prepared.PreparedCopy] = field(
+        default_factory=dict, compare=False, repr=False
     )
 
     @classmethod
@@ -157,6 +116,17 @@ class Session:
             if isinstance(source, sources.Source)
             else None
         )
+        fit = (
+            copy_fit.measure(
+                source,
+                recipe,
+                facts,
+                root=Path(config.studies_dir).resolve() / "prepared",
+                budget_gb=config.study.memory_budget_gb,
+            )
+            if isinstance(source, sources.Source) and "cache" in config.search_space.knobs
+            else None
+        )
         space = SearchSpace.from_config(
             config.search_space,
             facts,
@@ -165,6 +135,7 @@ class Session:
             own_dataset=isinstance(source, UserData),
             ranks=ranks,
             read_wait=waits,
+            copy_fit=fit,
         )
         return cls(config, facts, device, source, space, source.fingerprint(), ranks)
 
@@ -173,8 +144,15 @@ class Session:
         benchmark's studies, the diagnosis's loader-only runs)."""
         # the ceiling is the train step's: shared only while the step is the same
         same_step = all(getattr(config, key) == getattr(self.config, key) for key in STEP_KEYS)
+        same_copies = (config.recipe, config.studies_dir) == (
+            self.config.recipe,
+            self.config.studies_dir,
+        )
         return dataclasses.replace(
-            self, config=config, _ceiling=self._ceiling if same_step else []
+            self,
+            config=config,
+            _ceiling=self._ceiling if same_step else [],
+            _copies=self._copies if same_copies else {},
         )
 
     @property
@@ -228,6 +206,7 @@ class Session:
         if ranking:
             window = dataclasses.replace(window, max_timed_s=window.confirm_max_timed_s)
         limit = cfg.study.trial_memory_limit_gb
+        copy = self.prepared_copy(pipeline)
         return TrialJob(
             pipeline=pipeline,
             source=self.source,
@@ -243,7 +222,34 @@ class Session:
             step=cfg.step,
             compile_cache=self.compile_cache,
             ranks=self.ranks,
+            prepared=copy,
         )
+
+    def prepared_copy(self, pipeline: PipelineConfig) -> prepared.PreparedCopy | None:
+        """The prepared copy ``pipeline.cache`` names, prepared first where there is none
+        (with every usable CPU, timed: what it costs once is charged to the epochs)."""
+        if pipeline.cache == "none" or not isinstance(self.source, sources.Source):
+            return None
+        if pipeline.cache not in self._copies:  # keyed by every file's stat: once
+            self._copies[pipeline.cache] = preparation.ensure(
+                self.source,
+                recipes.from_config(self.config.recipe),
+                pipeline.cache,
+                self.prepared_root,
+                processes=self.facts.usable_cpus,
+            )
+        return self._copies[pipeline.cache]
+
+    def preparation_per_epoch(self, pipeline: PipelineConfig) -> float:
+        """Seconds of ``pipeline``'s prepared copy charged to each epoch: its preparation,
+        once, shared by the ``study.epochs`` planned (0 without a copy)."""
+        copy = self.prepared_copy(pipeline)
+        return copy.seconds / self.config.study.epochs if copy is not None else 0.0
+
+    @property
+    def prepared_root(self) -> Path:
+        """Where prepared copies live: beside the studies, shared by all of them."""
+        return Path(self.config.studies_dir).resolve() / "prepared"
 
     @property
     def compile_cache(self) -> str | None:

@@ -21,6 +21,7 @@ from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
 from autotune.pipeline.config import AS_IS, AS_IS_FIXED, PipelineConfig
 from autotune.schema import SearchSpaceConfig
+from autotune.session.copy_fit import CopyFit
 from autotune.session.knobs import INACTIVE, Knob, build_knob
 from autotune.session.read_wait import ReadWait
 
@@ -65,12 +66,14 @@ class SearchSpace:
         own_dataset: bool = False,
         ranks: int = 1,
         read_wait: ReadWait | None = None,
+        copy_fit: CopyFit | None = None,
     ) -> SearchSpace:
         """The space of ``cfg`` on this machine; ``own_dataset``: the user's own Dataset,
         read as it is, for which only the DataLoader's arguments and threads are tuned;
         ``ranks``: processes that share the CPUs, each with its own loader (``cpus`` is a
         rank's share); ``read_wait``: where reads wait, ``num_workers`` up to ``cpus`` goes
-        beyond the CPUs, as far as the waits ask."""
+        beyond the CPUs, as far as the waits ask; ``copy_fit``: the prepared copies (``cache``)
+        left out here."""
         notes: list[str] = []
         cpus = facts.usable_cpus
         if ranks > 1:
@@ -93,6 +96,8 @@ class SearchSpace:
             if knob_cfg.requires and not features[knob_cfg.requires]:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
+            if name == "cache" and copy_fit is not None:
+                knob = _fitting_copies(knob, copy_fit, notes)
             if name == "decoder":
                 _check_declared_before_its_choices(knobs)
                 knob = _usable_decoders(_with_as_is(knob, notes), features["cuda"], notes)
@@ -219,6 +224,17 @@ def _check_declared_before_its_choices(declared: list[Knob]) -> None:
             f"search_space.knobs: declare decoder before {', '.join(early)} (they do not "
             "apply to decoder=as_is, which the decoder decides first)"
         )
+
+
+def _fitting_copies(knob: Knob, fit: CopyFit, notes: list[str]) -> Knob:
+    """The cache knob without the copies that cannot pay or fit here, each noted."""
+    if knob.type != "choice" or not set(fit.kinds) & set(knob.choices):
+        return knob
+    notes += [n for kind, n in zip(fit.kinds, fit.notes(), strict=True) if kind in knob.choices]
+    kept = tuple(c for c in knob.choices if c not in fit.kinds)
+    if len(kept) == 1:
+        return dataclasses.replace(knob, type="fixed", choices=(), value=kept[0])
+    return dataclasses.replace(knob, choices=kept)
 
 
 def _with_as_is(knob: Knob, notes: list[str]) -> Knob:

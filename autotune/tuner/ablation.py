@@ -231,3 +231,33 @@ def faster_note(ablation: Ablation) -> str | None:
         "the spread: the search did not find it; raise study.n_trials and run again to "
         "search and confirm it"
     )
+
+
+def prepared_copy_note(
+    ablation: Ablation | None, winner: Confirmed, seconds: float, epochs: int
+) -> str | None:
+    """What the winner's prepared copy costs and buys over ``study.epochs``: its preparation
+    time, and against the winner without it (nothing else changed, the same rounds) where
+    that was measured, the epochs after which it pays for itself."""
+    cache = winner.config.cache
+    if cache == "none":
+        return None
+    said = (
+        f"the {cache} copy took {seconds:.1f} s to prepare, once: {seconds / epochs:.2f} s "
+        f"charged to each of the study.epochs={epochs} planned"
+    )
+    rows = [r for r in ablation.rows if r["knob"] == "cache"] if ablation else []
+    row = next((r for r in rows if r["value"] == "none" and not r["also_changed"]), None)
+    if row is None or not winner.epoch_samples:
+        return said
+    samples = winner.epoch_samples
+    epoch_cached = samples / row["winner_samples_per_s"] - seconds / epochs  # uncharged
+    epoch_plain = samples / row["samples_per_s"]
+    if row["verdict"] == "none" or epoch_plain <= epoch_cached:
+        return f"{said}; without it (cache=none, nothing else changed) no slower: it never pays"
+    ratio = row["winner_samples_per_s"] / row["samples_per_s"]
+    return (
+        f"{said}; charged so, the winner is {ratio:.2f}x itself without it (cache=none, "
+        f"nothing else changed), and the copy pays for itself after "
+        f"{seconds / (epoch_plain - epoch_cached):.1f} epochs"
+    )

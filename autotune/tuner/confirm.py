@@ -111,6 +111,7 @@ def _confirmed(
                         steady=m.samples_per_s,
                         epoch_start_s=m.epoch_start_s,
                         time_to_first_batch_s=m.time_to_first_batch_s,
+                        preparation_s=session.preparation_per_epoch(config),
                     )
                     for m in measured
                 ),
@@ -144,6 +145,7 @@ def from_search(
                 steady=t.user_attrs[TrialKey.STEADY],
                 epoch_start_s=t.user_attrs.get(TrialKey.EPOCH_START),
                 time_to_first_batch_s=t.user_attrs[TrialKey.TIME_TO_FIRST_BATCH],
+                preparation_s=t.user_attrs.get(TrialKey.PREPARATION, 0.0),
             )
             for t in trials
         )

@@ -39,20 +39,23 @@ def startup_per_epoch(
     steady: float,
     epoch_start_s: float | None,
     time_to_first_batch_s: float,
+    preparation_s: float = 0.0,
 ) -> float:
     """What each epoch's start costs beyond one batch at the steady rate: measured at a real
     epoch boundary where the trial made one (workers respawned, or refilled when they
     persist: a new epoch starts with an empty buffer either way). Else the run's first start:
     for DALI's own loader (it resets and refills its queue every epoch) and, in a trial of an
-    older autotune, for workers that restart with every epoch."""
+    older autotune, for workers that restart with every epoch. ``preparation_s``: each
+    epoch's share of preparing the config's prepared copy (``Session.preparation_per_epoch``)."""
     if steady <= 0:
         return 0.0
     if epoch_start_s is not None:
-        return startup_beyond_one_batch(epoch_start_s, config.batch_size, steady)
+        return preparation_s + startup_beyond_one_batch(epoch_start_s, config.batch_size, steady)
     own_loader = decoders.DECODERS.get(config.decoder)
     if config.workers_restart or (own_loader is not None and own_loader.replaces_loader):
-        return startup_beyond_one_batch(time_to_first_batch_s, config.batch_size, steady)
-    return 0.0
+        start = startup_beyond_one_batch(time_to_first_batch_s, config.batch_size, steady)
+        return preparation_s + start
+    return preparation_s
 
 
 def feasible(trial: FrozenTrial) -> bool:

@@ -92,11 +92,15 @@ class Objective:
             log.info("%s FAILED %s: %s%s", head, failure.kind, failure.message, best_so_far(trial))
             raise TrialFailed(f"{failure.kind}: {failure.message}")
         m = outcome.measurement
+        preparation = self.session.preparation_per_epoch(config)
+        if preparation:
+            trial.set_user_attr(TrialKey.PREPARATION, round(preparation, 3))
         startup = startup_per_epoch(
             config,
             steady=m.samples_per_s,
             epoch_start_s=m.epoch_start_s,
             time_to_first_batch_s=m.time_to_first_batch_s,
+            preparation_s=preparation,
         )
         value = epoch_rate(m.samples_per_s, startup, epoch_samples=self.session.epoch_samples)
         trial.set_user_attr(TrialKey.EPOCH, round(value, 1))

@@ -43,6 +43,8 @@ class TrialKey:
     RANK_DATA_WAITS = "data_wait_fraction_ranks"  # and its own data wait
     TIME_TO_FIRST_BATCH = "time_to_first_batch_s"
     EPOCH_START = "epoch_start_s"  # to a next epoch's first batch in hand
+    # each epoch's share of preparing the config's prepared copy (charged in its value)
+    PREPARATION = "preparation_per_epoch_s"
     FIRST_STEP = "first_step_s"  # the run's first step: its warm-up (compiling, if asked)
     WARMUP_BATCHES = "warmup_batches"
     GPU_PEAK_MEMORY_MB = "gpu_peak_memory_mb"

@@ -23,10 +23,16 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import hosts, storage, store, stored_result
-from autotune.tuner.ablation import Ablation, ablate, faster_note, reduced_decode_note
+from autotune.tuner.ablation import (
+    Ablation,
+    ablate,
+    faster_note,
+    prepared_copy_note,
+    reduced_decode_note,
+)
 from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.lease import Leases
-from autotune.tuner.metrics import Confirmed, pick_each_way, speedup
+from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, speedup
 from autotune.tuner.objective import Objective
 from autotune.tuner.references import reference_points
 from autotune.tuner.search import NEXT_TRIAL, search
@@ -170,6 +176,24 @@ def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
     )
 
 
+def _prepared_copy_notes(
+    session: Session, study: optuna.Study, winner: Confirmed, ablation: Ablation | None
+) -> list[str]:
+    """What the winner's prepared copy costs and buys; where copies were tried and none won,
+    what decided it."""
+    epochs = session.config.study.epochs
+    copy = session.prepared_copy(winner.config)
+    if copy is not None:
+        return [n for n in (prepared_copy_note(ablation, winner, copy.seconds, epochs),) if n]
+    tried = {store.pipeline_of(t).cache for t in feasible_complete(study)} - {"none"}
+    if not tried:
+        return []
+    return [
+        f"cache={', '.join(sorted(tried))} tried, not picked: a copy's preparation is charged "
+        f"over study.epochs={epochs}; set it to the epochs you plan"
+    ]
+
+
 def _winners(
     session: Session, confirmed: list[Confirmed]
 ) -> tuple[Confirmed, Confirmed | None, list[str]]:
@@ -206,6 +230,7 @@ def _result(
         if ablation is not None:
             said = (reduced_decode_note(ablation, winner.config), faster_note(ablation))
             notes += [n for n in said if n]
+        notes += _prepared_copy_notes(session, study, winner, ablation)
         # what report.md is rebuilt from (mode=report): the storage alone
         stored_result.save_result(
             study,

@@ -19,6 +19,7 @@ from autotune.tuner.metrics import feasible_complete
 # baseline runs), in the order they are measured after the best other decoder when the
 # budget allows only some: the ones folklore argues about first
 PYTORCH_DEFAULTS: dict[str, Any] = {
+    "cache": "none",  # the images as they are on disk, decoded every epoch
     "main_threads": None,  # torch's own thread count
     "persistent_workers": False,
     "num_workers": 0,

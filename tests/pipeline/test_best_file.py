@@ -156,7 +156,12 @@ def _without_gpu(facts: MachineFacts) -> MachineFacts:
 def test_machine_differences() -> None:
     assert best_file.machine_differences(MACHINE, FACTS) == []
     there = {
-        **MACHINE, "usable_cpus": 4, "gpu": None, "gpus": 0, "torch": "2.8.0", "python": "3.10"
+        **MACHINE,
+        "usable_cpus": 4,
+        "gpu": None,
+        "gpus": 0,
+        "torch": "2.8.0",
+        "python": "3.10",
     }
     assert best_file.machine_differences(there, FACTS) == [
         "4 usable CPUs there, 8 here",

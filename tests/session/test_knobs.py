@@ -128,13 +128,19 @@ def test_fixed_none_means_torchs_default_where_torch_has_one(
         pytest.param(
             "decoder",
             KnobConfig(type="choice", choices=["pil", "jpegxl"]),
-            r"unknown decoders \['jpegxl'\].*pil",
+            r"unknown values \['jpegxl'\].*pil",
             id="unknown-decoder",
+        ),
+        pytest.param(
+            "cache",
+            KnobConfig(type="choice", choices=["none", "ram"]),
+            r"cache\.choices has unknown values \['ram'\]; known: none, resized, decoded",
+            id="unknown-cache",
         ),
         pytest.param(
             "decoder",
             KnobConfig(type="fixed", value="jpegxl"),
-            r"decoder\.value 'jpegxl' is not a decoder",
+            r"decoder\.value 'jpegxl' is unknown; known: as_is, pil",
             id="fixed-unknown-decoder",
         ),
         pytest.param(

@@ -16,7 +16,7 @@ from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.schema import ModelConfig
 from autotune.session import Session
-from autotune.session.session import resolve_device, resolve_ranks
+from autotune.session.placement import resolve_device, resolve_ranks
 
 SMALL = ["dataset.count=16", "dataset.num_classes=2", "search_space=quick"]
 

@@ -67,8 +67,8 @@ def test_zero_workers_never_suggests_worker_only_knobs(
     which: str, default_cfg: SearchSpaceConfig, quick_cfg: SearchSpaceConfig, facts4: MachineFacts
 ) -> None:
     space = build(default_cfg if which == "default" else quick_cfg, facts4)
-    # FixedTrial raises for any parameter it was not given: these three must be all it needs.
-    trial = FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    # FixedTrial raises for any parameter it was not given: these must be all it needs.
+    trial = FixedTrial({"num_workers": 0, "decoder": "pil", "cache": "none", "main_threads": 1})
     cfg = space.suggest(trial)
     assert cfg.num_workers == 0
     assert cfg.prefetch_factor is None
@@ -84,6 +84,7 @@ def test_workers_bring_their_knobs(default_cfg: SearchSpaceConfig, facts4: Machi
         "prefetch_factor": 4,
         "persistent_workers": True,
         "decoder": "opencv",
+        "cache": "none",
         "main_threads": 3,
     }
     trial = FixedTrial(params)
@@ -144,7 +145,8 @@ def test_default_space_on_cpu(default_cfg: SearchSpaceConfig, facts4: MachineFac
     assert len(space.notes) == 2
     for name in CUDA_KNOBS:
         assert name not in knobs
-    cfg = space.suggest(FixedTrial({"num_workers": 0, "decoder": "opencv", "main_threads": 1}))
+    params = {"num_workers": 0, "decoder": "opencv", "cache": "none", "main_threads": 1}
+    cfg = space.suggest(FixedTrial(params))
     assert (cfg.augment_on, cfg.transfer, cfg.device_prefetch, cfg.channels_last) == (
         "cpu",
         "uint8",
@@ -163,7 +165,8 @@ def test_cuda_knobs_searched_on_cuda(default_cfg: SearchSpaceConfig, facts4: Mac
     assert ("nvjpeg" in decoder.choices) == torch.cuda.is_available()
     dali = decoders.DaliDecoder.unavailable_reason() is None
     assert ("dali" in decoder.choices) == dali
-    base = {"num_workers": 0, "pin_memory": True, "decoder": "pil", "main_threads": 1}
+    base = {"num_workers": 0, "pin_memory": True, "decoder": "pil", "cache": "none"}
+    base["main_threads"] = 1
     extra = {"device_prefetch": True, "channels_last": False}
     cfg = space.suggest(FixedTrial({**base, **extra, "augment_on": "cpu", "transfer": "float"}))
     assert (cfg.pin_memory, cfg.transfer, cfg.device_prefetch) == (True, "float", True)
@@ -234,7 +237,7 @@ def test_decoder_choices_are_a_categorical(
 
 def test_batch_size_fixed_from_the_root_value(facts4: MachineFacts) -> None:
     space = build(space_cfg("batch_size=8"), facts4, batch_size=8)
-    trial = FixedTrial({"num_workers": 0, "decoder": "pil", "main_threads": 1})
+    trial = FixedTrial({"num_workers": 0, "decoder": "pil", "cache": "none", "main_threads": 1})
     assert space.suggest(trial).batch_size == 8
     assert "batch_size" not in trial.params  # fixed: not a parameter of the study
 
@@ -432,6 +435,7 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
         "prefetch_factor": 2,
         "persistent_workers": True,
         "decoder": "torchvision",
+        "cache": "none",
         "main_threads": 1,
     }
     per_knob = space.neighbours(best)
@@ -441,7 +445,8 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
     points = [p for knob_points in per_knob for p in knob_points]
     for point in points:
         changed = {k for k in best if point.get(k) != best[k]}
-        assert len(changed) == 1 or point["num_workers"] == 0
+        # no workers: no worker-only knobs; as it is: no cache of the tuner's
+        assert len(changed) == 1 or point["num_workers"] == 0 or point["decoder"] == "as_is"
         space.suggest(optuna.trial.FixedTrial(point))  # every neighbour is a valid point
     no_workers = next(p for p in points if p["num_workers"] == 0)
     assert "prefetch_factor" not in no_workers and "persistent_workers" not in no_workers

@@ -9,6 +9,7 @@ bytes) and ``device_stage.DeviceStage`` normalizes them there.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +31,14 @@ def largest_reduction(available: tuple[int, int], needed: tuple[int, int]) -> in
         if available[0] // r >= needed[0] and available[1] // r >= needed[1]:
             return r
     return 1
+
+
+def scaled_size(width: int, height: int, scale: float) -> tuple[int, int]:
+    """(width, height) times ``scale``, rounded up: never smaller than asked, never larger
+    than it was."""
+    if scale >= 1:
+        return width, height
+    return min(width, math.ceil(width * scale)), min(height, math.ceil(height * scale))
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,22 @@ class Recipe(ABC):
         image = decode(data, decoder, orientation, plan)
         # a reduced decode is ~1/r of the size: rescale the planned box to what came back
         return self.apply(image, plan, scale=(image.shape[-2] / height, image.shape[-1] / width))
+
+    def from_pixels(self, image: torch.Tensor) -> torch.Tensor:
+        """The recipe on an image already decoded (a prepared copy's pixels), planned on its
+        size."""
+        plan = self.plan(image.shape[-1], image.shape[-2])
+        return self.apply(image, plan, scale=(1.0, 1.0))
+
+    def prepared_size(self, width: int, height: int) -> tuple[int, int]:
+        """The smallest (width, height) an image may be prepared at once, for every epoch:
+        every plan drawn on it keeps the pixels its output needs. Default: all of them."""
+        return width, height
+
+    def settings(self) -> dict[str, Any]:
+        """What decides the pixels the recipe makes (a prepared copy is keyed by it)."""
+        plain = (int, float, str, list, tuple)
+        return {"name": self.name, **{k: v for k, v in vars(self).items() if isinstance(v, plain)}}
 
     def decode_for_device(self, data: bytes, decoder: decoders.Decoder) -> torch.Tensor:
         """The whole image, for augmentation on the device (``augment_on=gpu``).

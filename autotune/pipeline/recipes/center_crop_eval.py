@@ -39,6 +39,15 @@ class CenterCropEval(Recipe):
         )
         return Plan(0, 0, height, width, False, region=(height, width), needed=needed)
 
+    def prepared_size(self, width: int, height: int) -> tuple[int, int]:
+        # the size apply's resize makes, as torchvision computes it: apply's resize then
+        # leaves a prepared image as it is
+        short, long = sorted((width, height))
+        if short <= self.resize_size:
+            return width, height
+        other = int(self.resize_size * long / short)
+        return (self.resize_size, other) if width <= height else (other, self.resize_size)
+
     def apply(
         self, image: torch.Tensor, plan: Plan, *, scale: tuple[float, float]
     ) -> torch.Tensor:

@@ -3,6 +3,7 @@ or in DALI's graph."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from kornia.augmentation.random_generator import ResizedCropGenerator
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from autotune.pipeline.recipes.base import DeviceAugment, Plan, Recipe
+from autotune.pipeline.recipes.base import DeviceAugment, Plan, Recipe, scaled_size
 from autotune.schema import RecipeConfig
 
 
@@ -46,6 +47,14 @@ class ImagenetTrain(Recipe):
         flip = bool(torch.rand(()) < self.flip_p)
         needed = (min(h, self.crop_size), min(w, self.crop_size))
         return Plan(top, left, h, w, flip, region=(h, w), needed=needed)
+
+    def prepared_size(self, width: int, height: int) -> tuple[int, int]:
+        # the smallest crop (the least area, the most extreme ratio) keeps crop_size pixels
+        # on its shorter side: no crop of the copy is ever upsampled where the original
+        # had the pixels
+        area = self.scale[0] * width * height
+        shortest = min(math.sqrt(area / self.ratio[1]), math.sqrt(area * self.ratio[0]))
+        return scaled_size(width, height, self.crop_size / shortest)
 
     def apply(
         self, image: torch.Tensor, plan: Plan, *, scale: tuple[float, float]

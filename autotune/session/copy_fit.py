@@ -1,0 +1,82 @@
+"""Which prepared copies (the ``cache`` knob) are worth trying here, decided before the
+search from the headers of a sample of files: a resized copy only where the recipe leaves
+pixels to drop; a decoded copy only where it fits in memory (every worker and rank reads it
+from the page cache); either only where the disk under the studies has room for it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.machine import MachineFacts
+from autotune.pipeline import prepared
+from autotune.pipeline.recipes import Recipe
+from autotune.pipeline.sources import Source
+
+# a resized copy that keeps more of the pixels than this is the dataset again
+WORTH_RESIZING = 0.9
+# a decoded copy may take this share of the memory available (the rest: the training)
+DECODED_MEMORY_SHARE = 0.5
+_MIB = 2**20
+
+
+@dataclass(frozen=True)
+class CopyFit:
+    """The copies left out here, each with why."""
+
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    def notes(self) -> list[str]:
+        return [f"cache={kind} left out: {why}" for kind, why in self.left_out]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(kind for kind, _ in self.left_out)
+
+
+def measure(
+    source: Source, recipe: Recipe, facts: MachineFacts, *, root: Path, budget_gb: float | None
+) -> CopyFit:
+    """What ``cache`` may try for ``source`` and ``recipe``, copies kept under ``root``;
+    ``budget_gb``: ``study.memory_budget_gb``, the most a decoded copy may take if set."""
+    left_out: list[tuple[str, str]] = []
+    share = prepared.pixel_share(source, recipe)
+    if share > WORTH_RESIZING:
+        left_out.append(
+            (
+                "resized",
+                f"the recipe needs {share:.0%} of these images' pixels (its smallest crop "
+                "keeps its output's pixels): a resized copy would be the dataset again",
+            )
+        )
+    decoded = prepared.estimate_bytes(source, recipe, "decoded")
+    memory = DECODED_MEMORY_SHARE * facts.memory_available_bytes
+    if budget_gb is not None:
+        memory = min(memory, budget_gb * 2**30)
+    if decoded > memory:
+        left_out.append(
+            (
+                "decoded",
+                f"its pixels would take ~{decoded // _MIB} MiB, over the {memory // _MIB:.0f} "
+                "MiB it may hold in memory",
+            )
+        )
+    free = _free_bytes(root)
+    for kind in ("resized", "decoded"):
+        if kind in dict(left_out):
+            continue
+        size = decoded if kind == "decoded" else prepared.estimate_bytes(source, recipe, kind)
+        if prepared.find(source, recipe, kind, root) is None and size > 0.9 * free:
+            left_out.append(
+                (kind, f"~{size // _MIB} MiB, and {free // _MIB} MiB are free under {root}")
+            )
+    return CopyFit(tuple(left_out))
+
+
+def _free_bytes(root: Path) -> int:
+    folder = Path(root)
+    while not folder.exists():
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
