@@ -17,6 +17,7 @@ from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import LOADER_STAGES, StageProfile, StageTime
+from autotune.session.read_wait import WAITING
 
 DATA_BOUND_WAIT = 0.2  # a step that waits longer than this share for data is data-bound
 CHEAPER = 0.9  # another decoder is suggested when it needs under this share of the CPU
@@ -60,6 +61,14 @@ class Diagnosis:
         if self.pipeline.augment_on != "cpu":
             return ("read", "decode", "collate")
         return LOADER_STAGES
+
+    @property
+    def storage_bound(self) -> bool:
+        """Whether a sample waits on storage in a worker: its wall time over the workers'
+        stages well above its CPU time (``read_wait.WAITING``), so that more workers than
+        CPUs would keep the CPUs busy."""
+        stages = self.worker_stages
+        return self.profile.wall_s(stages) > WAITING * max(self.profile.cpu_s(stages), 1e-9)
 
     @property
     def cpu_work_bound(self) -> float:
@@ -147,7 +156,8 @@ def suggestions(d: Diagnosis) -> list[str]:
         return out
     workers = [w for w in d.choices.get("num_workers", []) if isinstance(w, int)]
     loader = d.loader_only.samples_per_s if d.loader_only is not None else 0.0
-    wanted = min(max(workers, default=0), d.usable_cpus)
+    wanted = max(workers, default=0)  # beyond the CPUs only where reads wait
+    wanted = wanted if d.storage_bound else min(wanted, d.usable_cpus)
     if wanted > d.pipeline.num_workers and loader < 0.8 * d.cpu_work_bound:
         out.append(f"num_workers={wanted}")
     limit, _ = d.binding
@@ -167,6 +177,23 @@ def suggestions(d: Diagnosis) -> list[str]:
     if stage == "augment" and "gpu" in d.choices.get("augment_on", []):
         out.append("augment_on=gpu")
     return out
+
+
+def _reads(d: Diagnosis) -> str:
+    """Whether reads wait on storage, with the figures."""
+    stages = d.worker_stages
+    wall, cpu = d.profile.wall_s(stages), d.profile.cpu_s(stages)
+    read = d.profile.stages["read"].wall_s
+    if d.storage_bound:
+        return (
+            f"storage-bound: a sample takes {1000 * wall:.1f} ms in a worker for "
+            f"{1000 * cpu:.1f} ms of CPU (reading it: {1000 * read:.1f} ms), so more workers "
+            f"than the {d.usable_cpus} CPUs keep them busy"
+        )
+    return (
+        f"not storage-bound: reading a sample takes {1000 * read:.1f} ms of its "
+        f"{1000 * wall:.1f} ms in a worker, at CPU speed"
+    )
 
 
 def verdict(d: Diagnosis) -> str:
@@ -204,7 +231,10 @@ def verdict(d: Diagnosis) -> str:
                 f"I/O-bound: from storage the loader alone gives {fmt_rate(cold)} samples/s, from "
                 f"the page cache {fmt_rate(warm)}; {head}"
             )
-    first = f"{head}; {stage} is {share:.0%} of per-sample CPU time; {versus} ({limit} binds)"
+    first = (
+        f"{head}; {_reads(d)}; {stage} is {share:.0%} of per-sample CPU time; {versus} "
+        f"({limit} binds)"
+    )
     shared = d.shared_cpu_bound
     if shared is not None and shared < value:
         first += (

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
 from autotune import machine
-from autotune.pipeline import best_file, loader, preparation, recipes, sources
+from autotune.pipeline import best_file, loader, preparation, prepared, recipes, sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.schema import RecipeConfig
 
@@ -98,12 +98,19 @@ def build_loader(
         torch.set_num_threads(config.main_threads)
     device, sampler = _placement(data, device, workload.get("device", "cpu"), seed)
     reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
-    copy = None
-    if config.cache != "none" and isinstance(data, sources.Source):
-        folder = prepared_dir or workload.get("prepared_dir") or Path("studies") / "prepared"
-        cpus = machine.detect(want_cuda=False).usable_cpus
-        copy = preparation.ensure(data, recipe, config.cache, Path(folder), processes=cpus)
+    folder = prepared_dir or workload.get("prepared_dir") or Path("studies") / "prepared"
+    copy = _prepared_copy(data, config, recipe, Path(folder))
     return loader.build(data, config, collate_fn=collate_fn, prepared=copy, **reading)
+
+
+def _prepared_copy(
+    data: Any, config: PipelineConfig, recipe: recipes.Recipe, folder: Path
+) -> prepared.PreparedCopy | None:
+    """The copy ``config.cache`` names, found in ``folder`` or made there once."""
+    if config.cache == "none" or not isinstance(data, sources.Source):
+        return None  # a Dataset of your own: loader.build says why it has no copy
+    cpus = machine.detect(want_cuda=False).usable_cpus
+    return preparation.ensure(data, recipe, config.cache, folder, processes=cpus)
 
 
 def _placement(

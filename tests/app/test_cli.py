@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sqlite3
@@ -103,6 +104,37 @@ def test_resume_continues_and_refuses_a_changed_workload(quick_study, tmp_path):
     assert changed.returncode == 2
     assert "pick a new study.name" in changed.stderr
     assert len(changed.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_study_over_many_epochs_charges_each_prepared_copy_once(tmp_path):
+    args = [
+        *QUICK,
+        "+search_space.knobs.cache={type:fixed,value:decoded}",
+        "study.epochs=90",
+        "study.n_trials=3",
+    ]
+    result = run_cli(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (copy,) = (tmp_path / "studies" / "prepared").glob("decoded-*")  # made once, for all
+    seconds = json.loads((copy / "prepared.json").read_text())["seconds"]
+    study = optuna.load_study(
+        study_name="synthetic-tiny", storage=f"sqlite:///{tmp_path}/studies/autotune.db"
+    )
+    tuned = [t for t in study.trials if t.params.get("decoder") not in (None, "as_is")]
+    assert tuned, [t.params for t in study.trials]
+    for t in tuned:  # its share of the preparation, in the value of every trial that used it
+        assert t.user_attrs["pipeline"]["pipeline"]["cache"] == "decoded"
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert t.user_attrs["preparation_per_epoch_s"] == pytest.approx(seconds / 90, abs=1e-3)
+            assert t.value < t.user_attrs["samples_per_s_steady"]
+    best = yaml.safe_load((tmp_path / "studies" / "synthetic-tiny" / "best.yaml").read_text())
+    assert best["workload"]["prepared_dir"] == str((tmp_path / "studies" / "prepared").resolve())
+    notes = " ".join(best["measured"]["notes"])
+    if best["pipeline"]["cache"] == "decoded":
+        assert f"the decoded copy took {seconds:.1f} s to prepare, once" in notes
+    else:  # the baseline kept: nothing beat it
+        assert "nothing beat the baseline" in notes
 
 
 @pytest.mark.slow

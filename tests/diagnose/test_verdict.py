@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from fake_diagnosis import diagnosis, measured, stage_profile
+from fake_diagnosis import MS, diagnosis, measured, stage_profile
 
 from autotune.diagnose.storage import Storage
 from autotune.diagnose.verdict import suggestions, verdict
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
+from autotune.runtime.stages import StageTime
 
 
 def test_verdict_when_the_cpu_work_bound_binds() -> None:
@@ -107,3 +108,23 @@ def test_the_accounting_compares_the_stages_with_the_serial_run() -> None:
     wall, cpu = diagnosis(serial=serial).accounting.values()
     assert wall == pytest.approx((4.2e-3 + 1e-5, (1 / 200 + 1 / 400) / 2))
     assert cpu == pytest.approx((4.2e-3 + 1e-5, 4e-3))
+
+
+def test_storage_that_waits_is_named_and_workers_beyond_the_cpus_suggested() -> None:
+    local = verdict(diagnosis())
+    assert "; not storage-bound: reading a sample takes 0.1 ms of its 4.2 ms in a worker" in local
+    # 20 ms of waiting on each read, for the same CPU time
+    slow = stage_profile("pil", 3.0)
+    slow.stages["read"] = StageTime(cpu_s=0.1 * MS, wall_s=20.1 * MS)
+    d = diagnosis(
+        profile=slow,
+        loader_only=measured(90.0),
+        choices={"num_workers": [0, 16], "decoder": ["pil", "torchvision"]},
+    )
+    assert d.storage_bound
+    text = verdict(d)
+    assert (
+        "; storage-bound: a sample takes 24.2 ms in a worker for 4.2 ms of CPU (reading it: "
+        "20.1 ms), so more workers than the 2 CPUs keep them busy" in text
+    )
+    assert suggestions(d)[0] == "num_workers=16"  # as far as the space goes, past the CPUs

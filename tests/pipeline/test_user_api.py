@@ -140,3 +140,28 @@ def test_a_file_tuned_for_other_ranks_warns_undertorchrun(tmp_path: Path) -> Non
     torchrun(Path(__file__).with_name("torchrun_reader.py"), 2, str(path), str(tmp_path))
     (warning,) = json.loads((tmp_path / "rank0.json").read_text())["warnings"]
     assert "measured with 1 rank(s) per node" in warning and "ranks=2" in warning
+
+
+def test_build_loader_uses_the_prepared_copy_the_study_kept(
+    tmp_path: Path, small_set: Source
+) -> None:
+    """The copy is made where the study kept its own the first time, then found there."""
+    kept = tmp_path / "studies" / "prepared"
+    workload = {
+        "recipe": {"name": "center_crop_eval", "crop_size": 24},
+        "device": "cpu",
+        "prepared_dir": str(kept),
+    }
+    best = tmp_path / "best.yaml"
+    config = PipelineConfig(batch_size=4, num_workers=1, cache="decoded")
+    best_file.write(best, BestFile(config, workload=workload))
+    images, _ = next(iter(autotune.build_loader(small_set, best)))
+    assert images.shape == (4, 3, 24, 24)
+    (made,) = [p for p in kept.iterdir() if p.name.startswith("decoded-")]
+    stamp = (made / "prepared.json").stat().st_mtime_ns
+    plain = autotune.build_loader(
+        small_set, PipelineConfig(batch_size=4), recipe="center_crop_eval", crop_size=24
+    )
+    again = autotune.build_loader(small_set, best)
+    assert torch.equal(next(iter(again))[0], next(iter(plain))[0])  # the same pixels
+    assert (made / "prepared.json").stat().st_mtime_ns == stamp  # found, not made again

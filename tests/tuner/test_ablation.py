@@ -3,6 +3,8 @@ words and the notes."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
 from helpers import make_session
@@ -11,7 +13,15 @@ from winner_data import BASELINE, DECODERS, TUNED, WINNER_CONFIG
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.tuner import ablation as ablation_module
-from autotune.tuner.ablation import NO_EFFECT, WINNER, ablate, faster_note, reduced_decode_note
+from autotune.tuner.ablation import (
+    NO_EFFECT,
+    WINNER,
+    Ablation,
+    ablate,
+    faster_note,
+    prepared_copy_note,
+    reduced_decode_note,
+)
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.variants import variants
 
@@ -150,3 +160,34 @@ def test_no_run_starts_that_would_pass_the_budget(monkeypatch):
     assert ablation is not None and len(ablation.rows) == 2 and not ablation.failed
     assert ablation.seconds <= 100.0
     assert ablation.left_out[:2] == ("persistent_workers=False", "num_workers=0")
+
+
+def test_a_prepared_copy_is_said_with_its_cost_and_its_break_even():
+    """60 s of preparation over 90 epochs of 3,200 samples: 0.67 s charged to each; the
+    winner 400 samples/s so charged, 200 without its copy: 8 s an epoch against 16 s - 0.67."""
+    cached = dataclasses.replace(WINNER_CONFIG, cache="decoded")
+    winner = Confirmed("trial 7", 7, cached, (400.0,), epoch_samples=3200)
+    row = {
+        "knob": "cache",
+        "value": "none",
+        "also_changed": [],
+        "verdict": "worth",
+        "samples_per_s": 200.0,
+        "winner_samples_per_s": 400.0,
+    }
+    table = Ablation({"samples_per_s": 400.0}, (row,), (), 1.0, 10.0, 0.25)
+    note = prepared_copy_note(table, winner, 60.0, 90)
+    assert note.startswith("the decoded copy took 60.0 s to prepare, once: 0.67 s charged")
+    # uncharged, the cached epoch is 8 - 0.67 = 7.33 s; without it 16 s: 60 / 8.67 = 6.9
+    assert note.endswith(
+        "the winner is 2.00x itself without it (cache=none, nothing else "
+        "changed), and the copy pays for itself after 6.9 epochs"
+    )
+    assert prepared_copy_note(None, winner, 60.0, 90).endswith(
+        "each of the study.epochs=90 planned"
+    )
+    assert prepared_copy_note(table, _winner(), 60.0, 90) is None  # no copy, nothing said
+    level = {**row, "verdict": "none", "samples_per_s": 399.0}
+    assert prepared_copy_note(
+        dataclasses.replace(table, rows=(level,)), winner, 60.0, 90
+    ).endswith("no slower: it never pays")

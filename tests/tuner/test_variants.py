@@ -80,3 +80,11 @@ def test_a_switch_the_winner_leaves_off_is_turned_on():
     ]
     no_workers = PipelineConfig(batch_size=32, decoder="pil", main_threads=2)
     assert variants(no_workers, BASELINE, tuned=TUNED, decoders_ranked=[]) == []
+
+
+def test_a_prepared_copy_is_put_back_first():
+    cached = dataclasses.replace(WINNER_CONFIG, cache="decoded")
+    out = variants(cached, BASELINE, tuned=["cache", *TUNED], decoders_ranked=DECODERS[1:])
+    assert cached.decoder == "pil"  # decoded pixels: every decoder is one config, pil's
+    assert out[0].label == "cache=none"  # decoded with pil, as the copy was made
+    assert _changed(out[0].config, cached) == {"cache"} and not out[0].also_changed
