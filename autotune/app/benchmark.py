@@ -14,6 +14,13 @@ One run measures, on this machine and in this order:
    bound, the most any worker count could deliver on these CPUs, and on a CPU device the
    tighter limit where the train step shares those CPUs with the loader.
 
+``--scenario storage`` runs the same stages on the synthetic set behind storage that answers
+every open and read 20 ms late (``python -m autotune.slow_storage``, a FUSE mount: the latency
+is added, not a network's), in a space whose workers go far past the cores; the head-to-head
+adds the grid's best config with no more workers than cores. ``--scenario cached`` plans 90
+epochs (``study.epochs=90``) with a decoded copy in the space; it adds the grid's best config
+without a copy.
+
 ``--scenario ranks`` measures something else: settings tuned for 2 ranks with both running,
 against the settings people copy to their ranks (``app.ranks_benchmark``).
 
@@ -31,18 +38,24 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 import torch
 
-from autotune.app import cli, ranks_benchmark
+from autotune.app import cli, ranks_benchmark, slow_storage
+from autotune.app.benchmark_scenarios import SCENARIOS, Scenario
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
 from autotune.pipeline.config import AS_IS, PipelineConfig
-from autotune.report.benchmark_results import BenchmarkRun, markdown, ranks_markdown, results
+from autotune.report.benchmark_results import (
+    RIVALS,
+    BenchmarkRun,
+    markdown,
+    ranks_markdown,
+    results,
+)
 from autotune.runtime.lock import host_lock
 from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
@@ -54,63 +67,6 @@ from autotune.tuner.objective import Objective
 from autotune.tuner.tune import tune
 
 log = logging.getLogger("autotune.benchmark")
-
-TUNER_BUDGET = 0.25  # the tuner's trials, as a fraction of the grid's
-
-
-@dataclass(frozen=True)
-class Scenario:
-    overrides: tuple[str, ...]
-    about: str
-    needs_cuda: bool = False
-    ranks: int = 1  # > 1: tuned per rank at this many ranks against copied settings
-
-
-_SPACE = "search_space=benchmark"
-SCENARIOS = {
-    "small": Scenario(
-        (
-            "dataset=synthetic",
-            "model=tiny",
-            "recipe=imagenet_train",
-            "recipe.crop_size=112",
-            _SPACE,
-        ),
-        "ImageNet-sized synthetic JPEGs, model=tiny, imagenet_train at 112",
-    ),
-    "hd": Scenario(
-        (
-            "dataset=synthetic_hd",
-            "model=tiny",
-            "recipe=center_crop_eval",
-            "recipe.crop_size=224",
-            _SPACE,
-        ),
-        "1920x1080 synthetic JPEGs, model=tiny, center_crop_eval at 224",
-    ),
-    "gpu": Scenario(
-        ("dataset=synthetic", "model=resnet50", "recipe.crop_size=224", "device=cuda", _SPACE),
-        "ImageNet-sized synthetic JPEGs, resnet50 on the GPU, imagenet_train at 224",
-        needs_cuda=True,
-    ),
-    "gpu_hd": Scenario(
-        (
-            "dataset=synthetic_hd",
-            "model=resnet50",
-            "recipe=center_crop_eval",
-            "device=cuda",
-            _SPACE,
-        ),
-        "1920x1080 synthetic JPEGs, resnet50 on the GPU, center_crop_eval at 224",
-        needs_cuda=True,
-    ),
-    "ranks": Scenario(
-        ("dataset=synthetic", "model=tiny", "device=cpu", "study.ablation_budget=0"),
-        "ImageNet-sized synthetic JPEGs, model=tiny, 2 ranks (DDP, gloo) on the CPU: tuned "
-        "per rank against settings copied to the ranks",
-        ranks=2,
-    ),
-}
 
 
 def contenders(session: Session) -> dict[str, PipelineConfig]:
@@ -144,13 +100,28 @@ def _study(session: Session, name: str, storage: str, n_trials: int) -> Session:
     return session.with_config(dataclasses.replace(session.config, study=study))
 
 
-def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> BenchmarkRun:
-    """The grid, the tuner on a quarter of its budget, the head-to-head, the diagnosis."""
+def _rival(kind: str, grid_study: optuna.Study, session: Session) -> list[Finalist]:
+    """The grid's best of the configs that folklore's limit allows, as a contender."""
+    if not kind:
+        return []
+    cores = session.cpus_per_rank
+    allowed = {
+        "capped": lambda c: c.num_workers <= cores,
+        "uncached": lambda c: c.cache == "none",
+    }[kind]
+    number, config = grid_best(grid_study, allowed)
+    return [(RIVALS[kind][0], number, config)]
+
+
+def _measure(
+    session: Session, folder: Path, rounds: int, run_one: Run, chosen: Scenario
+) -> BenchmarkRun:
+    """The grid, the tuner on a share of its budget, the head-to-head, the diagnosis."""
     storage = f"sqlite:///{(folder / 'benchmark.db').resolve()}"
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     scenario = folder.name
     n_grid = len(session.space.grid())
-    n_tuner = max(2, round(TUNER_BUDGET * n_grid))
+    n_tuner = max(2, round(chosen.tuner_budget * n_grid))
     # the same lock as python -m autotune: two measuring runs on one host would disturb both
     with host_lock(Path(session.config.studies_dir)), stoppable(run_one) as (stop, run_one):
         grid = _study(session, f"{scenario}-grid-{stamp}", storage, n_grid)
@@ -166,6 +137,7 @@ def _measure(session: Session, folder: Path, rounds: int, run_one: Run) -> Bench
         picked: list[Finalist] = [
             ("oracle", oracle_number, oracle),
             ("tuner", None, result.best),
+            *_rival(chosen.rival, grid_study, session),
             *((name, None, c) for name, c in contenders(session).items()),
         ]
         log.info("head-to-head: %d contenders, %d interleaved rounds", len(picked), rounds)
@@ -211,7 +183,16 @@ def run(
         together = Session.build(dataclasses.replace(config, ranks=chosen.ranks))
         measured = ranks_benchmark.measure(session, together, folder, rounds, run_one)
         return {**measured, "about": chosen.about, "command": command}
-    measured = _measure(session, folder, rounds, run_one)
+    if chosen.latency_ms:
+        why = slow_storage.unavailable_reason()
+        if why:
+            raise UsageError(f"scenario {scenario} reads through slow storage: {why}")
+        with slow_storage.mounted(session.source.root, latency_ms=chosen.latency_ms) as mount:
+            where = ["dataset=imagefolder", f"dataset.root={mount}", "dataset.name=slow"]
+            config = cli.to_config(cli.compose([*chosen.overrides, *overrides, *where]))
+            measured = _measure(Session.build(config), folder, rounds, run_one, chosen)
+    else:
+        measured = _measure(session, folder, rounds, run_one, chosen)
     return results(measured, scenario=scenario, about=chosen.about, command=command)
 
 

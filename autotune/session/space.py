@@ -146,7 +146,8 @@ class SearchSpace:
 
     def grid(self) -> list[dict[str, Any]]:
         """Every point of the space as trial params, each conditional knob only where its
-        condition holds (so no two points are the same config). For exhaustive baselines."""
+        condition holds, and one point per config (on a decoded copy every decoder is one
+        config). For exhaustive baselines."""
         fixed = {k.name: k.value for k in self.knobs if k.type == "fixed"}
         points: list[dict[str, Any]] = [{}]
         for knob in self.knobs:
@@ -160,7 +161,10 @@ class SearchSpace:
                 else:
                     grown += [{**point, knob.name: value} for value in knob.values()]
             points = grown
-        return points
+        configs = {}  # the first point of each config, in order
+        for point in points:
+            configs.setdefault(self.suggest(optuna.trial.FixedTrial(point)), point)
+        return list(configs.values())
 
     def choices(self, name: str) -> list[Any]:
         """Every value the knob ``name`` takes here; [] where the space has no such knob."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import optuna
 
@@ -42,9 +43,12 @@ def run_grid(objective: Objective, stop: threading.Event) -> tuple[optuna.Study,
     return study, time.monotonic() - started
 
 
-def grid_best(study: optuna.Study) -> tuple[int, PipelineConfig]:
-    """The grid's fastest feasible point: its trial number and config."""
-    complete = feasible_complete(study)
+def grid_best(
+    study: optuna.Study, where: Callable[[PipelineConfig], bool] = lambda config: True
+) -> tuple[int, PipelineConfig]:
+    """The grid's fastest feasible point (of those ``where`` accepts): its trial number and
+    config."""
+    complete = [t for t in feasible_complete(study) if where(store.pipeline_of(t))]
     if not complete:
         raise UsageError("no grid trial finished: see the failures in the dashboard")
     best = max(complete, key=lambda t: t.value or 0.0)

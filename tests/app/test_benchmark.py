@@ -17,7 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.app import benchmark
+from autotune.app import benchmark, slow_storage
 
 TINY = [
     "search_space=quick",
@@ -152,3 +152,37 @@ def test_the_ranks_scenario_tunes_both_ways_and_measures_them_at_two_ranks(
     done = two.get_trials(states=(TrialState.COMPLETE,))
     assert done and all(len(t.user_attrs["samples_per_s_ranks"]) == 2 for t in done)
     assert "against ranks 1 pick copied" in (folder / "results.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(slow_storage.unavailable_reason() is not None, reason="no FUSE here")
+def test_the_storage_scenario_reads_through_slow_storage_against_the_best_capped_config(
+    tmp_path: Path,
+) -> None:
+    workers = "search_space.knobs.num_workers.choices=[0,1,4]"  # 4: past 2 cores
+    result = _benchmark(["--scenario", "storage", "--rounds", "1", *TINY, workers], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "studies/benchmark/storage/results.json").read_text())
+    rival = results["head_to_head"]["grid best, workers <= cores"]
+    cores = results["machine"]["usable_cpus"]
+    assert int(rival["config"].split()[0].removeprefix("w")) <= cores
+    assert results["ratios"]["tuner_vs_capped_at_cores"] > 0
+    assert "(FUSE)" in results["about"]
+
+
+@pytest.mark.slow
+def test_the_cached_scenario_plans_90_epochs_against_the_best_config_without_a_copy(
+    tmp_path: Path,
+) -> None:
+    result = _benchmark(["--scenario", "cached", "--rounds", "1", *TINY], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "studies/benchmark/cached/results.json").read_text())
+    grid = optuna.load_study(
+        study_name=results["studies"]["grid"], storage=results["studies"]["storage"]
+    )
+    configs = [t.user_attrs["config"] for t in grid.trials]
+    assert len(configs) == len(set(configs))  # on decoded pixels, every decoder is one config
+    assert any("decoded" in c for c in configs)
+    assert "resized" not in " ".join(configs)
+    assert "decoded" not in results["head_to_head"]["grid best, no copy"]["config"]
+    assert re.search(r"\| tuner_vs_uncached \| [\d.]+ \| >= 1.5 (met|MISSED) \|", result.stdout)

@@ -106,14 +106,24 @@ def test_resume_continues_and_refuses_a_changed_workload(quick_study, tmp_path):
     assert len(changed.stderr.strip().splitlines()) == 1
 
 
+COPY_SPACE = """name: copy
+knobs:
+  num_workers: {type: int, low: 0, high: 2}
+  prefetch_factor: {type: int, low: 2, high: 2, when: "num_workers > 0"}
+  persistent_workers: {type: fixed, value: true, when: "num_workers > 0"}
+  decoder: {type: choice, choices: [as_is, pil]}
+  cache: {type: fixed, value: decoded}
+  main_threads: {type: int, low: 1, high: 1}
+  batch_size: {type: fixed, value: "${batch_size}"}
+"""
+
+
 @pytest.mark.slow
 def test_a_study_over_many_epochs_charges_each_prepared_copy_once(tmp_path):
-    args = [
-        *QUICK,
-        "+search_space.knobs.cache={type:fixed,value:decoded}",
-        "study.epochs=90",
-        "study.n_trials=3",
-    ]
+    # a space of the user's own (./conf/search_space/copy.yaml): quick's, with a decoded copy
+    (tmp_path / "conf" / "search_space").mkdir(parents=True)
+    (tmp_path / "conf" / "search_space" / "copy.yaml").write_text(COPY_SPACE)
+    args = [*QUICK, "search_space=copy", "study.epochs=90", "study.n_trials=3"]
     result = run_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     (copy,) = (tmp_path / "studies" / "prepared").glob("decoded-*")  # made once, for all
