@@ -219,6 +219,7 @@ class DiagnoseConfig:
     samples: int = 512  # timed stage by stage (the stage times, the latency tail); all if fewer
     decoder_samples: int = 64  # the same samples timed with each decoder of the search space
     slowest: int = 10  # slowest files listed
+    shards: bool = True  # loose files against shards of some of them, cold and warm
 
     def __post_init__(self) -> None:
         for key in ("samples", "decoder_samples", "slowest"):
@@ -268,8 +269,7 @@ class AutotuneConfig:
     # torch.compile the model in each trial's warm-up (never timed), cached under studies_dir
     compile: bool = False
     mode: str = "tune"  # tune | diagnose | report | verify
-    # diagnose: the best.yaml whose pipeline is diagnosed (default: the baseline)
-    pipeline: str | None = None
+    pipeline: str | None = None  # diagnose: the best.yaml diagnosed (default: the baseline)
     quiet: bool = False  # results only: no per-trial progress lines, no progress bar
     device: str = "auto"  # auto | cpu | cuda
     ranks: Any = 1  # DDP processes on this node, settings per rank; auto: one a GPU (CUDA)

@@ -5,8 +5,10 @@ Pure: a ``Diagnosis`` in, markdown out.
 
 from __future__ import annotations
 
+from autotune.diagnose.files_vs_shards import FASTER, FilesVsShards
 from autotune.diagnose.storage import IO_MARGIN, Storage
 from autotune.diagnose.verdict import Diagnosis, fmt_rate, fmt_size, verdict
+from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageProfile
 
 BINDS = "**binds**"
@@ -28,6 +30,7 @@ def to_markdown(d: Diagnosis, slowest: int = 10) -> str:
     lines += accounting_lines(d)
     lines += decoder_lines(d)
     lines += ["", "## Storage vs CPU", "", *storage_lines(d.storage)]
+    lines += ["", *shards_lines(d.shards)]
     lines += ["", *tail_lines(d.profile, slowest)]
     if d.failures:
         lines += ["", "## Runs that failed", ""] + [f"- {f}" for f in d.failures]
@@ -171,6 +174,32 @@ def storage_lines(s: Storage) -> list[str]:
         )
     if s.note:
         lines.append(f"- {s.note}")
+    return lines
+
+
+def shards_lines(fs: FilesVsShards) -> list[str]:
+    """The same samples as loose files and as shards, from storage and from the page cache
+    (samples/s of each round)."""
+    lines = ["## Loose files vs shards", ""]
+    if fs.files_cold and fs.shards_cold:
+
+        def rates(runs: tuple[Measurement, ...]) -> str:
+            return ", ".join(fmt_rate(m.samples_per_s) for m in runs)
+
+        lines += [
+            "| the loader alone, samples/s per round | from storage | from the page cache |",
+            "|---|---:|---:|",
+            f"| loose files | {rates(fs.files_cold)} | {rates(fs.files_warm)} |",
+            f"| {fs.shard_count} shards | {rates(fs.shards_cold)} | {rates(fs.shards_warm)} |",
+            "",
+        ]
+        word = "worth writing (python -m autotune.shard)" if fs.shards_pay else "no faster here"
+        lines.append(
+            f"- from storage, shards read {fs.cold_ratio:.2f}x as fast as loose files: **{word}** "
+            f"(it needs every round {FASTER:.2f}x or more)"
+        )
+    if fs.note:
+        lines.append(f"- {fs.note}")
     return lines
 
 

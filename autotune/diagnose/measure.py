@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import RandomSampler
 
-from autotune.diagnose import page_cache
+from autotune.diagnose import files_vs_shards, page_cache
+from autotune.diagnose.files_vs_shards import FilesVsShards
 from autotune.diagnose.markdown import to_markdown
 from autotune.diagnose.storage import Storage, measure_storage
 from autotune.diagnose.verdict import Diagnosis
@@ -133,6 +134,13 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
         alone, pipeline, rate, trials, dataset_bytes=dataset_bytes, fits=fits
     )
     loader_only, serial, serial_config = _loader_alone(alone, pipeline, storage, trials)
+    files_or_shards = (
+        files_vs_shards.measure(
+            alone, pipeline, rate, trials, Path(config.studies_dir) / ".diagnose-shards"
+        )
+        if config.diagnose.shards
+        else FilesVsShards(note="not compared (diagnose.shards=false)")
+    )
     return Diagnosis(
         name=config.study.name,
         pipeline=pipeline,
@@ -148,6 +156,7 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
         copy=time_copy(config, source, recipe, serial_config, session.device),
         decoders=decoder_profiles,
         storage=storage,
+        shards=files_or_shards,
         choices=choices,
         failures=tuple(trials.failures),
     )

@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.diagnose.files_vs_shards import FilesVsShards
 from autotune.diagnose.storage import Storage
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
@@ -44,6 +45,7 @@ class Diagnosis:
     storage: Storage
     choices: dict[str, list[Any]]  # the search space's knobs and their values
     failures: tuple[str, ...] = ()
+    shards: FilesVsShards = FilesVsShards()  # the same samples as loose files and as shards
 
     @property
     def step(self) -> StageTime | None:
@@ -231,9 +233,15 @@ def verdict(d: Diagnosis) -> str:
                 f"I/O-bound: from storage the loader alone gives {fmt_rate(cold)} samples/s, from "
                 f"the page cache {fmt_rate(warm)}; {head}"
             )
+    sharded = (
+        f"; from storage, shards of the same samples read {d.shards.cold_ratio:.1f}x as fast as "
+        "loose files (python -m autotune.shard)"
+        if d.shards.shards_pay
+        else ""
+    )
     first = (
-        f"{head}; {_reads(d)}; {stage} is {share:.0%} of per-sample CPU time; {versus} "
-        f"({limit} binds)"
+        f"{head}; {_reads(d)}{sharded}; {stage} is {share:.0%} of per-sample CPU time; "
+        f"{versus} ({limit} binds)"
     )
     shared = d.shared_cpu_bound
     if shared is not None and shared < value:

@@ -137,6 +137,12 @@ class Shards(IterableDataset):
         self.recipe = RecipeConfig(name=recipe, crop_size=crop_size)
         self.shuffle_buffer, self.seed, self.epoch = shuffle_buffer, seed, 0
 
+    def buffer_bytes(self) -> int:
+        """Bytes each reading process holds in its shuffle buffer: ``shuffle_buffer`` records
+        of the shards' mean size (the buffer holds them encoded, before the recipe)."""
+        total = sum((self.root / name).stat().st_size for name in self.manifest["shards"])
+        return self.shuffle_buffer * total // max(1, self.manifest["samples"])
+
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose shard order the next ``iter()`` reads (as DistributedSampler's)."""
         self.epoch = epoch

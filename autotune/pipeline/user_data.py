@@ -46,6 +46,9 @@ class UserData:
     instance: Any = field(default=None, compare=False, repr=False)
     batch_size: int | None = None  # a DataModule's train_dataloader() batch size
     skipped: tuple[tuple[str, str], ...] = ()  # nothing is skipped: the Dataset decides
+    # what each process reading it holds besides a batch (a shuffle buffer): the Dataset's
+    # ``buffer_bytes()``, where it says
+    buffer_bytes: int = 0
 
     def __len__(self) -> int:
         return self.length
@@ -160,8 +163,16 @@ class UserData:
             raise UsageError(f"{where} has {length} samples: it needs 2+")
         batch = _check_batches(data, collate, _first_two(where, dataset, iterable))
         classes = tuple(str(c) for c in getattr(dataset, "classes", ()) or ())
+        held = getattr(dataset, "buffer_bytes", None)
         checked = cls(
-            target, dict(kwargs), collate_fn, length, classes, iterable, batch_size=batch_size
+            target,
+            dict(kwargs),
+            collate_fn,
+            length,
+            classes,
+            iterable,
+            batch_size=batch_size,
+            buffer_bytes=int(held()) if callable(held) else 0,
         )
         return dataclasses.replace(checked, instance=instance), batch
 

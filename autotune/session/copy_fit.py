@@ -6,6 +6,7 @@ from the page cache); either only where the disk under the studies has room for 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from autotune.machine import MachineFacts
 from autotune.pipeline import prepared
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
+from autotune.session.knobs import Knob
 
 # a resized copy that keeps more of the pixels than this is the dataset again
 WORTH_RESIZING = 0.9
@@ -34,6 +36,18 @@ class CopyFit:
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(kind for kind, _ in self.left_out)
+
+    def narrowed(self, knob: Knob, notes: list[str]) -> Knob:
+        """The cache knob without the copies left out here, each noted."""
+        if knob.type != "choice" or not set(self.kinds) & set(knob.choices):
+            return knob
+        notes += [
+            n for kind, n in zip(self.kinds, self.notes(), strict=True) if kind in knob.choices
+        ]
+        kept = tuple(c for c in knob.choices if c not in self.kinds)
+        if len(kept) == 1:
+            return dataclasses.replace(knob, type="fixed", choices=(), value=kept[0])
+        return dataclasses.replace(knob, choices=kept)
 
 
 def measure(

@@ -97,7 +97,7 @@ class SearchSpace:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
             if name == "cache" and copy_fit is not None:
-                knob = _fitting_copies(knob, copy_fit, notes)
+                knob = copy_fit.narrowed(knob, notes)
             if name == "decoder":
                 _check_declared_before_its_choices(knobs)
                 knob = _usable_decoders(_with_as_is(knob, notes), features["cuda"], notes)
@@ -228,17 +228,6 @@ def _check_declared_before_its_choices(declared: list[Knob]) -> None:
             f"search_space.knobs: declare decoder before {', '.join(early)} (they do not "
             "apply to decoder=as_is, which the decoder decides first)"
         )
-
-
-def _fitting_copies(knob: Knob, fit: CopyFit, notes: list[str]) -> Knob:
-    """The cache knob without the copies that cannot pay or fit here, each noted."""
-    if knob.type != "choice" or not set(fit.kinds) & set(knob.choices):
-        return knob
-    notes += [n for kind, n in zip(fit.kinds, fit.notes(), strict=True) if kind in knob.choices]
-    kept = tuple(c for c in knob.choices if c not in fit.kinds)
-    if len(kept) == 1:
-        return dataclasses.replace(knob, type="fixed", choices=(), value=kept[0])
-    return dataclasses.replace(knob, choices=kept)
 
 
 def _with_as_is(knob: Knob, notes: list[str]) -> Knob:

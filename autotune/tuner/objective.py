@@ -9,6 +9,7 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.user_data import UserData
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
@@ -25,13 +26,19 @@ class TrialFailed(Exception):
 
 
 def precheck(
-    config: PipelineConfig, facts: MachineFacts, *, sample_bytes: int, ranks: int = 1
+    config: PipelineConfig,
+    facts: MachineFacts,
+    *,
+    sample_bytes: int,
+    ranks: int = 1,
+    buffer_bytes: int = 0,
 ) -> str | None:
     """Why this config would exhaust shared or host memory, or None if it fits.
 
     Workers hand batches over through /dev/shm: ``num_workers × prefetch_factor`` batches are
     in flight, for each of ``ranks`` loaders, and pinning copies each once more into
-    page-locked host memory.
+    page-locked host memory. ``buffer_bytes``: what each reading process of the Dataset holds
+    besides (a shuffle buffer), one per worker (or the main process) of each rank.
     """
     in_flight = ranks * config.buffered_batches * config.batch_size * sample_bytes
     mib = 2**20
@@ -44,6 +51,14 @@ def precheck(
             f"~{in_flight // mib} MiB of batches in flight through /dev/shm, "
             f"{facts.shm_free_bytes // mib} MiB free: raise --shm-size or lower "
             "num_workers x prefetch_factor"
+        )
+    buffers = ranks * max(1, config.num_workers) * buffer_bytes
+    if buffers and in_flight + buffers > 0.5 * facts.memory_available_bytes:
+        return (
+            f"~{buffers // mib} MiB of the Dataset's buffers ({buffer_bytes // mib} MiB in each "
+            f"of {ranks * max(1, config.num_workers)} reading processes) and ~{in_flight // mib} "
+            f"MiB of batches, {facts.memory_available_bytes // mib} MiB of RAM available: lower "
+            "its shuffle_buffer (dataset.kwargs.shuffle_buffer) or num_workers"
         )
     host = in_flight * (2 if config.pin_memory else 1)
     if host > 0.5 * facts.memory_available_bytes:
@@ -121,8 +136,13 @@ class Objective:
         # float32 crosses 4x the bytes of uint8 (whole images with augment_on=gpu: not
         # known before reading them, so that case is checked at the crop's size)
         sample_bytes = self.sample_bytes * (4 if config.transfer == "float" else 1)
+        source = self.session.source
         reason = precheck(
-            config, self.session.facts, sample_bytes=sample_bytes, ranks=self.session.ranks
+            config,
+            self.session.facts,
+            sample_bytes=sample_bytes,
+            ranks=self.session.ranks,
+            buffer_bytes=source.buffer_bytes if isinstance(source, UserData) else 0,
         )
         if reason:
             store.record_skipped(trial, config, reason)

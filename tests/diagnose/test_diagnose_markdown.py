@@ -6,7 +6,8 @@ import re
 
 from fake_diagnosis import diagnosis, measured, stage_profile
 
-from autotune.diagnose.markdown import storage_lines, tail_lines, to_markdown
+from autotune.diagnose.files_vs_shards import FilesVsShards
+from autotune.diagnose.markdown import shards_lines, storage_lines, tail_lines, to_markdown
 from autotune.diagnose.storage import Storage
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageTime
@@ -32,6 +33,7 @@ def test_the_report_opens_with_the_verdict_and_marks_the_binding_limit() -> None
         "Per-sample time by stage",
         "Decoders",
         "Storage vs CPU",
+        "Loose files vs shards",
         "Latency tail",
     ]
     bound = "| CPU-work bound: 2 CPUs / 4.20 ms of loader CPU per sample | 476 | **binds** |"
@@ -95,3 +97,20 @@ def test_the_tail_lists_the_slowest_files_and_the_undecodable() -> None:
         "7 files could not be decoded: /bad/0.jpg, /bad/1.jpg, /bad/2.jpg, /bad/3.jpg, "
         "/bad/4.jpg and 2 more"
     )
+
+
+def test_loose_files_and_shards_are_a_table_from_storage_and_from_the_page_cache() -> None:
+    files = (measured(100.0), measured(110.0))
+    shards = (measured(250.0), measured(240.0))
+    fs = FilesVsShards(files, files, shards, shards, 512, 8, note="512 of the 2048 files")
+    text = "\n".join(shards_lines(fs))
+    assert "| loose files | 100, 110 | 100, 110 |" in text
+    assert "| 8 shards | 250, 240 | 250, 240 |" in text
+    assert "shards read 2.33x as fast as loose files: **worth writing (python -m " in text
+    assert text.endswith("- 512 of the 2048 files")
+    assert shards_lines(FilesVsShards(note="not compared")) == [
+        "## Loose files vs shards",
+        "",
+        "- not compared",
+    ]
+    assert "## Loose files vs shards" in to_markdown(diagnosis(shards=fs))

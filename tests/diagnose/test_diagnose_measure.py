@@ -129,6 +129,7 @@ def _session(source: Source, batch_size: int) -> Session:
         "diagnose.samples=16",
         "diagnose.decoder_samples=8",
         "study.name=fake",
+        "diagnose.shards=false",  # the storage runs alone (files against shards: below)
     ]
     facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=2)
     return make_session(overrides, source=source, facts=facts)

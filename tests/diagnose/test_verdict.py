@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fake_diagnosis import MS, diagnosis, measured, stage_profile
 
+from autotune.diagnose.files_vs_shards import FilesVsShards
 from autotune.diagnose.storage import Storage
 from autotune.diagnose.verdict import suggestions, verdict
 from autotune.pipeline.config import PipelineConfig
@@ -128,3 +129,16 @@ def test_storage_that_waits_is_named_and_workers_beyond_the_cpus_suggested() -> 
         "20.1 ms), so more workers than the 2 CPUs keep them busy" in text
     )
     assert suggestions(d)[0] == "num_workers=16"  # as far as the space goes, past the CPUs
+
+
+def test_shards_that_read_faster_from_storage_are_named_in_the_verdict() -> None:
+    files = (measured(100.0), measured(110.0))
+    fast = FilesVsShards(files, files, (measured(250.0), measured(240.0)), files, 512, 8)
+    assert fast.shards_pay and fast.cold_ratio == pytest.approx(245 / 105)
+    assert (
+        "; from storage, shards of the same samples read 2.3x as fast as loose files "
+        "(python -m autotune.shard)" in verdict(diagnosis(shards=fast))
+    )
+    once = FilesVsShards(files, files, (measured(250.0), measured(112.0)), files, 512, 8)
+    assert not once.shards_pay  # one round alone: not enough
+    assert "shards" not in verdict(diagnosis(shards=once))

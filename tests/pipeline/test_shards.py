@@ -141,3 +141,14 @@ def test_a_study_of_two_ranks_reads_shards_as_a_dataset_of_your_own(written, tmp
     assert done.returncode == 0, done.stderr[-2000:]
     best = yaml.safe_load((tmp_path / "studies/shards-tiny/best.yaml").read_text())
     assert best["ranks"] == 2 and best["loader"]["num_workers"] <= 1  # 1 CPU per rank
+
+
+def test_the_shuffle_buffer_s_memory_is_known_before_any_worker_reads(written, images):
+    encoded = sum(os.path.getsize(p) for p in images.paths) / len(images)
+    data = UserData.check(
+        "autotune.pipeline.shards.Shards", {"root": str(written), "shuffle_buffer": 100}
+    )
+    # 100 records of the shards' mean size: each file's bytes, its tar headers and padding
+    assert encoded * 100 < data.buffer_bytes < (encoded + 8192) * 100
+    default = UserData.check("autotune.pipeline.shards.Shards", {"root": str(written)})
+    assert default.buffer_bytes == pytest.approx(data.buffer_bytes * 10, abs=10)  # 1000

@@ -117,3 +117,13 @@ def test_precheck_counts_every_rank_s_loader(facts):
     shm = dataclasses.replace(facts, shm_free_bytes=3 * in_flight, memory_available_bytes=2**40)
     assert precheck(config, shm, sample_bytes=3 * 224 * 224, ranks=2) is None
     assert "/dev/shm" in precheck(config, shm, sample_bytes=3 * 224 * 224, ranks=4)
+
+
+def test_precheck_counts_a_shuffle_buffer_in_every_reading_process(facts):
+    config = PipelineConfig(batch_size=32, num_workers=8, prefetch_factor=2)
+    memory = dataclasses.replace(facts, memory_available_bytes=8 * 2**30, shm_free_bytes=None)
+    # 8 workers x 2 ranks x 300 MiB: 4.7 GiB of buffers, over half of 8 GiB
+    reason = precheck(config, memory, sample_bytes=3 * 224 * 224, ranks=2, buffer_bytes=300 * MiB)
+    assert reason.startswith("~4800 MiB of the Dataset's buffers (300 MiB in each of 16 reading")
+    assert "lower its shuffle_buffer (dataset.kwargs.shuffle_buffer) or num_workers" in reason
+    assert precheck(config, memory, sample_bytes=3 * 224 * 224, buffer_bytes=300 * MiB) is None
