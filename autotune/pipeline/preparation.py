@@ -96,20 +96,21 @@ def _prepare(
     start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        sizes = _sizes(source, recipe)
-        if kind == "decoded":
-            nbytes = sum(3 * h * w for h, w in sizes)
-            np.memmap(tmp / PIXELS, dtype=np.uint8, mode="w+", shape=(max(1, nbytes),)).flush()
-        offsets = np.concatenate([[0], np.cumsum([3 * h * w for h, w in sizes])])
         chunks = [range(i, min(i + _CHUNK, len(source))) for i in range(0, len(source), _CHUNK)]
-        tasks = [
-            (source, list(c), [sizes[i] for i in c], int(offsets[c[0]]), kind, str(tmp))
-            for c in chunks
-        ]
         files: list[str] = []
         # forked, as DataLoader's workers are (spawning would re-run a script without a
-        # __main__ guard): the pool runs Pillow and NumPy only, never torch's thread pools
+        # __main__ guard), each on one torch thread as they are
         with ProcessPoolExecutor(max(1, processes), mp_context=get_context("fork")) as pool:
+            measured = pool.map(_sizes, [(source, recipe, list(c)) for c in chunks])
+            sizes = [size for chunk in measured for size in chunk]
+            offsets = np.concatenate([[0], np.cumsum([3 * h * w for h, w in sizes])])
+            if kind == "decoded":
+                shape = (max(1, int(offsets[-1])),)
+                np.memmap(tmp / PIXELS, dtype=np.uint8, mode="w+", shape=shape).flush()
+            tasks = [
+                (source, list(c), [sizes[i] for i in c], int(offsets[c[0]]), kind, str(tmp))
+                for c in chunks
+            ]
             bar = tqdm(total=len(source), disable=not progress, unit="image", desc=kind)
             for written in pool.map(_prepare_chunk, tasks):
                 files += written
@@ -140,10 +141,12 @@ def _prepare(
     return copy
 
 
-def _sizes(source: Source, recipe: Recipe) -> list[tuple[int, int]]:
-    """Each image's (height, width) as prepared (as displayed: EXIF orientation applied)."""
+def _sizes(task: tuple[Source, Recipe, list[int]]) -> list[tuple[int, int]]:
+    """(height, width) of the images ``indices`` as prepared (as displayed: EXIF orientation
+    applied), from their headers (in a pool process)."""
+    source, recipe, indices = task
     sizes = []
-    for i in range(len(source)):
+    for i in indices:
         width, height, _ = decoders.probe(source.read(i))
         out_w, out_h = recipe.prepared_size(width, height)
         sizes.append((out_h, out_w))
