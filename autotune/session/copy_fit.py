@@ -22,6 +22,10 @@ WORTH_RESIZING = 0.9
 # a decoded copy may take this share of the memory available (the rest: the training)
 DECODED_MEMORY_SHARE = 0.5
 _MIB = 2**20
+ONE_EPOCH = (
+    "study.epochs=1: preparing a copy decodes every image once, as much as the one epoch it "
+    "would serve can save; set study.epochs to the epochs you plan"
+)
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,12 @@ class CopyFit:
     left_out: tuple[tuple[str, str], ...] = ()
 
     def notes(self) -> list[str]:
-        return [f"cache={kind} left out: {why}" for kind, why in self.left_out]
+        """One line per reason: ``cache=resized, decoded left out: ...``."""
+        reasons = dict.fromkeys(why for _, why in self.left_out)
+        return [
+            f"cache={', '.join(k for k, w in self.left_out if w == why)} left out: {why}"
+            for why in reasons
+        ]
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -41,9 +50,7 @@ class CopyFit:
         """The cache knob without the copies left out here, each noted."""
         if knob.type != "choice" or not set(self.kinds) & set(knob.choices):
             return knob
-        notes += [
-            n for kind, n in zip(self.kinds, self.notes(), strict=True) if kind in knob.choices
-        ]
+        notes += CopyFit(tuple((k, why) for k, why in self.left_out if k in knob.choices)).notes()
         kept = tuple(c for c in knob.choices if c not in self.kinds)
         if len(kept) == 1:
             return dataclasses.replace(knob, type="fixed", choices=(), value=kept[0])
@@ -51,10 +58,19 @@ class CopyFit:
 
 
 def measure(
-    source: Source, recipe: Recipe, facts: MachineFacts, *, root: Path, budget_gb: float | None
+    source: Source,
+    recipe: Recipe,
+    facts: MachineFacts,
+    *,
+    root: Path,
+    budget_gb: float | None,
+    epochs: int,
 ) -> CopyFit:
     """What ``cache`` may try for ``source`` and ``recipe``, copies kept under ``root``;
-    ``budget_gb``: ``study.memory_budget_gb``, the most a decoded copy may take if set."""
+    ``budget_gb``: ``study.memory_budget_gb``, the most a decoded copy may take if set;
+    ``epochs``: ``study.epochs``, over which a copy's preparation is shared."""
+    if epochs == 1:  # no trial spent on what cannot win
+        return CopyFit(tuple((kind, ONE_EPOCH) for kind in ("resized", "decoded")))
     left_out: list[tuple[str, str]] = []
     share = prepared.pixel_share(source, recipe)
     if share > WORTH_RESIZING:

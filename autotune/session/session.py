@@ -123,6 +123,7 @@ class Session:
                 facts,
                 root=Path(config.studies_dir).resolve() / "prepared",
                 budget_gb=config.study.memory_budget_gb,
+                epochs=config.study.epochs,
             )
             if isinstance(source, sources.Source) and "cache" in config.search_space.knobs
             else None

@@ -189,8 +189,8 @@ def _prepared_copy_notes(
     if not tried:
         return []
     return [
-        f"cache={', '.join(sorted(tried))} tried, not picked: a copy's preparation is charged "
-        f"over study.epochs={epochs}; set it to the epochs you plan"
+        f"cache={', '.join(sorted(tried))} tried, not picked: with its preparation charged over "
+        f"study.epochs={epochs}, no copy was the fastest"
     ]
 
 
