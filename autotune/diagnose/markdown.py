@@ -161,12 +161,21 @@ def storage_lines(s: Storage) -> list[str]:
             f"- eviction checked with mincore: {s.cached_after_eviction:.0%} of the pages "
             "still cached after it"
         )
-    if s.cold and s.warm:
-        word = "I/O-bound" if s.io_bound else "not I/O-bound"
-        pairs = ", ".join(
-            f"{fmt_rate(c.samples_per_s)} vs {fmt_rate(w.samples_per_s)}"
-            for c, w in zip(s.cold, s.warm, strict=True)
+    if s.never_cached:
+        lines.append(
+            "- **every read comes from storage**: a file read again right after takes as long "
+            "as the first time, so this file system keeps nothing in the page cache (a FUSE "
+            "mount, or a network file system that does not cache): the runs 'from the page "
+            "cache' here and below read from storage too, and every epoch waits on it"
         )
+    pairs = ", ".join(
+        f"{fmt_rate(c.samples_per_s)} vs {fmt_rate(w.samples_per_s)}"
+        for c, w in zip(s.cold, s.warm, strict=True)
+    )
+    if s.cold and s.warm and s.never_cached:
+        lines.append(f"- the loader alone, the same runs (samples/s, interleaved rounds): {pairs}")
+    elif s.cold and s.warm:
+        word = "I/O-bound" if s.io_bound else "not I/O-bound"
         lines.append(
             f"- the loader alone, from storage vs from the page cache (samples/s, interleaved "
             f"rounds): {pairs}: **{word}** (I/O-bound needs every round over "

@@ -29,6 +29,8 @@ RESIDENCY_CHECK_FILES = 256  # files whose pages mincore checks after an evictio
 READ_TIMING_FILES = 128  # files read cold, then warm, to time a read from storage
 STORAGE_ROUNDS = 2  # cold, warm, cold, warm
 STILL_CACHED = 0.05  # an eviction that leaves more of the pages cached did not take
+SLOW_READ_S = 1e-3  # a file read slower than this from storage, and
+UNCACHED_SHARE = 0.8  # at least this share of it from the page cache: never cached
 
 # one labelled child-process run of a pipeline; None when it failed (the caller notes why)
 Measure = Callable[[str, Session, PipelineConfig], Measurement | None]
@@ -59,6 +61,19 @@ class Storage:
     @property
     def warm_samples_per_s(self) -> float | None:
         return self._median(self.warm)
+
+    @property
+    def never_cached(self) -> bool:
+        """Reads as slow from the page cache as from storage (and slow): the file system
+        answers every read from storage (a FUSE mount, some network file systems), so the
+        runs 'from the page cache' read from storage too."""
+        cold, warm = self.read_cold, self.read_warm
+        return (
+            cold is not None
+            and warm is not None
+            and cold.wall_s >= SLOW_READ_S
+            and warm.wall_s >= UNCACHED_SHARE * cold.wall_s
+        )
 
     @property
     def io_bound(self) -> bool | None:

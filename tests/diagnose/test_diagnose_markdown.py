@@ -84,6 +84,22 @@ def test_storage_lines_say_what_was_compared() -> None:
     assert lines[0].endswith(": 2.00 ms each from storage, 0.10 ms from the page cache")
     assert lines[1] == "- eviction checked with mincore: 0% of the pages still cached after it"
     assert "200 vs 470, 210 vs 460: **I/O-bound**" in lines[2]
+    # a FUSE mount that answers every read itself, 42 ms a file, read again or not
+    fuse = Storage(
+        cold=(measured(11), measured(12)),
+        warm=(measured(12), measured(12)),
+        read_cold=StageTime(0.0, 42.1e-3),
+        read_warm=StageTime(0.0, 42.4e-3),
+        cached_after_eviction=0.0,
+    )
+    assert fuse.never_cached and not fuse.io_bound and not s.never_cached
+    lines = storage_lines(fuse)
+    assert lines[2].startswith("- **every read comes from storage**: a file read again right")
+    assert (
+        lines[3]
+        == "- the loader alone, the same runs (samples/s, interleaved rounds): 11 vs 12, 12 vs 12"
+    )
+    assert "I/O-bound" not in "\n".join(lines)
 
 
 def test_the_tail_lists_the_slowest_files_and_the_undecodable() -> None:
