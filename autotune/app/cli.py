@@ -37,6 +37,7 @@ from autotune.report.export import export, export_published
 from autotune.runtime.lock import host_lock
 from autotune.schema import AutotuneConfig, register_configs
 from autotune.session import Session
+from autotune.session.session import prepared_root
 from autotune.tuner.tune import StudyResult, tune
 from autotune.verify.command import run as run_verify
 
@@ -223,7 +224,7 @@ def _export(session: Session, result: StudyResult) -> Path | None:
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
         # where build_loader finds (or makes) the prepared copy ``cache`` names
-        "prepared_dir": str(session.prepared_root),
+        "prepared_dir": str(prepared_root(config)),
         "epochs": config.study.epochs,
     }
     if isinstance(source, UserData):  # its names, never its contents

@@ -61,6 +61,11 @@ def _with_batch_size(config: AutotuneConfig, batch_size: int) -> AutotuneConfig:
     return dataclasses.replace(config, batch_size=batch_size, search_space=space)
 
 
+def prepared_root(config: AutotuneConfig) -> Path:
+    """Where prepared copies live: beside the studies, shared by all of them."""
+    return Path(config.studies_dir).resolve() / "prepared"
+
+
 @dataclass(frozen=True)
 class Session:
     """Everything a mode needs besides its own settings.
@@ -121,7 +126,7 @@ class Session:
                 source,
                 recipe,
                 facts,
-                root=Path(config.studies_dir).resolve() / "prepared",
+                root=prepared_root(config),
                 budget_gb=config.study.memory_budget_gb,
                 epochs=config.study.epochs,
             )
@@ -236,7 +241,7 @@ class Session:
                 self.source,
                 recipes.from_config(self.config.recipe),
                 pipeline.cache,
-                self.prepared_root,
+                prepared_root(self.config),
                 processes=self.facts.usable_cpus,
             )
         return self._copies[pipeline.cache]
@@ -246,11 +251,6 @@ class Session:
         once, shared by the ``study.epochs`` planned (0 without a copy)."""
         copy = self.prepared_copy(pipeline)
         return copy.seconds / self.config.study.epochs if copy is not None else 0.0
-
-    @property
-    def prepared_root(self) -> Path:
-        """Where prepared copies live: beside the studies, shared by all of them."""
-        return Path(self.config.studies_dir).resolve() / "prepared"
 
     @property
     def compile_cache(self) -> str | None:
