@@ -201,3 +201,15 @@ def _resolve_bound(value: Any, facts: MachineFacts, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"{where} must be an integer or 'cpus' (usable CPUs), got {value!r}")
     return value
+
+
+def nearest_first(values: list[Any], current: Any) -> list[Any]:
+    """The other values, nearest first where they are numbers (worker counts listed as
+    choices: 8 and 2 around 4 before 32 and 0); else in their order."""
+    others = [v for v in values if v != current]
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if not numbers or current not in values:
+        return others
+    ordered = sorted(values)
+    at = ordered.index(current)
+    return sorted(others, key=lambda v: (abs(ordered.index(v) - at), -v))

@@ -22,7 +22,7 @@ from autotune.pipeline import decoders
 from autotune.pipeline.config import AS_IS, AS_IS_FIXED, PipelineConfig
 from autotune.schema import SearchSpaceConfig
 from autotune.session.copy_fit import CopyFit
-from autotune.session.knobs import INACTIVE, Knob, build_knob
+from autotune.session.knobs import INACTIVE, Knob, build_knob, nearest_first
 from autotune.session.read_wait import ReadWait
 
 # DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
@@ -188,7 +188,7 @@ class SearchSpace:
                 steps = [current + knob.step, current - knob.step, current * 2, current // 2]
                 candidates = [v for v in steps if v in options and v != current]
             else:
-                candidates = [v for v in knob.values() if v != current]
+                candidates = nearest_first(knob.values(), current)
             points = []
             for value in dict.fromkeys(candidates):  # ordered, unique
                 point = {**params, knob.name: value}

@@ -462,3 +462,16 @@ def test_the_decoder_comes_before_the_choices_it_decides(facts4: MachineFacts) -
     )
     with pytest.raises(UsageError, match="declare decoder before augment_on"):
         build(cfg, facts4, device="cuda")
+
+
+def test_worker_counts_listed_as_choices_are_polished_nearest_first(facts4: MachineFacts) -> None:
+    cfg = SearchSpaceConfig(
+        knobs={
+            "num_workers": KnobConfig(type="choice", choices=[0, 1, 2, 4, 8, 16, 32]),
+            "decoder": KnobConfig(type="choice", choices=["pil", "opencv"]),
+        }
+    )
+    space = build(cfg, facts4)
+    workers, decoders_ = space.neighbours({"num_workers": 4, "decoder": "pil"})
+    assert [p["num_workers"] for p in workers] == [8, 2, 16, 1, 32, 0]  # 8 before 0
+    assert [p["decoder"] for p in decoders_] == ["as_is", "opencv"]  # names: as listed
