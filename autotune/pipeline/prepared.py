@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import warnings
 from dataclasses import dataclass
@@ -106,13 +105,7 @@ def key(source: Source, recipe: Recipe, kind: str) -> str:
     """What a copy is keyed by: the files (names, sizes, modification times), the recipe's
     settings and the kind."""
     h = hashlib.sha256(json.dumps([FORMAT, kind, recipe.settings()]).encode())
-    h.update(source.fingerprint().encode())
-    for path in source.paths:
-        try:
-            mtime = os.stat(path).st_mtime_ns
-        except OSError:
-            mtime = -1
-        h.update(f"{mtime}\n".encode())
+    h.update(source.fingerprint(mtimes=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -125,34 +118,41 @@ def find(source: Source, recipe: Recipe, kind: str, root: Path) -> PreparedCopy 
     return load(folder_of(source, recipe, kind, root), source)
 
 
-def estimate_bytes(source: Source, recipe: Recipe, kind: str, *, samples: int = 256) -> int:
-    """The size a copy would have, from the headers of up to ``samples`` files drawn across
-    the source (exact when it has no more)."""
-    picked = random.Random(0).sample(range(len(source)), min(samples, len(source)))
-    total = 0
-    for i in picked:
-        data = source.read(i)
-        width, height, _ = decoders.probe(data)
-        out_w, out_h = recipe.prepared_size(width, height)
-        if kind == "decoded":
-            total += 3 * out_w * out_h
-        elif (out_w, out_h) == (width, height):
-            total += len(data)
-        else:  # re-encoded: about the same bytes per pixel as the original
-            total += round(len(data) * out_w * out_h / (width * height))
-    return round(total * len(source) / max(1, len(picked)))
+@dataclass(frozen=True)
+class SampledSizes:
+    """Up to 256 files drawn across a source, read once: each one's encoded bytes, its size
+    and its size as prepared; what a copy would hold is extrapolated from them."""
 
+    files: tuple[tuple[int, int, int, int, int], ...]  # bytes, width, height, out_w, out_h
+    count: int  # files in the source
 
-def pixel_share(source: Source, recipe: Recipe, *, samples: int = 256) -> float:
-    """The share of the source's pixels a resized copy keeps (1.0: the recipe needs them
-    all), from up to ``samples`` headers."""
-    picked = random.Random(0).sample(range(len(source)), min(samples, len(source)))
-    kept = whole = 0
-    for i in picked:
-        width, height, _ = decoders.probe(source.read(i))
-        out_w, out_h = recipe.prepared_size(width, height)
-        kept, whole = kept + out_w * out_h, whole + width * height
-    return kept / whole if whole else 1.0
+    @classmethod
+    def of(cls, source: Source, recipe: Recipe, *, samples: int = 256) -> SampledSizes:
+        picked = random.Random(0).sample(range(len(source)), min(samples, len(source)))
+        files = []
+        for i in picked:
+            data = source.read(i)
+            width, height, _ = decoders.probe(data)
+            files.append((len(data), width, height, *recipe.prepared_size(width, height)))
+        return cls(tuple(files), len(source))
+
+    def pixel_share(self) -> float:
+        """The share of the pixels a resized copy keeps (1.0: the recipe needs them all)."""
+        kept = sum(out_w * out_h for _, _, _, out_w, out_h in self.files)
+        whole = sum(w * h for _, w, h, _, _ in self.files)
+        return kept / whole if whole else 1.0
+
+    def estimate_bytes(self, kind: str) -> int:
+        """The size a copy would have (exact when the source has no more files)."""
+        total = 0
+        for nbytes, width, height, out_w, out_h in self.files:
+            if kind == "decoded":
+                total += 3 * out_w * out_h
+            elif (out_w, out_h) == (width, height):
+                total += nbytes
+            else:  # re-encoded: about the same bytes per pixel as the original
+                total += round(nbytes * out_w * out_h / (width * height))
+        return round(total * self.count / max(1, len(self.files)))
 
 
 def load(folder: Path, source: Source) -> PreparedCopy | None:

@@ -47,18 +47,21 @@ class Source:
         with open(self.paths[index], "rb") as f:
             return f.read()
 
-    def fingerprint(self) -> str:
-        """Returns a short hash of root, sample count, classes and file names and sizes.
+    def fingerprint(self, *, mtimes: bool = False) -> str:
+        """Returns a short hash of root, sample count, classes and file names and sizes
+        (``mtimes``: and modification times, where a file rewritten in place must count).
 
         Cheap (one ``stat`` per file, no reads); used to refuse resuming a study on changed data.
         """
         h = hashlib.sha256(json.dumps([str(self.root), len(self.paths), self.classes]).encode())
         for path in self.paths:
             try:
-                size = os.stat(path).st_size
+                st = os.stat(path)
+                size, mtime = st.st_size, st.st_mtime_ns
             except OSError:
-                size = -1
-            h.update(f"{os.path.relpath(path, self.root)}\0{size}\n".encode())
+                size = mtime = -1
+            when = f"\0{mtime}" if mtimes else ""
+            h.update(f"{os.path.relpath(path, self.root)}\0{size}{when}\n".encode())
         return h.hexdigest()[:16]
 
 

@@ -72,7 +72,8 @@ def measure(
     if epochs == 1:  # no trial spent on what cannot win
         return CopyFit(tuple((kind, ONE_EPOCH) for kind in ("resized", "decoded")))
     left_out: list[tuple[str, str]] = []
-    share = prepared.pixel_share(source, recipe)
+    sampled = prepared.SampledSizes.of(source, recipe)  # one read of the headers
+    share = sampled.pixel_share()
     if share > WORTH_RESIZING:
         left_out.append(
             (
@@ -81,7 +82,7 @@ def measure(
                 "keeps its output's pixels): a resized copy would be the dataset again",
             )
         )
-    decoded = prepared.estimate_bytes(source, recipe, "decoded")
+    decoded = sampled.estimate_bytes("decoded")
     memory = DECODED_MEMORY_SHARE * facts.memory_available_bytes
     if budget_gb is not None:
         memory = min(memory, budget_gb * 2**30)
@@ -97,7 +98,7 @@ def measure(
     for kind in ("resized", "decoded"):
         if kind in dict(left_out):
             continue
-        size = decoded if kind == "decoded" else prepared.estimate_bytes(source, recipe, kind)
+        size = decoded if kind == "decoded" else sampled.estimate_bytes(kind)
         if prepared.find(source, recipe, kind, root) is None and size > 0.9 * free:
             left_out.append(
                 (kind, f"~{size // _MIB} MiB, and {free // _MIB} MiB are free under {root}")
