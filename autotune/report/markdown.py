@@ -148,19 +148,26 @@ def _worth_markdown(summary: Summary) -> str:
 
 
 def _counts_line(trials: list[optuna.trial.FrozenTrial]) -> str:
-    counts = Counter(t.state for t in trials)
-    skipped = sum(1 for t in trials if store.is_skipped(t))
+    own = store.measured(trials)
+    counts = Counter(t.state for t in own)
+    skipped = sum(1 for t in own if store.is_skipped(t))
     line = (
-        f"{len(trials)} trials: {counts[TrialState.COMPLETE]} complete, "
+        f"{len(own)} trials: {counts[TrialState.COMPLETE]} complete, "
         f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL]} failed"
     )
     if skipped:
         line += f" ({skipped} of the pruned skipped before running: they would not fit)"
+    if len(own) < len(trials):
+        line += (
+            f"; {len(trials) - len(own)} more repeated a config already measured and took "
+            "its outcome, not measured again"
+        )
     return line + ".\n"
 
 
 def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
     by_kind: dict[str, list[optuna.trial.FrozenTrial]] = {}
+    trials = store.measured(trials)
     for t in trials:
         if t.state == TrialState.FAIL:
             kind = store.failure_kind(t)

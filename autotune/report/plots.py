@@ -101,7 +101,7 @@ def _points(trials: list[FrozenTrial]) -> list[_Point]:
     for t in trials:
         decoder = store.setting_of(t, "decoder")
         workers = store.setting_of(t, "num_workers")
-        if decoder is None or workers is None or store.is_skipped(t):
+        if decoder is None or workers is None or store.is_skipped(t) or store.is_repeat(t):
             continue
         if t.state == TrialState.COMPLETE and t.value is not None:
             rate, state = t.value, "complete"

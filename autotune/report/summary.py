@@ -62,7 +62,7 @@ class Summary:
             stored.ceiling,
             stored.cpu_work_bound,
             stored.notes,
-            len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+            len(store.measured(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))),
             trial.params if trial else None,
             as_is_label=stored.as_is_winner,
             baseline_text=stored.baseline,

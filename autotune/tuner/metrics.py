@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
-from autotune.tuner.store import BASELINE, TrialKey
+from autotune.tuner.store import BASELINE, TrialKey, is_repeat
 
 # Finalists whose confirmed medians lie within this of the top are "the same speed": the
 # cheaper one (fewer buffered batches, fewer workers, less memory) wins among them.
@@ -64,10 +64,9 @@ def feasible(trial: FrozenTrial) -> bool:
 
 
 def feasible_complete(study: optuna.Study) -> list[FrozenTrial]:
-    """The complete trials that may be named best."""
-    return [
-        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if feasible(t)
-    ]
+    """The complete trials that may be named best (a repeat is its earlier trial's)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [t for t in complete if feasible(t) and not is_repeat(t)]
 
 
 def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:

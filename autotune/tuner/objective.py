@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import PipelineConfig
@@ -82,6 +83,10 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> float:
         config = self.session.space.suggest(trial)
+        if not isinstance(trial, optuna.trial.FixedTrial):
+            earlier = store.earlier_run(trial.study, config)
+            if earlier is not None:
+                return self._repeat(trial, config, earlier)
         head = self._head(trial, config)
         self._skip_if_it_would_not_fit(trial, config, head)
 
@@ -129,6 +134,21 @@ class Objective:
             best_so_far(trial, value),
         )
         return value
+
+    def _repeat(self, trial: optuna.Trial, config: PipelineConfig, earlier: FrozenTrial) -> float:
+        """A config measured before is not measured again: the trial takes the earlier
+        one's outcome (its value, or its pruning or failure), so the sampler learns the
+        same and the budget goes to a config not yet measured."""
+        store.record_repeat(trial, config, earlier)
+        head = f"{'':7} trial {trial.number:<3} {config.short():<38}"
+        said = f"{head} repeats trial {earlier.number}, not measured again"
+        if earlier.state == TrialState.COMPLETE and earlier.value is not None:
+            log.info("%s: %.1f samples/s", said, earlier.value)
+            return earlier.value
+        log.info("%s: %s", said, earlier.state.name.lower())
+        if earlier.state == TrialState.PRUNED:
+            raise optuna.TrialPruned(f"repeats trial {earlier.number}, pruned")
+        raise TrialFailed(f"repeats trial {earlier.number}, which failed")
 
     def _skip_if_it_would_not_fit(
         self, trial: optuna.Trial, config: PipelineConfig, head: str

@@ -36,6 +36,9 @@ def search(
     Hosts sharing the study start their trials one at a time (``NEXT_TRIAL``): each counts
     the trials started anywhere, queues the next step and asks for its trial under the
     lease, so the study gets ``study.n_trials`` trials between them, none twice.
+
+    A config TPE suggests again is not measured again (``Objective``): the repeat costs no
+    budget, and the next trial is the best's nearest unmeasured neighbour instead.
     """
     cfg = objective.session.config.study
     space = objective.session.space
@@ -48,8 +51,15 @@ def search(
         return None if deadline is None else deadline - time.monotonic()
 
     def queue_tpe() -> None:
+        if _waiting(study):
+            return
         finished = study.get_trials(deepcopy=False, states=store.FINISHED)
-        if both_ways and not _waiting(study) and as_is_is_due(finished, cfg.as_is_share):
+        if finished and store.is_repeat(finished[-1]) and _enqueue_instead_of_repeat(
+            study, space, as_is=both_ways and is_as_is(finished[-1].params)
+        ):
+            return
+        measured = [t for t in finished if not store.is_repeat(t)]
+        if both_ways and as_is_is_due(measured, cfg.as_is_share):
             ask_for_as_is(study)
 
     def queue_polish() -> None:
@@ -85,7 +95,8 @@ def _run_one(
     asked for under the lease, measured after it is released."""
     with leases.one_at_a_time(NEXT_TRIAL):
         storage.fail_lost(study)  # a dead host's trial counts, failed, never twice
-        if stop.is_set() or store.started_count(study) >= until:
+        n_trials = objective.session.config.study.n_trials
+        if stop.is_set() or store.spent(study, free_repeats=n_trials) >= until:
             return False
         queue()
 
@@ -107,6 +118,18 @@ def _run_one(
 def _waiting(study: optuna.Study) -> bool:
     """Whether a trial is already enqueued (a run stopped before it ran: it runs first)."""
     return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def _enqueue_instead_of_repeat(study: optuna.Study, space: SearchSpace, *, as_is: bool) -> bool:
+    """After TPE suggested a config it had measured, the next trial is the nearest unmeasured
+    neighbour of the best of that way: TPE is settling there, so the step it would take
+    next is taken for it (a repeat is not measured, but a sampler that keeps repeating
+    would otherwise spend the search on nothing). False where none is left."""
+    step = next_neighbour(study, space, as_is=as_is)
+    if step is None:
+        return False
+    study.enqueue_trial(step, user_attrs={store.TrialKey.ROLE: store.INSTEAD_OF_REPEAT})
+    return True
 
 
 def _enqueue_polish_step(study: optuna.Study, space: SearchSpace, both_ways: bool) -> None:

@@ -53,6 +53,9 @@ class TrialKey:
     FAILURE = "failure"  # {kind, message, hint}
     SKIPPED = "skipped"  # why it was not run (it would not fit in memory)
     CONSTRAINT = "constraint"  # > 0: over study.memory_budget_gb by this many GB
+    # the config of an earlier finished trial, suggested again: not measured twice, it
+    # takes that trial's outcome (its number here) and costs none of the budget
+    REPEAT_OF = "repeat_of"
 
 
 class StudyKey:
@@ -77,6 +80,7 @@ class StudyKey:
 
 BASELINE = "baseline"
 POLISH = "polish"
+INSTEAD_OF_REPEAT = "instead_of_repeat"  # a neighbour of the best, where TPE repeated itself
 # What a study's trials mean: 2 since the baseline is the pipeline as it is and every epoch's
 # start is measured. A study of another format resumes nothing: its figures are not these.
 STUDY_FORMAT = 2
@@ -127,6 +131,14 @@ def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOu
         trial.set_user_attr(key, value)
 
 
+def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: FrozenTrial) -> None:
+    trial.set_user_attr(TrialKey.CONFIG, config.short())
+    trial.set_user_attr(TrialKey.PIPELINE, config.to_dict())
+    trial.set_user_attr(TrialKey.REPEAT_OF, earlier.number)
+    if TrialKey.CONSTRAINT in earlier.user_attrs:  # the sampler weighs it as it did the first
+        trial.set_user_attr(TrialKey.CONSTRAINT, earlier.user_attrs[TrialKey.CONSTRAINT])
+
+
 def record_skipped(trial: optuna.Trial, config: PipelineConfig, reason: str) -> None:
     trial.set_user_attr(TrialKey.CONFIG, config.short())
     trial.set_user_attr(TrialKey.SKIPPED, reason)
@@ -163,13 +175,36 @@ def is_skipped(trial: FrozenTrial) -> bool:
     return TrialKey.SKIPPED in trial.user_attrs
 
 
-def started_count(study: optuna.Study) -> int:
-    """Trials started on any host: running or finished (the study's budget counts these)."""
-    return len(study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING)))
+def is_repeat(trial: FrozenTrial) -> bool:
+    return TrialKey.REPEAT_OF in trial.user_attrs
+
+
+def measured(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that took a measurement of their own (all but the repeats)."""
+    return [t for t in trials if not is_repeat(t)]
+
+
+def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | None:
+    """The finished trial that already ran ``config`` (on any host), if one did."""
+    wanted = config.to_dict()
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        if not is_repeat(t) and t.user_attrs.get(TrialKey.PIPELINE) == wanted:
+            return t
+    return None
+
+
+def spent(study: optuna.Study, *, free_repeats: int) -> int:
+    """The budget the trials started on any host (running or finished) have spent: a repeat
+    costs nothing while there have been no more than ``free_repeats`` of them (a sampler
+    that suggests only what it has measured must still come to an end)."""
+    started = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+    repeats = sum(is_repeat(t) for t in started)
+    return len(started) - repeats + max(0, repeats - free_repeats)
 
 
 def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    """The finished trials that took a measurement (repeats took none)."""
+    return sum(not is_repeat(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def best_value(study: optuna.Study) -> float | None:

@@ -261,14 +261,17 @@ def _result(
 
 
 def _counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
-    return dict(Counter(t.state.name.lower() for t in trials if t.state.is_finished()))
+    own = store.measured(trials)
+    counts = Counter(t.state.name.lower() for t in own if t.state.is_finished())
+    repeated = sum(t.state.is_finished() for t in trials) - counts.total()
+    return {**counts, "repeated": repeated} if repeated else dict(counts)
 
 
 def _failures(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     return dict(
         Counter(
             store.failure_kind(t)
-            for t in trials
+            for t in store.measured(trials)
             if t.state == TrialState.FAIL and store.has_failure(t)
         )
     )

@@ -111,6 +111,25 @@ def test_a_failed_measurement_raises_and_records_its_reason(cfg, facts, source):
     assert "num_workers=0" in trial.user_attrs["failure"]["hint"]
 
 
+def test_a_config_that_failed_is_not_run_again_and_fails_the_same(cfg, facts, source):
+    runs = []
+    failing = fake_run(failure=Failure("timeout", "no result after 120 s"))
+
+    def run(job, **kwargs):
+        runs.append(job.pipeline.short())
+        return failing(job, **kwargs)
+
+    study = optuna.create_study(direction="maximize")
+    measure = objective(cfg, facts, source, run)
+    for _ in range(2):
+        study.enqueue_trial(WORKERS)
+        study.optimize(measure, n_trials=1, catch=(TrialFailed,))
+    first, again = study.trials
+    assert len(runs) == 1 and first.user_attrs["failure"]["kind"] == "timeout"
+    assert again.state == optuna.trial.TrialState.FAIL
+    assert again.user_attrs["repeat_of"] == 0 and "failure" not in again.user_attrs
+
+
 def test_precheck_counts_every_rank_s_loader(facts):
     config = PipelineConfig(batch_size=64, num_workers=2, prefetch_factor=4)
     in_flight = 2 * 4 * 64 * 3 * 224 * 224  # one loader's batches in flight

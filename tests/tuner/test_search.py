@@ -139,7 +139,7 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
     )
     study = storage.open_study(session.config.study, session.fingerprint)
     search(study, Objective(session, run=_fake_run), threading.Event(), _leases(session))
-    trials = study.get_trials()
+    trials = store.measured(study.get_trials())  # a repeat took no measurement
     assert len(trials) == 16
     searched = [t for t in trials if store.role_of(t) != store.POLISH]
     assert sum(is_as_is(t.params) for t in searched) >= 0.3 * len(searched) - 1
@@ -204,3 +204,42 @@ def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a
     polished = [tuple(sorted(t.params.items())) for t in polish]
     assert len(set(polished)) == len(polished)
     assert len({t.user_attrs["host"] for t in trials}) == 3
+
+
+def test_a_config_suggested_again_is_not_measured_again_and_the_search_still_ends(
+    tmp_path,
+) -> None:
+    """A space of 6 configs and a budget of 10: TPE must come back to configs it has
+    measured. Each config is measured once; a repeat takes the earlier outcome and is
+    followed by an unmeasured neighbour, and the search ends once its free repeats are
+    spent."""
+    runs: list[str] = []
+
+    def counting_run(job, *, timeout_s, should_prune=lambda i, v: False):
+        runs.append(job.pipeline.short())
+        return _fake_run(job, timeout_s=timeout_s, should_prune=should_prune)
+
+    session = make_session(
+        [
+            "study.n_trials=10",
+            "study.n_startup_trials=3",
+            f"study.storage=sqlite:///{tmp_path}/s.db",
+            "study.name=repeats",
+            "study.epoch_aware=false",
+            "search_space=benchmark_storage",
+            "search_space.knobs.num_workers.choices=[0,1]",
+            "search_space.knobs.decoder.choices=[as_is,pil,torchvision]",
+        ]
+    )
+    assert len(session.space.grid()) == 6
+    study = storage.open_study(session.config.study, session.fingerprint)
+    search(study, Objective(session, run=counting_run), threading.Event(), _leases(session))
+    assert sorted(runs) == sorted(set(runs)) and len(runs) == 6  # each config once
+    trials = study.get_trials()
+    repeats = [t for t in trials if store.is_repeat(t)]
+    assert repeats and len(trials) <= 10 + 10  # free repeats: at most the budget's count
+    for t in repeats:
+        earlier = study.trials[t.user_attrs[store.TrialKey.REPEAT_OF]]
+        assert t.user_attrs["config"] == earlier.user_attrs["config"]
+        assert t.value == earlier.value
+    assert store.finished_count(study) == 6
