@@ -87,16 +87,22 @@ def _seconds_per_run(study: optuna.Study, winner: Confirmed) -> float | None:
 
 def _within_budget(
     session: Session, study: optuna.Study, planned: list[Variant], winner: Confirmed
-) -> tuple[list[Variant], list[Variant]] | None:
+) -> tuple[list[Variant], list[Variant], float] | None:
     """The planned variants that ``study.ablation_budget`` of the search's time allows (at
-    ``_seconds_per_run`` a run, the winner in every round too), and the rest; None where
-    nothing says what a run costs, or the budget is 0."""
+    ``_seconds_per_run`` a run, the winner in every round too), the rest, and the seconds
+    allowed; None where nothing says what a run costs, or the budget is 0.
+
+    The winner without its prepared copy is measured whatever the budget: what the copy
+    buys, and after how many epochs it pays for itself, is the report's to say."""
     cfg = session.config.study
     per_run = _seconds_per_run(study, winner)
     if per_run is None or cfg.ablation_budget <= 0:
         return None
     spent_on_search, rounds = search_seconds(study), cfg.ablation_rounds
-    fits = max(0, int(cfg.ablation_budget * spent_on_search // (rounds * per_run)) - 1)
+    allowed = cfg.ablation_budget * spent_on_search
+    fits = max(0, int(allowed // (rounds * per_run)) - 1)
+    if fits == 0 and planned and planned[0].knob == "cache":
+        fits, allowed = 1, max(allowed, 1.5 * 2 * rounds * per_run)  # with some slack
     if fits < len(planned):
         log.info(
             "what each setting is worth: %d of %d variants fit in study.ablation_budget "
@@ -108,7 +114,7 @@ def _within_budget(
             per_run,
             rounds,
         )
-    return planned[:fits], planned[fits:]
+    return planned[:fits], planned[fits:], allowed
 
 
 def _row(variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confirmed) -> dict:
@@ -148,7 +154,7 @@ def ablate(
     split = _within_budget(session, study, planned, winner) if planned else None
     if split is None:
         return None
-    measured, left_out = split
+    measured, left_out, allowed_s = split
     spent_on_search = round(search_seconds(study), 1)
     labels = tuple(v.label for v in left_out)
     if not measured:
@@ -167,7 +173,7 @@ def ablate(
         ran.add(job.pipeline)
         return run(job, **kwargs)
 
-    deadline = started + cfg.ablation_budget * spent_on_search  # the estimate, enforced
+    deadline = started + allowed_s  # the estimate, enforced
     rounds = {"rounds": cfg.ablation_rounds, "stage": "worth", "deadline": deadline}
     rows = confirm(session, picked, run=run_and_note, **rounds)
     confirmed = {c.label: c for c in rows}

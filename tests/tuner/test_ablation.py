@@ -191,3 +191,27 @@ def test_a_prepared_copy_is_said_with_its_cost_and_its_break_even():
     assert prepared_copy_note(
         dataclasses.replace(table, rows=(level,)), winner, 60.0, 90
     ).endswith("no slower: it never pays")
+
+
+def test_the_winner_without_its_prepared_copy_is_measured_whatever_the_budget():
+    """The budget allows no variant; a prepared copy's break-even is still the report's to
+    say, so the winner without its copy is measured beside it."""
+    session = make_session(["study.epoch_aware=false", "study.ablation_budget=0.01"])
+    cached = dataclasses.replace(WINNER_CONFIG, decoder="pil", cache="decoded")
+    planned = variants(cached, BASELINE, tuned=[*TUNED, "cache"], decoders_ranked=DECODERS[1:])
+    assert planned[0].label == "cache=none"
+    order: list[str] = []
+
+    def run(job, *, timeout_s):
+        label = "cache=none" if job.pipeline.cache == "none" else WINNER
+        order.append(label)
+        rate = 250.0 if label == "cache=none" else 500.0
+        m = Measurement(rate, (rate * 0.99, rate, rate * 1.01), 0.1, 0.01, 4, 12)
+        return TrialOutcome("ok", measurement=m)
+
+    winner = Confirmed("trial 7", 7, cached, (500.0,))
+    ablation = ablate(session, _study([10.0] * 4), winner, BASELINE, run=run)
+    assert ablation is not None and [r["label"] for r in ablation.rows] == ["cache=none"]
+    assert order == [WINNER, "cache=none"] * session.config.study.ablation_rounds
+    assert ablation.rows[0]["effect"] == "the winner's cache is worth 2.00x"
+    assert "cache=none" not in ablation.left_out and ablation.left_out
