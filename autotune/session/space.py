@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -115,10 +115,13 @@ class SearchSpace:
 
     def suggest(self, trial: optuna.Trial) -> PipelineConfig:
         """The trial's point of the space as a ``PipelineConfig``."""
+        return self._config(lambda knob: knob.suggest(trial))
+
+    def _config(self, value_of: Callable[[Knob], Any]) -> PipelineConfig:
         values: dict[str, Any] = dict(self.defaults)
         for knob in self.knobs:
             if applies(knob, values):
-                values[knob.name] = knob.suggest(trial)
+                values[knob.name] = value_of(knob)
             else:
                 values[knob.name] = INACTIVE[knob.name]
         return PipelineConfig(**values)
@@ -162,8 +165,9 @@ class SearchSpace:
                     grown += [{**point, knob.name: value} for value in knob.values()]
             points = grown
         configs = {}  # the first point of each config, in order
-        for point in points:
-            configs.setdefault(self.suggest(optuna.trial.FixedTrial(point)), point)
+        for point in points:  # (what suggest makes of the point, without a trial's checks)
+            config = self._config(lambda knob: point.get(knob.name, knob.value))
+            configs.setdefault(config, point)
         return list(configs.values())
 
     def choices(self, name: str) -> list[Any]:

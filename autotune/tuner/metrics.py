@@ -112,7 +112,9 @@ class Confirmed:
     def iqr(self) -> tuple[float, float]:
         if len(self.sub_windows) < 2:
             return (self.median, self.median)
-        q = statistics.quantiles(self.sub_windows, n=4)
+        # inclusive: quartiles inside the measured range (with few spans, the exclusive
+        # method reaches past the slowest and fastest, calling ties what was measured apart)
+        q = statistics.quantiles(self.sub_windows, n=4, method="inclusive")
         return (self._project(q[0]), self._project(q[2]))
 
     def to_dict(self) -> dict[str, object]:

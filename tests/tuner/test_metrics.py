@@ -72,6 +72,12 @@ def test_overlapping_intervals_are_ties_not_ranks():
     assert ties(apart) == {"x": "1", "y": "2"}
 
 
+def test_the_interquartile_range_stays_inside_what_was_measured():
+    two = _confirmed("trial 1", 2, (100.0, 110.0))
+    assert 100.0 <= two.iqr[0] <= two.iqr[1] <= 110.0
+    assert two.iqr == pytest.approx((102.5, 107.5))
+
+
 def _as_is(label: str, workers: int, rates: tuple[float, ...]) -> Confirmed:
     config = PipelineConfig(
         num_workers=workers, prefetch_factor=2 if workers else None, decoder="as_is"
