@@ -23,7 +23,12 @@ def to_markdown(d: Diagnosis, slowest: int = 10) -> str:
         f"**Verdict.** {verdict(d)}",
         "",
         f"Pipeline `{d.pipeline.short()}` on {d.device}, model `{d.model}`, {d.images} images, "
-        f"{d.usable_cpus} usable CPUs.",
+        f"{d.usable_cpus} usable CPUs."
+        + (
+            f" It reads its {d.pipeline.cache} copy: the stages below are the copy's."
+            if d.pipeline.cache != "none"
+            else ""
+        ),
     ]
     lines += ["", *rate_lines(d)]
     lines += ["", *stage_lines(d)]

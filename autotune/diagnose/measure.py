@@ -27,6 +27,7 @@ from autotune.diagnose.verdict import Diagnosis
 from autotune.errors import UsageError
 from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.prepared import DecodedPixels, PreparedCopy
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import load_pipeline_config
@@ -118,11 +119,13 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
     choices = {k.name: k.values() for k in session.space.knobs}
     recipe = recipes.from_config(config.recipe)
     trials = _Trials(run)
-    dataset_bytes = page_cache.total_bytes(source.paths)
+    copy = session.prepared_copy(pipeline)  # a pipeline with a prepared copy reads only it
+    paths = copy.paths if copy is not None else list(source.paths)
+    dataset_bytes = page_cache.total_bytes(paths)
     fits = dataset_bytes <= CACHE_SHARE * session.facts.memory_available_bytes
     if fits:
-        page_cache.warm(source.paths)  # the steady state of a dataset that fits in memory
-    profile, decoder_profiles = _profile(session, recipe, pipeline, choices)
+        page_cache.warm(paths)  # the steady state of a dataset that fits in memory
+    profile, decoder_profiles = _profile(session, recipe, pipeline, choices, copy)
     # the tuner's ceiling, kept whole: its CPU time is the step's with the better of one
     # torch thread and all CPUs
     ceiling = session.measure_ceiling(run=run, failures=trials.failures)
@@ -131,16 +134,18 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
     # the CPU-work bound is above the loader's rate: the window it sizes is long enough
     rate = profile.cpu_work_bound(session.facts.usable_cpus)
     storage = measure_storage(
-        alone, pipeline, rate, trials, dataset_bytes=dataset_bytes, fits=fits
+        alone, pipeline, rate, trials, dataset_bytes=dataset_bytes, fits=fits, paths=paths
     )
     loader_only, serial, serial_config = _loader_alone(alone, pipeline, storage, trials)
-    files_or_shards = (
-        files_vs_shards.measure(
-            alone, pipeline, rate, trials, Path(config.studies_dir) / ".diagnose-shards"
+    if copy is not None:
+        files_or_shards = FilesVsShards(
+            note=f"not compared: the pipeline reads its {copy.kind} copy"
         )
-        if config.diagnose.shards
-        else FilesVsShards(note="not compared (diagnose.shards=false)")
-    )
+    elif config.diagnose.shards:
+        shards_dir = Path(config.studies_dir) / ".diagnose-shards"
+        files_or_shards = files_vs_shards.measure(alone, pipeline, rate, trials, shards_dir)
+    else:
+        files_or_shards = FilesVsShards(note="not compared (diagnose.shards=false)")
     return Diagnosis(
         name=config.study.name,
         pipeline=pipeline,
@@ -153,7 +158,7 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
         loader_only=loader_only,
         serial=serial,
         profile=profile,
-        copy=time_copy(config, source, recipe, serial_config, session.device),
+        copy=time_copy(config, source, recipe, serial_config, session.device, prepared=copy),
         decoders=decoder_profiles,
         storage=storage,
         shards=files_or_shards,
@@ -183,11 +188,17 @@ def _loader_alone(
 
 
 def _profile(
-    session: Session, recipe: Recipe, pipeline: PipelineConfig, choices: dict[str, list[Any]]
+    session: Session,
+    recipe: Recipe,
+    pipeline: PipelineConfig,
+    choices: dict[str, list[Any]],
+    copy: PreparedCopy | None,
 ) -> tuple[StageProfile, dict[str, StageProfile]]:
     """The stages of the pipeline's decoder on ``diagnose.samples`` samples, and of every
-    decoder of the space on the same ``diagnose.decoder_samples``."""
-    config, source = session.config, session.source
+    decoder of the space on the same ``diagnose.decoder_samples``: of what the pipeline
+    reads (its prepared copy, where it has one: a decoded copy decodes nothing)."""
+    config = session.config
+    source = copy.data() if copy is not None else session.source
     profiled = _cpu_decoder(pipeline.decoder)
     log.info(
         "diagnose: timing each stage on %d samples", min(len(source), config.diagnose.samples)
@@ -195,6 +206,8 @@ def _profile(
     profile = profile_stages(
         source, recipe, profiled, config.diagnose.samples, pipeline.batch_size, config.seed
     )
+    if isinstance(source, DecodedPixels):
+        return profile, {}
     compared = pick(len(source), config.diagnose.decoder_samples, config.seed + 1)
     names = [n for n in choices.get("decoder", []) if n == _cpu_decoder(n)]
     return profile, {
@@ -216,9 +229,12 @@ def time_copy(
     recipe: Recipe,
     serial: PipelineConfig,
     device: str,
+    *,
+    prepared: PreparedCopy | None = None,
 ) -> StageTime:
     """The copy to the device (and the normalization), timed here on one batch with one
-    thread, as in the serial loader run the stages are checked against."""
+    thread, as in the serial loader run the stages are checked against (reading
+    ``prepared``, the copy ``serial.cache`` names)."""
     torch_device = torch.device(device)
     if getattr(decoders.DECODERS.get(serial.decoder), "replaces_loader", False):  # DALI
         serial = dataclasses.replace(serial, decoder="pil")
@@ -230,7 +246,13 @@ def time_copy(
         generator=torch.Generator().manual_seed(config.seed),
     )
     tuned = loader.build(
-        source, serial, recipe=recipe, device=torch_device, seed=config.seed, sampler=draws
+        source,
+        serial,
+        recipe=recipe,
+        device=torch_device,
+        seed=config.seed,
+        sampler=draws,
+        prepared=prepared,
     )
     sync = torch.cuda.synchronize if torch_device.type == "cuda" else (lambda: None)
     with threads(1):

@@ -134,11 +134,12 @@ def measure_storage(
     *,
     dataset_bytes: int,
     fits: bool,
+    paths: list[str],
 ) -> Storage:
     """The loader alone (``alone``: the session with no model) from storage, then from the
-    page cache, over the same window and the same files, in ``STORAGE_ROUNDS`` interleaved
-    rounds. ``rate`` sizes the window: a rate above the loader's is safe."""
-    paths = list(alone.source.paths)
+    page cache, over the same window and the same files (``paths``: what the loader reads,
+    the dataset's or its prepared copy's), in ``STORAGE_ROUNDS`` interleaved rounds.
+    ``rate`` sizes the window: a rate above the loader's is safe."""
     facts: dict[str, Any] = {"dataset_bytes": dataset_bytes, "fits_in_cache": fits}
     if not page_cache.evict(paths):
         return Storage(**facts, note="posix_fadvise is not available here: storage not compared")

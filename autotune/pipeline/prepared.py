@@ -60,6 +60,13 @@ class PreparedCopy:
     files: tuple[str, ...]
     source: Source
 
+    @property
+    def paths(self) -> list[str]:
+        """The files a reader of the copy reads (for the page cache: evicted, warmed)."""
+        if self.kind == "resized":
+            return [str(self.folder / name) for name in self.files]
+        return [str(self.folder / PIXELS)]
+
     def data(self) -> Source | DecodedPixels:
         """What the workers read: a Source of the resized files, or the decoded pixels."""
         if self.kind == "resized":

@@ -15,29 +15,26 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import functools
-import io
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import default_collate
-from torchvision.transforms import v2
 
-from autotune.pipeline import decoders
-from autotune.pipeline.config import AS_IS
-from autotune.pipeline.recipes import Recipe, largest_reduction
+from autotune.pipeline.prepared import DecodedPixels
+from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
+from autotune.runtime.sample_stages import (
+    LOADER_STAGES,
+    SampleStages,
+    StageClock,
+    sample_stages,
+)
 from autotune.runtime.threads import threads
 
-LOADER_STAGES = ("read", "decode", "augment", "collate")
 UNREADABLE = (OSError, ValueError, RuntimeError)  # what the loader skips a file for
-# one sample's decode and augment, each charged to its stage: (image, width, height)
-SampleStages = Callable[[bytes, "StageClock"], tuple[torch.Tensor, int, int]]
 
 
 @dataclass(frozen=True)
@@ -111,77 +108,6 @@ class StageProfile:
         return sorted(self.samples, key=lambda s: s.load_s, reverse=True)[:k]
 
 
-class StageClock:
-    """Adds the CPU and wall seconds since the last ``lap`` (or ``reset``) to a stage."""
-
-    def __init__(self) -> None:
-        self.cpu: dict[str, float] = dict.fromkeys(LOADER_STAGES, 0.0)
-        self.wall: dict[str, float] = dict.fromkeys(LOADER_STAGES, 0.0)
-        self.reset()
-
-    def reset(self) -> None:
-        self._cpu, self._wall = time.thread_time(), time.perf_counter()
-
-    def add(self, other: StageClock) -> None:
-        """Adds the stage times ``other`` has charged."""
-        for stage in LOADER_STAGES:
-            self.cpu[stage] += other.cpu[stage]
-            self.wall[stage] += other.wall[stage]
-
-    def lap(self, stage: str) -> float:
-        """Charges the time since the last lap to ``stage``; returns its wall seconds."""
-        cpu, wall = time.thread_time(), time.perf_counter()
-        spent = wall - self._wall
-        self.cpu[stage] += cpu - self._cpu
-        self.wall[stage] += spent
-        self._cpu, self._wall = cpu, wall
-        return spent
-
-
-def decode_and_augment(
-    recipe: Recipe, decoder: decoders.Decoder, data: bytes, clock: StageClock
-) -> tuple[torch.Tensor, int, int]:
-    """``recipe(data, decoder)``, piece by piece, each charged to its stage.
-
-    The header probe and the decode (with its DCT reduction and EXIF orientation) are
-    decode; drawing the random plan and applying it are augment. Returns the image and the
-    full size (width, height).
-    """
-    width, height, orientation = decoders.probe(data)
-    clock.lap("decode")
-    plan = recipe.plan(width, height)
-    clock.lap("augment")
-    reduce = largest_reduction(plan.region, plan.needed) if decoder.can_reduce else 1
-    image = decoder.decode(data, reduce=reduce)
-    if not decoder.applies_orientation:
-        image = decoders.orient(image, orientation)
-    clock.lap("decode")
-    out = recipe.apply(image, plan, scale=(image.shape[-2] / height, image.shape[-1] / width))
-    clock.lap("augment")
-    return out, width, height
-
-
-def tutorial_decode_and_augment(
-    transform: v2.Compose, data: bytes, clock: StageClock
-) -> tuple[torch.Tensor, int, int]:
-    """The tutorial's sample: decoded as ImageFolder's PIL loader does (no EXIF orientation),
-    then the recipe's transforms.v2 (crop, flip, to tensor, normalize) as augment."""
-    with Image.open(io.BytesIO(data)) as opened:
-        image = opened.convert("RGB")
-    clock.lap("decode")
-    out = transform(image)
-    clock.lap("augment")
-    return out, image.width, image.height
-
-
-def sample_stages(recipe: Recipe, decoder_name: str) -> SampleStages:
-    """How one sample is decoded and augmented: the tuner's decoder and recipe, or the
-    user's pipeline as it is (``AS_IS``)."""
-    if decoder_name == AS_IS:
-        return functools.partial(tutorial_decode_and_augment, recipe.tutorial_transform())
-    return functools.partial(decode_and_augment, recipe, decoders.get(decoder_name))
-
-
 def pick(n_items: int, n_samples: int, seed: int) -> list[int]:
     """``n_samples`` indices of ``range(n_items)`` drawn without replacement (all of them, in
     order, when there are not more)."""
@@ -191,7 +117,7 @@ def pick(n_items: int, n_samples: int, seed: int) -> list[int]:
 
 
 def profile_stages(
-    source: Source,
+    source: Source | DecodedPixels,
     recipe: Recipe,
     decoder_name: str,
     n_samples: int = 64,
@@ -204,7 +130,8 @@ def profile_stages(
     """Times read, decode, augment and collate per sample, single-threaded like a worker.
 
     Args:
-        source: the samples.
+        source: the samples: image files (a dataset, or its resized copy) or a decoded
+            copy's pixels (read is then the mapped view, decode nothing).
         recipe: the augmentation (its random draws are seeded with ``seed``; torch's global
             random state is left as it was).
         decoder_name: a CPU decoder of ``decoders.DECODERS``, or ``as_is`` (the tutorial's).
@@ -222,7 +149,7 @@ def profile_stages(
     chosen = list(indices) if indices is not None else pick(len(source), n_samples, seed)
     if not chosen:
         raise ValueError("no samples to profile")
-    sample = sample_stages(recipe, decoder_name)
+    sample = sample_stages(recipe, decoder_name, decoded=isinstance(source, DecodedPixels))
     with threads(1), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for index in chosen[:warmup]:
@@ -240,7 +167,7 @@ def profile_stages(
 
 
 def _time_samples(
-    source: Source,
+    source: Source | DecodedPixels,
     sample: SampleStages,
     indices: Sequence[int],
     batch_size: int,
@@ -265,7 +192,7 @@ def _time_samples(
         samples.append(
             SampleTime(
                 path=source.paths[index],
-                size_bytes=len(data),
+                size_bytes=data.nbytes if isinstance(data, torch.Tensor) else len(data),
                 width=width,
                 height=height,
                 read_s=clock.wall["read"],

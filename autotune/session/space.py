@@ -166,7 +166,7 @@ class SearchSpace:
             points = grown
         configs = {}  # the first point of each config, in order
         for point in points:  # (what suggest makes of the point, without a trial's checks)
-            config = self._config(lambda knob: point.get(knob.name, knob.value))
+            config = self._config(lambda knob, p=point: p.get(knob.name, knob.value))
             configs.setdefault(config, point)
         return list(configs.values())
 

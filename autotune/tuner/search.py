@@ -54,8 +54,12 @@ def search(
         if _waiting(study):
             return
         finished = study.get_trials(deepcopy=False, states=store.FINISHED)
-        if finished and store.is_repeat(finished[-1]) and _enqueue_instead_of_repeat(
-            study, space, as_is=both_ways and is_as_is(finished[-1].params)
+        if (
+            finished
+            and store.is_repeat(finished[-1])
+            and _enqueue_instead_of_repeat(
+                study, space, as_is=both_ways and is_as_is(finished[-1].params)
+            )
         ):
             return
         measured = [t for t in finished if not store.is_repeat(t)]

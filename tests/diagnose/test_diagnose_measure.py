@@ -21,6 +21,7 @@ from autotune import machine
 from autotune.app import cli
 from autotune.diagnose import measure as diagnose
 from autotune.diagnose import page_cache
+from autotune.diagnose.markdown import to_markdown
 from autotune.errors import UsageError
 from autotune.pipeline import recipes
 from autotune.pipeline.config import PipelineConfig
@@ -184,6 +185,20 @@ def test_each_run_once_and_what_failed_is_kept(source: Source) -> None:
     again = _FakeRuns()
     diagnose.diagnose(session, pipeline, run=again)
     assert [again.name(j) for j in again.jobs] == ["full", "loader", "serial"]
+
+
+def test_a_pipeline_with_a_decoded_copy_is_diagnosed_on_its_copy(source, tmp_path) -> None:
+    """What the loader reads is the copy: no decode in its stages, no decoders to compare,
+    no loose files against shards; the copy to the device is timed on the copy too."""
+    session = _session(source, batch_size=8)
+    session = session.with_config(dataclasses.replace(session.config, studies_dir=str(tmp_path)))
+    pipeline = PipelineConfig(batch_size=8, num_workers=1, prefetch_factor=2, cache="decoded")
+    d = diagnose.diagnose(session, pipeline, run=_FakeRuns())
+    assert d.profile.stages["decode"].cpu_s == 0 and d.profile.stages["augment"].cpu_s > 0
+    assert d.decoders == {} and d.copy.cpu_s > 0
+    assert d.shards.note == "not compared: the pipeline reads its decoded copy"
+    assert list((tmp_path / "prepared").glob("decoded-*/pixels.u8"))
+    assert "It reads its decoded copy: the stages below are the copy's." in to_markdown(d, 3)
 
 
 def test_the_page_cache_runs_stand_for_the_loader_alone(source: Source) -> None:

@@ -80,7 +80,9 @@ def test_storage_runs_interleaved_rounds_of_the_same_window(source: Source) -> N
         pytest.skip("this file system keeps evicted pages")
     alone, pipeline = _alone(source), PipelineConfig(batch_size=4)
     runs = _Recorder(100.0, 300.0, 110.0, 290.0)
-    s = measure_storage(alone, pipeline, 1e4, runs, dataset_bytes=123, fits=True)
+    s = measure_storage(
+        alone, pipeline, 1e4, runs, dataset_bytes=123, fits=True, paths=list(source.paths)
+    )
     assert [m.samples_per_s for m in s.cold] == [100.0, 110.0]
     assert [m.samples_per_s for m in s.warm] == [300.0, 290.0]
     assert s.io_bound is True and s.fits_in_cache and s.dataset_bytes == 123
@@ -104,7 +106,13 @@ def test_a_failed_run_ends_the_rounds(source: Source) -> None:
         pytest.skip("this file system keeps evicted pages")
     runs = _Recorder(100.0, None)
     s = measure_storage(
-        _alone(source), PipelineConfig(batch_size=4), 1e4, runs, dataset_bytes=1, fits=False
+        _alone(source),
+        PipelineConfig(batch_size=4),
+        1e4,
+        runs,
+        dataset_bytes=1,
+        fits=False,
+        paths=list(source.paths),
     )
     assert s.cold == s.warm == () and s.io_bound is None
     assert len(runs.calls) == 2
@@ -115,6 +123,14 @@ def test_too_few_files_for_a_window_are_not_run(source: Source) -> None:
         pytest.skip("this file system keeps evicted pages")
     runs = _Recorder()
     big_batches = PipelineConfig(batch_size=16)  # 3 batches in a pass: no room after warm-up
-    s = measure_storage(_alone(source), big_batches, 1e4, runs, dataset_bytes=1, fits=True)
+    s = measure_storage(
+        _alone(source),
+        big_batches,
+        1e4,
+        runs,
+        dataset_bytes=1,
+        fits=True,
+        paths=list(source.paths),
+    )
     assert runs.calls == [] and s.cold == ()
     assert s.note.startswith("48 files are too few for a timed window inside one pass")

@@ -16,12 +16,13 @@ import torch
 from PIL import Image
 
 from autotune.diagnose.markdown import tail_lines
-from autotune.pipeline import decoders, loader, recipes
+from autotune.pipeline import loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, scan_imagefolder, synthetic
 from autotune.runtime.copy_profile import profile_copy
 from autotune.runtime.job import TrialJob
-from autotune.runtime.stages import LOADER_STAGES, StageClock, decode_and_augment, profile_stages
+from autotune.runtime.sample_stages import LOADER_STAGES
+from autotune.runtime.stages import profile_stages
 from autotune.runtime.threads import threads
 from autotune.runtime.trial import run_trial
 from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
@@ -98,25 +99,6 @@ def test_stages_add_up_to_the_serial_loader(small_source: Source) -> None:
     # the band has teeth: without its largest stage the sum falls out of it
     largest = max(profile.stages[s].cpu_s for s in LOADER_STAGES)
     assert (summed - largest) / measured < LOW
-
-
-@pytest.mark.parametrize("decoder", ["pil", "pil_reduced", "opencv"])
-def test_instrumented_stages_give_what_the_recipe_gives(
-    small_source: Source, decoder: str
-) -> None:
-    """The profile times the recipe's own pieces: same pixels as ``recipe(data, decoder)``."""
-    recipe = recipes.from_config(RecipeConfig(crop_size=64, scale=[0.05, 0.2]))
-    dec = decoders.get(decoder)
-    for index in range(4):
-        data = small_source.read(index)
-        torch.manual_seed(index)
-        expected = recipe(data, dec)
-        torch.manual_seed(index)
-        clock = StageClock()
-        got, width, height = decode_and_augment(recipe, dec, data, clock)
-        assert torch.equal(got, expected)
-        assert (width, height) == decoders.probe(data)[:2]
-        assert clock.wall["decode"] > 0 and clock.wall["augment"] > 0
 
 
 def test_profile_leaves_torch_as_it_was(small_source: Source) -> None:
