@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from autotune.diagnose.files_vs_shards import FASTER, FilesVsShards
 from autotune.diagnose.storage import IO_MARGIN, Storage
-from autotune.diagnose.verdict import Diagnosis, fmt_rate, fmt_size, verdict
+from autotune.diagnose.verdict import READ_WAIT, Diagnosis, fmt_rate, fmt_size, readers, verdict
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import StageProfile
 
@@ -64,6 +64,13 @@ def rate_lines(d: Diagnosis) -> list[str]:
         f"| CPU-work bound: {d.usable_cpus} CPUs / {_ms(d.profile.cpu_s(d.worker_stages))} ms "
         f"of loader CPU per sample | {fmt_rate(d.cpu_work_bound)} | {mark} |"
     )
+    if d.read_wait_bound is not None:
+        mark = BINDS if limit == READ_WAIT else ""
+        lines.append(
+            f"| {READ_WAIT}: {readers(d.pipeline)} / {_ms(d.profile.wall_s(d.worker_stages))} ms "
+            "a sample "
+            f"in hand | {fmt_rate(d.read_wait_bound)} | {mark} |"
+        )
     if d.shared_cpu_bound is not None:
         lines.append(
             f"| loader and step sharing the {d.usable_cpus} CPUs (CPU device) | "

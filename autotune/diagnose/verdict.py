@@ -25,6 +25,9 @@ CHEAPER = 0.9  # another decoder is suggested when it needs under this share of 
 BUSY = 1.1  # a rate this much above one that bounds it: the machine was busy
 
 
+READ_WAIT = "waiting reads"  # the binding limit where each reading process waits on storage
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """Everything ``mode=diagnose`` measured, and what follows from it."""
@@ -85,11 +88,24 @@ class Diagnosis:
         return self.usable_cpus / cpu if cpu > 0 else math.inf
 
     @property
+    def read_wait_bound(self) -> float | None:
+        """Where reads wait on storage: each worker (or the main process, without workers)
+        has one sample in hand at a time, so the loader gives at most its reading processes
+        over a sample's wall time, however idle the CPUs. None where reads do not wait."""
+        wall = self.profile.wall_s(self.worker_stages)
+        if not self.storage_bound or wall <= 0:
+            return None
+        return max(1, self.pipeline.num_workers) / wall
+
+    @property
     def binding(self) -> tuple[str, float]:
-        """The lower of the compute ceiling and the CPU-work bound: the physical limit."""
+        """The lowest of the compute ceiling, the CPU-work bound and, where reads wait, the
+        reading processes' bound: the limit this pipeline meets."""
         limits = [("CPU-work bound", self.cpu_work_bound)]
         if self.ceiling is not None:
             limits.append(("ceiling", self.ceiling.samples_per_s))
+        if self.read_wait_bound is not None:
+            limits.append((READ_WAIT, self.read_wait_bound))
         return min(limits, key=lambda item: item[1])
 
     @property
@@ -198,6 +214,12 @@ def _reads(d: Diagnosis) -> str:
     )
 
 
+def readers(pipeline: PipelineConfig) -> str:
+    """The processes that read samples, in words."""
+    n = pipeline.num_workers
+    return f"{n} worker{'s' if n > 1 else ''}" if n else "the main process"
+
+
 def verdict(d: Diagnosis) -> str:
     """One or two sentences with the numbers: what binds, and what to try."""
     limit, value = d.binding
@@ -239,9 +261,15 @@ def verdict(d: Diagnosis) -> str:
         if d.shards.shards_pay
         else ""
     )
+    binds = (
+        f"waiting reads bind: {readers(d.pipeline)}, each with one sample in hand, give at most "
+        f"{fmt_rate(value)} samples/s"
+        if limit == READ_WAIT
+        else f"{limit} binds"
+    )
     first = (
         f"{head}; {_reads(d)}{sharded}; {stage} is {share:.0%} of per-sample CPU time; "
-        f"{versus} ({limit} binds)"
+        f"{versus} ({binds})"
     )
     shared = d.shared_cpu_bound
     if shared is not None and shared < value:

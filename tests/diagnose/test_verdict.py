@@ -6,6 +6,7 @@ import pytest
 from fake_diagnosis import MS, diagnosis, measured, stage_profile
 
 from autotune.diagnose.files_vs_shards import FilesVsShards
+from autotune.diagnose.markdown import to_markdown
 from autotune.diagnose.storage import Storage
 from autotune.diagnose.verdict import suggestions, verdict
 from autotune.pipeline.config import PipelineConfig
@@ -129,6 +130,15 @@ def test_storage_that_waits_is_named_and_workers_beyond_the_cpus_suggested() -> 
         "20.1 ms), so more workers than the 2 CPUs keep them busy" in text
     )
     assert suggestions(d)[0] == "num_workers=16"  # as far as the space goes, past the CPUs
+    # 2 workers, each with one sample of 24.2 ms in hand: at most 83 samples/s, below the
+    # CPU-work bound of 2 CPUs / 4.2 ms (476): the waiting reads are what binds
+    assert d.read_wait_bound == pytest.approx(2 / 24.2e-3)
+    assert d.binding == ("waiting reads", pytest.approx(2 / 24.2e-3))
+    assert "(waiting reads bind: 2 workers, each with one sample in hand, give at most 83" in text
+    assert "| waiting reads: 2 workers / 24.20 ms a sample in hand | 83 | **binds** |" in (
+        to_markdown(d, 1)
+    )
+    assert diagnosis().read_wait_bound is None  # local reads: no such limit
 
 
 def test_shards_that_read_faster_from_storage_are_named_in_the_verdict() -> None:
