@@ -175,14 +175,15 @@ class SearchSpace:
         knob = next((k for k in self.knobs if k.name == name), None)
         return knob.values() if knob is not None else []
 
-    def neighbours(self, params: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
-        """The points one knob away from ``params``, one list per knob (in declaration
-        order), nearest changes first within each: one more worker, then one fewer...
+    def neighbours(self, params: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """The points one knob away from ``params``, one list per knob, by its name (in
+        declaration order), nearest changes first within each: one more worker, then one
+        fewer...
 
         Used to polish the search's best: TPE samples broadly, but on a small discrete space it
         can miss the one-step improvement next to its best (one more worker, one thread fewer).
         """
-        per_knob: list[list[dict[str, Any]]] = []
+        per_knob: dict[str, list[dict[str, Any]]] = {}
         for knob in self.knobs:
             if knob.type == "fixed" or knob.name not in params:
                 continue
@@ -198,7 +199,7 @@ class SearchSpace:
                 point = {**params, knob.name: value}
                 # drop knobs whose condition no longer holds: Optuna leaves them out too
                 points.append({k: v for k, v in point.items() if self._active(k, point)})
-            per_knob.append(points)
+            per_knob[knob.name] = points
         return per_knob
 
     def _active(self, name: str, values: Mapping[str, Any]) -> bool:

@@ -31,6 +31,8 @@ class TrialKey:
     PIPELINE = "pipeline"  # PipelineConfig as best.yaml's loader and pipeline sections
     ROLE = "role"  # "baseline" (enqueued first) or "polish"; absent for TPE's trials
     POLISHED = "polished_as_is"  # a polish step from the best of the pipeline as it is
+    POLISH_KNOB = "polish_knob"  # the knob a polish step moves ("decoder swap": another decoder)
+    POLISH_FROM = "polish_from"  # the trial number of the best it moves from
     WALL_S = "wall_s"
     HOST = "host"  # the host (and pid) that measured it: hosts may share a study
     PEAK_MEMORY_MB = "peak_memory_mb"

@@ -402,7 +402,7 @@ def test_the_pipeline_as_it_is_keeps_its_own_choices(
         "prefetch_factor": 2,
         "persistent_workers": False,
     }
-    for points in space.neighbours(params):
+    for points in space.neighbours(params).values():
         for point in points:
             assert point["decoder"] != "as_is" or not kept & set(point)
 
@@ -439,10 +439,10 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
         "main_threads": 1,
     }
     per_knob = space.neighbours(best)
-    firsts = [next(k for k in best if points[0].get(k) != best[k]) for points in per_knob]
-    assert firsts == list(best)  # one list per knob, in declaration order
-    assert per_knob[0][0] == {**best, "num_workers": 2}  # one more worker comes first
-    points = [p for knob_points in per_knob for p in knob_points]
+    firsts = [next(k for k in best if points[0].get(k) != best[k]) for points in per_knob.values()]
+    assert firsts == list(best) == list(per_knob)  # one list per knob, in declaration order
+    assert per_knob["num_workers"][0] == {**best, "num_workers": 2}  # one more worker first
+    points = [p for knob_points in per_knob.values() for p in knob_points]
     for point in points:
         changed = {k for k in best if point.get(k) != best[k]}
         # no workers: no worker-only knobs; as it is: no cache of the tuner's
@@ -472,6 +472,6 @@ def test_worker_counts_listed_as_choices_are_polished_nearest_first(facts4: Mach
         }
     )
     space = build(cfg, facts4)
-    workers, decoders_ = space.neighbours({"num_workers": 4, "decoder": "pil"})
+    workers, decoders_ = space.neighbours({"num_workers": 4, "decoder": "pil"}).values()
     assert [p["num_workers"] for p in workers] == [8, 2, 16, 1, 32, 0]  # 8 before 0
     assert [p["decoder"] for p in decoders_] == ["as_is", "opencv"]  # names: as listed

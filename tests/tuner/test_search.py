@@ -1,9 +1,8 @@
-"""The search: the as-is way's share of the trials, the polish of each way's best (one-knob
-neighbours, the knobs taken in turn), and a stop that starts nothing."""
+"""The search: the as-is way's share of the trials, the polish of each way's best in turn,
+repeats that cost nothing, a stop that starts nothing, and hosts sharing one study."""
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import threading
 import time
@@ -11,100 +10,16 @@ from typing import Any
 
 import optuna
 import pytest
-from helpers import ask, make_session
-from optuna.distributions import BaseDistribution
+from helpers import make_session
 
-from autotune import machine
-from autotune.app.cli import compose, to_config
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.session import SearchSpace, Session
+from autotune.session import Session
 from autotune.tuner import storage, store
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective
-from autotune.tuner.search import next_neighbour, search
+from autotune.tuner.search import search
 from autotune.tuner.ways import is_as_is
-
-
-def _default_space() -> SearchSpace:
-    """The default space on a 4-CPU machine without CUDA."""
-    facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
-    return SearchSpace.from_config(
-        to_config(compose([])).search_space, facts, device="cpu", batch_size=32
-    )
-
-
-def test_the_polish_takes_the_knobs_in_turn() -> None:
-    space = _default_space()
-    best = {
-        "num_workers": 2,
-        "prefetch_factor": 2,
-        "persistent_workers": True,
-        "decoder": "pil_reduced",
-        "main_threads": 2,
-    }
-    study = optuna.create_study(direction="maximize")
-    dists: dict[str, BaseDistribution] = dict(ask(space, best).distributions)
-
-    def add(params: dict, value: float, role: str | None = None) -> None:
-        attrs = {"role": role} if role else {}
-        trial = optuna.trial.create_trial(
-            params=params,
-            distributions={k: dists[k] for k in params},
-            value=value,
-            user_attrs=attrs,
-        )
-        study.add_trial(trial)
-
-    add(best, 100.0)
-    changed = []
-    for _ in range(8):
-        step = next_neighbour(study, space)
-        assert step is not None
-        changed.append((next(k for k in best if step.get(k) != best[k]), step["decoder"]))
-        add(step, 50.0, role="polish")  # slower: the best stays
-    # every other decoder at the best's settings first (the CPU space: no nvjpeg, dali)
-    assert changed[:3] == [("decoder", "pil"), ("decoder", "opencv"), ("decoder", "torchvision")]
-    # then every knob moved once, in turn from where the polish's count has come to
-    assert [k for k, _ in changed[3:]] == [
-        "decoder",  # the one value left: the pipeline as it is
-        "main_threads",
-        "num_workers",
-        "prefetch_factor",
-        "persistent_workers",
-    ]
-
-
-def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
-    space = _default_space()
-    tuned = {
-        "num_workers": 2,
-        "prefetch_factor": 2,
-        "persistent_workers": True,
-        "decoder": "opencv",
-        "main_threads": 1,
-    }
-    as_is = {**tuned, "decoder": "as_is", "main_threads": 2}
-    dists = dict(ask(space, tuned).distributions)
-    study = optuna.create_study(direction="maximize")
-    for params, value in ((tuned, 800.0), (as_is, 400.0)):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=params, distributions={k: dists[k] for k in params}, value=value
-            )
-        )
-    steps = []
-    for _ in range(4):
-        step = next_neighbour(study, space, as_is=True)
-        assert step is not None and step["decoder"] == "as_is"  # never another decoder
-        steps.append(step)
-        study.enqueue_trial(step, user_attrs={"role": "polish", "polished_as_is": True})
-        study.optimize(lambda t: (space.suggest(t), 100.0)[1], n_trials=1)
-    assert steps[0]["main_threads"] == 2  # from the as-is best, not from the 800 one
-    assert len({tuple(sorted(s.items())) for s in steps}) == 4  # each step a new point
-    whole = next_neighbour(study, space)  # the other way starts from the best of all,
-    # another decoder at its settings first
-    assert whole is not None and (whole["decoder"], whole["main_threads"]) == ("pil", 1)
 
 
 def _leases(session: Session) -> Leases:
@@ -145,7 +60,8 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
     assert sum(is_as_is(t.params) for t in searched) >= 0.3 * len(searched) - 1
     polish = [t for t in trials if store.role_of(t) == store.POLISH]
     assert len(polish) == 4
-    assert [t.user_attrs["polished_as_is"] for t in polish] == [False, True, False, True]
+    # the whole pipeline twice for each step of the pipeline as it is
+    assert [t.user_attrs["polished_as_is"] for t in polish] == [False, False, True, False]
     assert all(is_as_is(t.params) for t in polish if t.user_attrs["polished_as_is"])
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)  # none pruned
 

@@ -1,0 +1,140 @@
+"""The polish: other decoders at the best's settings first, then each knob once from the
+best, the knobs that moved the rate most first; the pipeline as it is stays as it is."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import optuna
+from helpers import ask
+from optuna.distributions import BaseDistribution
+
+from autotune import machine
+from autotune.app.cli import compose, to_config
+from autotune.session import SearchSpace
+from autotune.tuner.polish import SWAP, next_step
+
+
+def _default_space() -> SearchSpace:
+    """The default space on a 4-CPU machine without CUDA."""
+    facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
+    return SearchSpace.from_config(
+        to_config(compose([])).search_space, facts, device="cpu", batch_size=32
+    )
+
+
+def _adder(study: optuna.Study, space: SearchSpace):
+    dists: dict[str, BaseDistribution] = dict(
+        ask(space, {"num_workers": 2, "decoder": "pil"}).distributions
+    )
+
+    def add(params: dict[str, Any], value: float, attrs: dict | None = None) -> None:
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params,
+                distributions={k: dists[k] for k in params},
+                value=value,
+                user_attrs=attrs or {},
+            )
+        )
+
+    return add
+
+
+def _rate(params: dict[str, Any]) -> float:
+    return 60.0 + 30.0 * (params["main_threads"] == 1) + 2.0 * params["num_workers"]
+
+
+def test_the_polish_moves_each_knob_once_the_one_that_mattered_most_first() -> None:
+    """One torch thread is worth 1.5x across the search, a worker a little: after the other
+    decoders at the best's settings, the thread count moves first, then the workers, then
+    every other knob once before any moves again."""
+    space = _default_space()
+    study = optuna.create_study(direction="maximize")
+    add = _adder(study, space)
+    searched = [
+        (w, pf, persist, dec, t)
+        for w, pf, persist, dec, t in [
+            (1, 4, False, "pil", 2),
+            (2, 2, True, "opencv", 2),
+            (4, 6, False, "torchvision", 1),
+            (1, 8, True, "pil_reduced", 1),
+            (2, 3, False, "pil", 1),
+            (3, 2, True, "opencv", 2),
+            (4, 5, True, "torchvision", 2),
+            (2, 2, True, "pil_reduced", 1),
+        ]
+    ]
+    for w, pf, persist, dec, t in searched:
+        params = {
+            "num_workers": w,
+            "prefetch_factor": pf,
+            "persistent_workers": persist,
+            "decoder": dec,
+            "cache": "none",
+            "main_threads": t,
+        }
+        add(params, _rate(params))
+    best = study.best_trial
+    assert best.params["main_threads"] == 1
+    knobs = []
+    for _ in range(9):
+        step = next_step(study, space)
+        assert step is not None and step.best == best.number
+        knobs.append(step.knob)
+        # what the rate says, a little under it: the best stays the best
+        add(step.params, _rate(step.params) - 1.0, step.attrs("polish", as_is=False))
+    assert knobs[:3] == [SWAP] * 3  # pil, opencv, torchvision at the best's settings
+    assert knobs[3:5] == ["main_threads", "num_workers"]
+    rest = {"prefetch_factor", "persistent_workers", "decoder", "cache"}
+    assert set(knobs[5:9]) == rest  # every knob once before any again
+
+
+def test_a_better_step_starts_the_polish_over_from_it() -> None:
+    space = _default_space()
+    study = optuna.create_study(direction="maximize")
+    add = _adder(study, space)
+    best = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    best |= {"decoder": "pil", "cache": "none", "main_threads": 1}
+    add(best, 100.0)
+    step = next_step(study, space)
+    assert step is not None and step.knob == SWAP
+    add(step.params, 120.0, step.attrs("polish", as_is=False))  # better: the new best
+    again = next_step(study, space)
+    assert again is not None and again.best == study.best_trial.number != step.best
+
+
+def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
+    space = _default_space()
+    tuned = {
+        "num_workers": 2,
+        "prefetch_factor": 2,
+        "persistent_workers": True,
+        "decoder": "opencv",
+        "main_threads": 1,
+    }
+    as_is = {**tuned, "decoder": "as_is", "main_threads": 2}
+    dists = dict(ask(space, tuned).distributions)
+    study = optuna.create_study(direction="maximize")
+    for params, value in ((tuned, 800.0), (as_is, 400.0)):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params, distributions={k: dists[k] for k in params}, value=value
+            )
+        )
+    steps = []
+    for _ in range(4):
+        step = next_step(study, space, as_is=True)
+        assert step is not None and step.params["decoder"] == "as_is"  # never another decoder
+        steps.append(step.params)
+        study.enqueue_trial(step.params, user_attrs=step.attrs("polish", as_is=True))
+        study.optimize(lambda t: (space.suggest(t), 100.0)[1], n_trials=1)
+    assert steps[0]["main_threads"] == 2  # from the as-is best, not from the 800 one
+    assert len({tuple(sorted(s.items())) for s in steps}) == 4  # each step a new point
+    whole = next_step(study, space)  # the other way starts from the best of all,
+    # another decoder at its settings first
+    assert whole is not None and (whole.params["decoder"], whole.params["main_threads"]) == (
+        "pil",
+        1,
+    )
