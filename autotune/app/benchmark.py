@@ -126,6 +126,8 @@ def _measure(
     with host_lock(Path(session.config.studies_dir)), stoppable(run_one) as (stop, run_one):
         grid = _study(session, f"{scenario}-grid-{stamp}", storage, n_grid)
         grid_study, grid_s = run_grid(Objective(grid, run=run_one), stop)
+        if stop.is_set():  # Ctrl-C in the grid: nothing after it is worth starting
+            raise KeyboardInterrupt
         oracle_number, oracle = grid_best(grid_study)
         tuner = _study(session, f"{scenario}-tuner-{stamp}", storage, n_tuner)
         log.info("tuner: %d trials (%.0f%% of the grid)", n_tuner, 100 * n_tuner / n_grid)

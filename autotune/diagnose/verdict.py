@@ -220,17 +220,8 @@ def readers(pipeline: PipelineConfig) -> str:
     return f"{n} worker{'s' if n > 1 else ''}" if n else "the main process"
 
 
-def verdict(d: Diagnosis) -> str:
-    """One or two sentences with the numbers: what binds, and what to try."""
-    limit, value = d.binding
-    stage, share = d.top_stage
-    bound = d.cpu_work_bound
-    ceiling = d.ceiling.samples_per_s if d.ceiling is not None else None
-    versus = (
-        f"the CPU-work bound is {fmt_rate(bound)} samples/s vs a ceiling of {fmt_rate(ceiling)}"
-        if ceiling is not None
-        else f"the CPU-work bound is {fmt_rate(bound)} samples/s (the ceiling was not measured)"
-    )
+def _head(d: Diagnosis) -> str:
+    """Whether the step waits for data, and whether storage is why."""
     who = "GPU" if d.device == "cuda" else "model"
     if d.full is None:
         head = "not measured: the training run failed"
@@ -255,6 +246,21 @@ def verdict(d: Diagnosis) -> str:
                 f"I/O-bound: from storage the loader alone gives {fmt_rate(cold)} samples/s, from "
                 f"the page cache {fmt_rate(warm)}; {head}"
             )
+    return head
+
+
+def verdict(d: Diagnosis) -> str:
+    """One or two sentences with the numbers: what binds, and what to try."""
+    limit, value = d.binding
+    stage, share = d.top_stage
+    bound = d.cpu_work_bound
+    ceiling = d.ceiling.samples_per_s if d.ceiling is not None else None
+    versus = (
+        f"the CPU-work bound is {fmt_rate(bound)} samples/s vs a ceiling of {fmt_rate(ceiling)}"
+        if ceiling is not None
+        else f"the CPU-work bound is {fmt_rate(bound)} samples/s (the ceiling was not measured)"
+    )
+    head = _head(d)
     sharded = (
         f"; from storage, shards of the same samples read {d.shards.cold_ratio:.1f}x as fast as "
         "loose files (python -m autotune.shard)"
