@@ -187,10 +187,13 @@ def measured(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | None:
-    """The finished trial that already ran ``config`` (on any host), if one did."""
+    """The finished trial that already ran ``config`` (on any host), if one did; one that
+    Ctrl-C interrupted measured nothing and does not count."""
     wanted = config.to_dict()
     for t in study.get_trials(deepcopy=False, states=FINISHED):
-        if not is_repeat(t) and t.user_attrs.get(TrialKey.PIPELINE) == wanted:
+        if is_repeat(t) or t.user_attrs.get(TrialKey.PIPELINE) != wanted:
+            continue
+        if not (has_failure(t) and failure_kind(t) == "interrupted"):
             return t
     return None
 

@@ -130,6 +130,28 @@ def test_a_config_that_failed_is_not_run_again_and_fails_the_same(cfg, facts, so
     assert again.user_attrs["repeat_of"] == 0 and "failure" not in again.user_attrs
 
 
+def test_a_config_whose_run_was_interrupted_is_measured_again(cfg, facts, source):
+    runs = []
+    outcomes = iter(
+        [
+            fake_run(failure=Failure("interrupted", "stopped by Ctrl-C")),
+            fake_run(Measurement(100.0, (100.0,) * 3, 0.1, 0.01, 2, 6)),
+        ]
+    )
+
+    def run(job, **kwargs):
+        runs.append(job.pipeline.short())
+        return next(outcomes)(job, **kwargs)
+
+    study = optuna.create_study(direction="maximize")
+    measure = objective(cfg, facts, source, run)
+    for _ in range(2):
+        study.enqueue_trial(WORKERS)
+        study.optimize(measure, n_trials=1, catch=(TrialFailed,))
+    assert len(runs) == 2 and "repeat_of" not in study.trials[1].user_attrs
+    assert study.trials[1].value is not None
+
+
 def test_precheck_counts_every_rank_s_loader(facts):
     config = PipelineConfig(batch_size=64, num_workers=2, prefetch_factor=4)
     in_flight = 2 * 4 * 64 * 3 * 224 * 224  # one loader's batches in flight
