@@ -195,7 +195,13 @@ def run(
             measured = _measure(Session.build(config), folder, rounds, run_one, chosen)
     else:
         measured = _measure(session, folder, rounds, run_one, chosen)
-    return results(measured, scenario=scenario, about=chosen.about, command=command)
+    return results(
+        measured,
+        scenario=scenario,
+        about=chosen.about,
+        command=command,
+        tuner_budget=chosen.tuner_budget,
+    )
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TUNER_BUDGET = 0.25  # the tuner's trials, as a fraction of the grid's
+from autotune.report.benchmark_results import TIMED_BUDGET
+
+TUNER_BUDGET = TIMED_BUDGET  # the tuner's trials, as a fraction of the grid's
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,16 @@ from autotune.tuner.tune import StudyResult
 # what the tuner should reach, reported beside what was measured, never hidden
 TARGETS = {
     "tuner_vs_oracle": 0.97,
-    "search_time_fraction": 0.30,  # at most
+    "search_time_fraction": 0.30,  # at most, for a tuner given TIMED_BUDGET of the trials
     "tuner_vs_defaults": 1.8,  # small only
     "tuner_vs_recipe": 1.5,  # small only
     "tuner_vs_cpu_bound": 0.85,  # small only
     "tuner_vs_capped_at_cores": 2.0,  # storage only: reads wait, workers past the cores pay
     "tuner_vs_uncached": 1.5,  # cached only: over 90 epochs a decoded copy pays
 }
+# the tuner's share of the grid's trials that the search-time target is set for (a scenario
+# that gives it more asks another question, and its time has no target)
+TIMED_BUDGET = 0.25
 # the grid's best among the configs a folklore limit allows: a scenario's ``rival``, and the
 # ratio of the tuner's pick to it
 RIVALS = {
@@ -78,8 +81,11 @@ def _ratios(m: BenchmarkRun) -> dict[str, float | None]:
     }
 
 
-def results(m: BenchmarkRun, *, scenario: str, about: str, command: str) -> dict[str, Any]:
-    """What results.json holds."""
+def results(
+    m: BenchmarkRun, *, scenario: str, about: str, command: str, tuner_budget: float
+) -> dict[str, Any]:
+    """What results.json holds (``tuner_budget``: the tuner's trials as a share of the
+    grid's)."""
     facts, result = m.session.facts, m.result
     bound, shared = m.diagnosis.cpu_work_bound, m.diagnosis.shared_cpu_bound
     return {
@@ -103,6 +109,7 @@ def results(m: BenchmarkRun, *, scenario: str, about: str, command: str) -> dict
             "tuner_total": round(m.tuner_s, 1),
         },
         "trials": {"grid": m.grid_trials, "tuner": m.tuner_trials},
+        "tuner_budget": tuner_budget,
         "cpu_work_bound_samples_per_s": round(bound, 1) if bound else None,
         "shared_cpu_bound_samples_per_s": round(shared, 1) if shared else None,
         "binding_limit": m.diagnosis.binding[0],
@@ -127,7 +134,12 @@ def results(m: BenchmarkRun, *, scenario: str, about: str, command: str) -> dict
 def markdown(results: dict[str, Any]) -> str:
     """results.md: the head-to-head table, the ratios beside their targets."""
     small = results["scenario"] == "small"
-    always = ("tuner_vs_oracle", "search_time_fraction", *(r for _, r in RIVALS.values()))
+    timed = results.get("tuner_budget", TIMED_BUDGET) <= TIMED_BUDGET
+    always = (
+        "tuner_vs_oracle",
+        *(["search_time_fraction"] if timed else []),
+        *(r for _, r in RIVALS.values()),
+    )
     lines = [
         f"# Benchmark `{results['scenario']}`: {results['about']}",
         "",
@@ -145,7 +157,8 @@ def markdown(results: dict[str, Any]) -> str:
     checks = {**results["ratios"], "search_time_fraction": results["search_time_fraction"]}
     for key, value in checks.items():
         target = TARGETS.get(key)
-        if target is None or (not small and key not in always):
+        applies = key in always or (small and key != "search_time_fraction")
+        if target is None or not applies:
             lines.append(f"| {key} | {_fmt(value)} | |")
             continue
         at_most = key == "search_time_fraction"
