@@ -59,7 +59,7 @@ def search(
             )
         ):
             return
-        measured = [t for t in finished if not store.is_repeat(t)]
+        measured = store.measured(finished)
         if both_ways and as_is_is_due(measured, cfg.as_is_share):
             ask_for_as_is(study)
 
