@@ -143,7 +143,7 @@ class SearchSpaceConfig:
 @dataclass
 class StudyConfig:
     name: str = "${dataset.name}-${model.name}"
-    storage: str = "sqlite:///studies/autotune.db"  # postgresql://...: hosts share the study
+    storage: str = "sqlite:///${studies_dir}/autotune.db"  # postgresql://...: hosts share it
     n_trials: int = 20  # total trials of the study (a resumed study runs up to this many)
     timeout: float | None = None  # seconds for this run's search
     trial_timeout: float = 120.0  # a trial running longer is killed and recorded as timeout

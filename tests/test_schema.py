@@ -32,6 +32,7 @@ def test_defaults() -> None:
     assert cfg.search_space.name == "default"
     assert cfg.study.name == "synthetic-tiny"
     assert cfg.study.storage == "sqlite:///studies/autotune.db"
+    assert load("studies_dir=/runs").study.storage == "sqlite:////runs/autotune.db"  # follows it
     assert cfg.window == WindowConfig()  # conf/window/default.yaml matches the schema defaults
     assert cfg.device == "auto"
     assert cfg.batch_size == 32

@@ -166,12 +166,18 @@ def _with_given(config: AutotuneConfig, given: dict[str, Any]) -> AutotuneConfig
             }
             sections[section] = dataclasses.replace(own, kwargs=merged)
     study = {key: value for key, value in given["study"].items() if value is not None}
+    if "storage" not in study and config.study.storage == _sqlite_in(config.studies_dir):
+        study["storage"] = _sqlite_in(given["studies_dir"])  # the default follows the folder
     return dataclasses.replace(
         config,
         **sections,
         study=dataclasses.replace(config.study, **study),
         studies_dir=given["studies_dir"],
     )
+
+
+def _sqlite_in(studies_dir: str) -> str:
+    return f"sqlite:///{studies_dir}/autotune.db"
 
 
 def _plain(value: Any, section: str) -> Any:

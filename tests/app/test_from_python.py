@@ -22,8 +22,10 @@ def test_given_values_reach_the_config_verbatim_and_objects_by_name(tmp_path) ->
     }
     placed = api._with_given(config, given)
     assert placed.dataset.kwargs == {"root": str(tmp_path / "a b"), "tag": "it's C:\\d ${x}"}
-    assert (placed.study.name, placed.study.storage) == ("it's", config.study.storage)
+    assert (placed.study.name, placed.study.storage) == ("it's", "sqlite:///runs/autotune.db")
     assert placed.studies_dir == "runs" and placed.model == config.model
+    chosen = {**given, "study": {"name": None, "storage": "sqlite:///mine.db"}}
+    assert api._with_given(config, chosen).study.storage == "sqlite:///mine.db"
     with pytest.raises(UsageError, match="dataset_kwargs: <object object at .*> is not a plain"):
         api._with_given(config, {**given, "kwargs": {"dataset": {"x": object()}}})
     assert api._name(pad_collate, "collate_fn") == "userdata_example.pad_collate"
