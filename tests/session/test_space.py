@@ -393,9 +393,10 @@ def test_the_pipeline_as_it_is_keeps_its_own_choices(
     are not trial parameters, not grid points and not polish neighbours."""
     space = build(default_cfg, facts4, device="cuda")
     kept = {"augment_on", "transfer", "device_prefetch", "channels_last"}
-    as_is_points = [p for p in space.grid() if p["decoder"] == "as_is"]
+    grid = space.grid()
+    as_is_points = [p for p in grid if p["decoder"] == "as_is"]
     assert as_is_points and not any(kept & set(p) for p in as_is_points)
-    assert any(kept <= set(p) for p in space.grid() if p["decoder"] == "pil")
+    assert any(kept <= set(p) for p in grid if p["decoder"] == "pil")
     params = {
         **space.baseline_params(default_threads=2),
         "num_workers": 1,
