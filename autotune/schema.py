@@ -199,7 +199,7 @@ class WindowConfig:
     # or the next set would pass max_timed_s
     target_spread: float = 0.10
     max_timed_s: float = 20.0
-    # the cap of the runs that rank (confirmation, worth table): a ranking must hold
+    # the cap of the runs that rank the finalists (the confirmation): a ranking must hold
     confirm_max_timed_s: float = 40.0
 
     def __post_init__(self) -> None:

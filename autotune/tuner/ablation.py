@@ -74,19 +74,16 @@ def search_seconds(study: optuna.Study) -> float:
     return sum(t.user_attrs.get(TrialKey.WALL_S, 0.0) for t in trials)
 
 
-def _seconds_per_run(study: optuna.Study, winner: Confirmed) -> float | None:
-    """What one run of the worth table costs: the winner's in the confirmation (runs that
-    rank may time longer than the search's), else the complete trials' median wall time
-    (None: unknown)."""
-    if winner.run_s:
-        return winner.run_s
+def _seconds_per_run(study: optuna.Study) -> float | None:
+    """What one run of the worth table costs: its runs are as long as the search's, so the
+    complete trials' median wall time (None: unknown)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     walls = [t.user_attrs[TrialKey.WALL_S] for t in complete if TrialKey.WALL_S in t.user_attrs]
     return (statistics.median(walls) or None) if walls else None
 
 
 def _within_budget(
-    session: Session, study: optuna.Study, planned: list[Variant], winner: Confirmed
+    session: Session, study: optuna.Study, planned: list[Variant]
 ) -> tuple[list[Variant], list[Variant], float] | None:
     """The planned variants that ``study.ablation_budget`` of the search's time allows (at
     ``_seconds_per_run`` a run, the winner in every round too), the rest, and the seconds
@@ -95,7 +92,7 @@ def _within_budget(
     The winner without its prepared copy is measured whatever the budget: what the copy
     buys, and after how many epochs it pays for itself, is the report's to say."""
     cfg = session.config.study
-    per_run = _seconds_per_run(study, winner)
+    per_run = _seconds_per_run(study)
     if per_run is None or cfg.ablation_budget <= 0:
         return None
     spent_on_search, rounds = search_seconds(study), cfg.ablation_rounds
@@ -151,7 +148,7 @@ def ablate(
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
     ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
     planned = variants(winner.config, baseline, tuned=tuned, decoders_ranked=ranked)
-    split = _within_budget(session, study, planned, winner) if planned else None
+    split = _within_budget(session, study, planned) if planned else None
     if split is None:
         return None
     measured, left_out, allowed_s = split
@@ -174,8 +171,11 @@ def ablate(
         return run(job, **kwargs)
 
     deadline = started + allowed_s  # the estimate, enforced
+    # runs as long as a search trial, not the confirmation's: a quarter of the search then
+    # covers several settings, and a shorter run's wider IQR only makes "no measurable
+    # effect" likelier (the rows are read against each other's spread, never ranked)
     rounds = {"rounds": cfg.ablation_rounds, "stage": "worth", "deadline": deadline}
-    rows = confirm(session, picked, run=run_and_note, **rounds)
+    rows = confirm(session, picked, run=run_and_note, ranking=False, **rounds)
     confirmed = {c.label: c for c in rows}
     again = confirmed.get(WINNER)
     if again is None:  # stopped, or the winner failed in these rounds

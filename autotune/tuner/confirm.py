@@ -58,10 +58,12 @@ def confirm(
     run: Run = run_trial,
     stage: str = "confirm",
     deadline: float | None = None,
+    ranking: bool = True,
 ) -> list[Confirmed]:
     """Re-measures ``picked`` for ``rounds`` interleaved rounds (A B C A B C ...); ``stage``
     names them in the log. Given a ``deadline`` (``time.monotonic()``), no run starts that
-    would end past it at the longest run's length so far: the rest are not measured."""
+    would end past it at the longest run's length so far: the rest are not measured.
+    ``ranking``: runs as long as the ones that name a winner (else a search trial's)."""
     timeout = session.config.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
     longest = 0.0
@@ -71,7 +73,7 @@ def confirm(
                 log.info("%s: the time allowed is spent, the rest is not measured", stage)
                 return _confirmed(session, picked, runs)
             started = time.monotonic()
-            outcome = run(session.job(config, ranking=True), timeout_s=timeout)
+            outcome = run(session.job(config, ranking=ranking), timeout_s=timeout)
             longest = max(longest, time.monotonic() - started)
             if outcome.failure is not None and outcome.failure.kind == "interrupted":
                 return []
@@ -119,7 +121,6 @@ def _confirmed(
                 peak_memory_bytes=max(peaks) if peaks else None,
                 rounds=len(measured),
                 spread=statistics.median(m.spread for m in measured),
-                run_s=statistics.median(o.wall_s for o in runs[label] if o.measurement),
             )
         )
     return confirmed

@@ -95,7 +95,6 @@ class Confirmed:
     peak_memory_bytes: int | None = None
     rounds: int = 0
     spread: float | None = None  # the median run's spread reached (Measurement.spread)
-    run_s: float | None = None  # the median run's wall time, start-up to end
 
     def _project(self, steady: float) -> float:
         return epoch_rate(steady, self.startup_s, epoch_samples=self.epoch_samples)

@@ -78,15 +78,22 @@ def test_the_variants_are_measured_interleaved_with_the_winner_within_the_budget
     assert pil["effect"] == "the winner's decoder is worth 1.67x"
 
 
-def test_the_budget_counts_runs_as_long_as_the_winner_s_in_the_confirmation():
-    """Runs that rank may time longer than the search's: the winner's confirmation runs say
-    what a run of the table costs."""
+def test_the_table_s_runs_are_as_long_as_a_search_trial_and_counted_so():
+    """Not as long as the confirmation's (window.confirm_max_timed_s): a quarter of the search
+    then covers several settings."""
     session = make_session(["study.epoch_aware=false", "study.ablation_budget=0.25"])
-    order: list[str] = []
-    winner = Confirmed("trial 7", 7, WINNER_CONFIG, (500.0,), run_s=20.0)
-    # 400 s of search; a quarter, 100 s, is 5 runs of 20 s: the winner and 4 variants
-    ablation = ablate(session, _study([10.0] * 40), winner, BASELINE, run=_fake_run(order))
-    assert len(order) == 5 and len(ablation.rows) == 4
+    caps: list[float] = []
+    fake = _fake_run([])
+
+    def run(job, *, timeout_s):
+        caps.append(job.window.max_timed_s)
+        return fake(job, timeout_s=timeout_s)
+
+    # 400 s of search in trials of 20 s; a quarter, 100 s, is 5 runs: the winner and 4 variants
+    ablation = ablate(session, _study([20.0] * 20), _winner(), BASELINE, run=run)
+    assert len(caps) == 5 and len(ablation.rows) == 4
+    window = session.config.window
+    assert set(caps) == {window.max_timed_s} and window.confirm_max_timed_s > window.max_timed_s
 
 
 def test_settings_inside_the_spread_have_no_measurable_effect():
