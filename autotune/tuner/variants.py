@@ -60,7 +60,8 @@ def variants(
     decoder first, then the settings, then the other decoders; one that would be the winner
     again, or another variant again, left out. A switch the winner leaves at PyTorch's
     default (``persistent_workers``, ``pin_memory``, ...) is turned on instead: folklore says
-    "always", and the row says what it is worth here. DALI replaces the DataLoader: it is
+    "always", and the row says what it is worth here; so is one main thread beside workers,
+    for a winner at torch's own thread count. DALI replaces the DataLoader: it is
     not swapped in or out (its loader settings are not the DataLoader's)."""
     out: list[Variant] = []
     seen = {winner}
@@ -86,6 +87,10 @@ def variants(
             add(knob, default, _with(winner, **{knob: default}))
         elif default is False and _switchable(winner, knob):
             add(knob, True, _with(winner, **{knob: True}))
+        elif knob == "main_threads" and winner.num_workers and (winner.main_threads or 1) > 1:
+            # torch's own count beside workers: folklore says one thread, leaving the
+            # workers the cores; the row says what that is worth here
+            add(knob, 1, _with(winner, main_threads=1))
     for name in swaps[1:]:
         add("decoder", name, _with(winner, decoder=name))
     return out

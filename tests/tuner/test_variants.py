@@ -82,6 +82,14 @@ def test_a_switch_the_winner_leaves_off_is_turned_on():
     assert variants(no_workers, BASELINE, tuned=TUNED, decoders_ranked=[]) == []
 
 
+def test_torch_s_own_thread_count_beside_workers_is_tried_at_one_thread():
+    """Folklore says one main thread when workers decode: the row says what it is worth."""
+    own_threads = dataclasses.replace(WINNER_CONFIG, main_threads=2)
+    out = variants(own_threads, BASELINE, tuned=TUNED, decoders_ranked=[])
+    assert [v.label for v in out][0] == "main_threads=1"
+    assert _changed(out[0].config, own_threads) == {"main_threads"}
+
+
 def test_a_prepared_copy_is_put_back_first():
     cached = dataclasses.replace(WINNER_CONFIG, cache="decoded")
     out = variants(cached, BASELINE, tuned=["cache", *TUNED], decoders_ranked=DECODERS[1:])
