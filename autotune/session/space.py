@@ -18,9 +18,9 @@ import optuna
 
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.pipeline import decoders
 from autotune.pipeline.config import AS_IS, AS_IS_FIXED, PipelineConfig
 from autotune.schema import SearchSpaceConfig
+from autotune.session import decoder_choices
 from autotune.session.copy_fit import CopyFit
 from autotune.session.knobs import INACTIVE, Knob, build_knob, nearest_first
 from autotune.session.read_wait import ReadWait
@@ -31,6 +31,7 @@ NEED_WORKERS = ("prefetch_factor", "persistent_workers")
 AS_IS_KEEPS = (*AS_IS_FIXED, "dali_num_threads", "dali_prefetch_queue_depth")
 # What a Dataset of the user's own does not have: the tuner's decode and augmentation
 IMAGE_PIPELINE = ("decoder", *AS_IS_KEEPS)
+_UNSET = object()  # a knob neither a polish point nor its fill gives a value
 
 
 def applies(knob: Knob, values: Mapping[str, Any]) -> bool:
@@ -100,7 +101,7 @@ class SearchSpace:
                 knob = copy_fit.narrowed(knob, notes)
             if name == "decoder":
                 _check_declared_before_its_choices(knobs)
-                knob = _usable_decoders(_with_as_is(knob, notes), features["cuda"], notes)
+                knob = decoder_choices.offered(knob, cuda=features["cuda"], notes=notes)
             knobs.append(knob)
         if left_out:
             notes.append(
@@ -175,14 +176,18 @@ class SearchSpace:
         knob = next((k for k in self.knobs if k.name == name), None)
         return knob.values() if knob is not None else []
 
-    def neighbours(self, params: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    def neighbours(
+        self, params: Mapping[str, Any], fill: Mapping[str, Any] | None = None
+    ) -> dict[str, list[dict[str, Any]]]:
         """The points one knob away from ``params``, one list per knob, by its name (in
         declaration order), nearest changes first within each: one more worker, then one
-        fewer...
+        fewer... A knob the step brings into play (prefetch_factor when workers start) takes
+        its value from ``fill``, where it has one.
 
         Used to polish the search's best: TPE samples broadly, but on a small discrete space it
         can miss the one-step improvement next to its best (one more worker, one thread fewer).
         """
+        fill = fill or {}
         per_knob: dict[str, list[dict[str, Any]]] = {}
         for knob in self.knobs:
             if knob.type == "fixed" or knob.name not in params:
@@ -196,15 +201,21 @@ class SearchSpace:
                 candidates = nearest_first(knob.values(), current)
             points = []
             for value in dict.fromkeys(candidates):  # ordered, unique
-                point = {**params, knob.name: value}
-                # drop knobs whose condition no longer holds: Optuna leaves them out too
-                points.append({k: v for k, v in point.items() if self._active(k, point)})
+                points.append(self._completed({**params, knob.name: value}, fill))
             per_knob[knob.name] = points
         return per_knob
 
-    def _active(self, name: str, values: Mapping[str, Any]) -> bool:
-        knob = next((k for k in self.knobs if k.name == name), None)
-        return knob is None or applies(knob, values)
+    def _completed(self, point: Mapping[str, Any], fill: Mapping[str, Any]) -> dict[str, Any]:
+        """``point`` without the knobs whose condition no longer holds (Optuna leaves them
+        out too), and with those it brings into play set from ``fill``: unset, a step to one
+        worker would be "tried" by any one-worker trial, however it set persistent_workers."""
+        names = {knob.name for knob in self.knobs}
+        completed = {k: v for k, v in point.items() if k not in names}
+        for knob in self.knobs:  # in declaration order: a condition names earlier knobs
+            value = point.get(knob.name, fill.get(knob.name, _UNSET))
+            if value is not _UNSET and applies(knob, completed):
+                completed[knob.name] = value
+        return completed
 
     def fingerprint(self) -> str:
         payload = json.dumps([asdict(k) for k in self.knobs], sort_keys=True, default=str)
@@ -233,50 +244,6 @@ def _check_declared_before_its_choices(declared: list[Knob]) -> None:
             f"search_space.knobs: declare decoder before {', '.join(early)} (they do not "
             "apply to decoder=as_is, which the decoder decides first)"
         )
-
-
-def _with_as_is(knob: Knob, notes: list[str]) -> Knob:
-    """The decoder knob with ``as_is`` among its values: the baseline and the loader_kwargs a
-    best.yaml hands back are the user's pipeline as it is."""
-    values = knob.values()
-    if AS_IS in values:
-        return knob
-    notes.append(f"decoder {AS_IS} added: the baseline is your pipeline as it is")
-    return dataclasses.replace(knob, type="choice", choices=(AS_IS, *values), value=None)
-
-
-def _usable_decoders(knob: Knob, cuda: bool, notes: list[str]) -> Knob:
-    """The decoder knob without the decoders this machine cannot run, each reason noted once
-    ("decoders nvjpeg, dali left out: it needs device=cuda"); none left of the listed ones
-    is an error."""
-    if knob.type == "fixed":  # as it is, alone: nothing of the tuner's to run
-        return knob
-    dropped = _unusable_decoders(knob.choices, cuda=cuda)
-    for reason in dict.fromkeys(dropped.values()):
-        names = [n for n, r in dropped.items() if r == reason]
-        plural = "decoders" if len(names) > 1 else "decoder"
-        notes.append(f"{plural} {', '.join(names)} left out: {reason}")
-    kept = tuple(c for c in knob.choices if c not in dropped)
-    if kept == (AS_IS,) and dropped:
-        reasons = "; ".join(f"{n} {r}" for n, r in dropped.items())
-        raise UsageError(
-            f"search_space.knobs.decoder: no decoder of the list can run here ({reasons})"
-        )
-    return dataclasses.replace(knob, choices=kept)
-
-
-def _unusable_decoders(choices: tuple[Any, ...], *, cuda: bool) -> dict[str, str]:
-    """The decoders of ``choices`` that cannot run here, with the reason."""
-    out = {}
-    for name in choices:
-        if name == AS_IS:
-            continue
-        reason = decoders.DECODERS[name].unavailable_reason()
-        if reason is None and decoders.DECODERS[name].on_device and not cuda:
-            reason = "it needs device=cuda"
-        if reason is not None:
-            out[name] = reason
-    return out
 
 
 def _check_worker_conditions(knobs: list[Knob]) -> None:

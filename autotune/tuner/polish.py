@@ -63,9 +63,12 @@ def next_step(study: optuna.Study, space: SearchSpace, *, as_is: bool = False) -
     def untried(point: dict[str, Any]) -> bool:
         return not any(point.items() <= params.items() for params in tried)
 
+    # a knob a step brings into play takes the value of the best trial that had it
+    by_rate = sorted(complete, key=lambda t: t.value or 0.0)
+    fill = {name: value for t in by_rate for name, value in t.params.items()}
     per_knob = {
         name: [p for p in points if untried(p) and (not as_is or is_as_is(p))]
-        for name, points in space.neighbours(best.params).items()
+        for name, points in space.neighbours(best.params, fill).items()
     }
     decoder = best.params.get("decoder")
     if not as_is and decoder is not None:

@@ -452,6 +452,11 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
     no_workers = next(p for p in points if p["num_workers"] == 0)
     assert "prefetch_factor" not in no_workers and "persistent_workers" not in no_workers
     assert {"decoder": "pil"}.items() <= next(p for p in points if p["decoder"] == "pil").items()
+    # back from no workers: the worker-only knobs from the fill, where it has them
+    none = {**no_workers, "decoder": "torchvision"}
+    fill = {"persistent_workers": False, "prefetch_factor": 6}
+    assert space.neighbours(none, fill)["num_workers"][0] == {**best, **fill}
+    assert "prefetch_factor" not in space.neighbours(none)["num_workers"][0]
 
 
 def test_the_decoder_comes_before_the_choices_it_decides(facts4: MachineFacts) -> None:

@@ -138,3 +138,29 @@ def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
         "pil",
         1,
     )
+
+
+def test_a_step_to_workers_takes_the_worker_settings_of_the_best_with_workers() -> None:
+    """The best has no workers; a one-worker trial without persistent workers lost. The step
+    to one worker is still untried: it keeps workers alive, as the best trial with workers
+    did, instead of counting any one-worker trial as that step."""
+    space = _default_space()
+    study = optuna.create_study(direction="maximize")
+    add = _adder(study, space)
+    at = {"decoder": "pil_reduced", "cache": "none", "main_threads": 1}
+    add({"num_workers": 0, **at}, 100.0)
+    add({"num_workers": 1, "prefetch_factor": 2, "persistent_workers": False, **at}, 60.0)
+    add({"num_workers": 2, "prefetch_factor": 3, "persistent_workers": True, **at}, 90.0)
+    add({"num_workers": 2, "prefetch_factor": 8, "persistent_workers": False, **at}, 70.0)
+    steps = []
+    while (step := next_step(study, space)) is not None:  # every neighbour of the best
+        assert step.best == 0
+        steps.append(step)
+        add(step.params, 50.0, step.attrs("polish", as_is=False))
+    one_worker = next(s.params for s in steps if s.knob == "num_workers")
+    assert one_worker == {
+        "num_workers": 1,
+        "prefetch_factor": 3,
+        "persistent_workers": True,
+        **at,
+    }
