@@ -70,9 +70,9 @@ def next_step(study: optuna.Study, space: SearchSpace, *, as_is: bool = False) -
         name: [p for p in points if untried(p) and (not as_is or is_as_is(p))]
         for name, points in space.neighbours(best.params, fill).items()
     }
-    decoder = best.params.get("decoder")
-    if not as_is and decoder is not None:
-        swaps = [p for p in per_knob.get("decoder", []) if p["decoder"] not in (decoder, AS_IS)]
+    if not as_is and "decoder" in per_knob:
+        # the decoder's steps are the swaps: the pipeline as it is has its own polish turns
+        swaps = [p for p in per_knob.pop("decoder") if p["decoder"] != AS_IS]
         if swaps:
             return Step(swaps[0], SWAP, best.number)
     moved = {
