@@ -171,6 +171,21 @@ class SearchSpace:
             configs.setdefault(config, point)
         return list(configs.values())
 
+    def params_of(self, config: PipelineConfig) -> dict[str, Any] | None:
+        """``config`` as this space's trial params (what ``suggest`` turns back into it);
+        None where it is not a point of this space."""
+        values: dict[str, Any] = dict(self.defaults)
+        params: dict[str, Any] = {}
+        for knob in self.knobs:
+            value = getattr(config, knob.name)
+            if knob.type != "fixed" and applies(knob, values):
+                if value not in knob.values():
+                    return None
+                params[knob.name] = value
+            values[knob.name] = value
+        same = self._config(lambda knob: params.get(knob.name, knob.value)) == config
+        return params if same else None
+
     def choices(self, name: str) -> list[Any]:
         """Every value the knob ``name`` takes here; [] where the space has no such knob."""
         knob = next((k for k in self.knobs if k.name == name), None)

@@ -18,15 +18,16 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store
 from autotune.tuner.confirm import confirm
-from autotune.tuner.metrics import Confirmed, overlaps
+from autotune.tuner.metrics import Confirmed, feasible_complete, overlaps
+from autotune.tuner.polish import Step, enqueue_step
 from autotune.tuner.store import TrialKey
-from autotune.tuner.variants import Variant, decoders_ranked, reduces, variants
+from autotune.tuner.variants import Variant, decoders_ranked, variants
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class Ablation:
     search_seconds: float  # what the search took, all its trials
     budget: float  # study.ablation_budget
     failed: tuple[str, ...] = ()  # variants that failed in every round
+    # the variant that beat the winner by most: {"label", "n_trials"} where it is queued in
+    # the study, {"label", "searched_as"} where the search measured it (``_queue_the_fastest``)
+    queued: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -142,8 +146,9 @@ def ablate(
     run: Run = run_trial,
 ) -> Ablation | None:
     """Measures the winner's variants that fit in ``study.ablation_budget`` of the search's
-    time, interleaved with the winner for ``study.ablation_rounds``; None where the winner
-    has none, the budget is 0, or the rounds were stopped."""
+    time, interleaved with the winner for ``study.ablation_rounds``, and queues the one that
+    beat it by most (``_queue_the_fastest``); None where the winner has none, the budget is
+    0, or the rounds were stopped."""
     cfg = session.config.study
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
     ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
@@ -162,6 +167,32 @@ def ablate(
         cfg.ablation_rounds,
     )
     started = time.monotonic()
+    confirmed, ran = _measure(session, winner, measured, started + allowed_s, run)
+    again = confirmed.get(WINNER)
+    if again is None:  # stopped, or the winner failed in these rounds
+        return None
+    rows = tuple(
+        (v, _row(v, winner.config, confirmed[v.label], again))
+        for v in measured
+        if v.label in confirmed
+    )
+    return Ablation(
+        again.to_dict(),
+        tuple(row for _, row in rows),
+        (*(v.label for v in measured if v.config not in ran), *labels),
+        round(time.monotonic() - started, 1),
+        spent_on_search,
+        cfg.ablation_budget,
+        failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
+        queued=_queue_the_fastest(session, study, winner, rows),
+    )
+
+
+def _measure(
+    session: Session, winner: Confirmed, measured: list[Variant], deadline: float, run: Run
+) -> tuple[dict[str, Confirmed], set[PipelineConfig]]:
+    """The winner and ``measured`` in ``study.ablation_rounds`` interleaved rounds, none
+    started that would end past ``deadline``: their figures by label, and the configs run."""
     picked = [(WINNER, winner.trial_number, winner.config)]
     picked += [(v.label, None, v.config) for v in measured]
     ran: set[PipelineConfig] = set()
@@ -170,100 +201,36 @@ def ablate(
         ran.add(job.pipeline)
         return run(job, **kwargs)
 
-    deadline = started + allowed_s  # the estimate, enforced
     # runs as long as a search trial, not the confirmation's: a quarter of the search then
     # covers several settings, and a shorter run's wider IQR only makes "no measurable
     # effect" likelier (the rows are read against each other's spread, never ranked)
-    rounds = {"rounds": cfg.ablation_rounds, "stage": "worth", "deadline": deadline}
-    rows = confirm(session, picked, run=run_and_note, ranking=False, **rounds)
-    confirmed = {c.label: c for c in rows}
-    again = confirmed.get(WINNER)
-    if again is None:  # stopped, or the winner failed in these rounds
+    rounds = {"rounds": session.config.study.ablation_rounds, "stage": "worth"}
+    rows = confirm(session, picked, run=run_and_note, ranking=False, deadline=deadline, **rounds)
+    return {c.label: c for c in rows}, ran
+
+
+def _queue_the_fastest(
+    session: Session,
+    study: optuna.Study,
+    winner: Confirmed,
+    rows: tuple[tuple[Variant, dict[str, Any]], ...],
+) -> dict[str, Any] | None:
+    """The variant that beat the winner by most, beyond the spread, queued in the study as a
+    polish step from the winner: the search never measured it, and a run with one trial more
+    measures it as a search trial and confirms it beside the winner (one round here does not
+    overturn a confirmed pick). Where the search did measure it, slower, it is named instead:
+    a tie this round split, not a step the search missed. None where no variant beat it."""
+    faster = [(v, row) for v, row in rows if row["verdict"] == "faster"]
+    if not faster or winner.trial_number is None:
         return None
-    return Ablation(
-        again.to_dict(),
-        tuple(
-            _row(v, winner.config, confirmed[v.label], again)
-            for v in measured
-            if v.label in confirmed
-        ),
-        (*(v.label for v in measured if v.config not in ran), *labels),
-        round(time.monotonic() - started, 1),
-        spent_on_search,
-        cfg.ablation_budget,
-        failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
-    )
-
-
-def reduced_decode_note(ablation: Ablation, winner: PipelineConfig) -> str | None:
-    """What decoding at reduced size bought: the winner against itself at the fastest full
-    decode, nothing else changed."""
-    if not (reduces(winner.decoder) and winner.augment_on == "cpu"):
+    variant, row = max(faster, key=lambda pair: pair[1]["ratio"])
+    searched = [t for t in feasible_complete(study) if store.pipeline_of(t) == variant.config]
+    if searched:
+        return {"label": variant.label, "searched_as": searched[0].number}
+    params = session.space.params_of(variant.config)
+    if params is None:
         return None
-    full = [
-        r
-        for r in ablation.rows
-        if r["knob"] == "decoder"
-        and r["value"] != AS_IS
-        and not reduces(r["value"])
-        and not r["also_changed"]
-    ]
-    if not full:
-        return None
-    best = max(full, key=lambda r: r["samples_per_s"])
-    if best["verdict"] == "none":
-        return (
-            f"reduced decode ({winner.decoder}) has no measurable effect against full decode "
-            f"({best['value']}) at the winner's other settings"
-        )
-    ratio = best["winner_samples_per_s"] / best["samples_per_s"]
-    return (
-        f"reduced decode ({winner.decoder}) is {ratio:.2f}x the winner at full decode "
-        f"({best['value']}, nothing else changed)"
-    )
-
-
-def faster_note(ablation: Ablation) -> str | None:
-    """The variants that beat the winner beyond the spread, measured in the same rounds: the
-    search missed them, and the pick is not changed on one ablation's word."""
-    faster = [r for r in ablation.rows if r["verdict"] == "faster"]
-    if not faster:
-        return None
-    named = ", ".join(
-        f"{r['label']} ({r['samples_per_s'] / r['winner_samples_per_s']:.2f}x)" for r in faster
-    )
-    return (
-        f"the winner with {named} measured faster than the winner in the same rounds, beyond "
-        "the spread: the search did not find it; raise study.n_trials and run again to "
-        "search and confirm it"
-    )
-
-
-def prepared_copy_note(
-    ablation: Ablation | None, winner: Confirmed, seconds: float, epochs: int
-) -> str | None:
-    """What the winner's prepared copy costs and buys over ``study.epochs``: its preparation
-    time, and against the winner without it (nothing else changed, the same rounds) where
-    that was measured, the epochs after which it pays for itself."""
-    cache = winner.config.cache
-    if cache == "none":
-        return None
-    said = (
-        f"the {cache} copy took {seconds:.1f} s to prepare, once: {seconds / epochs:.2f} s "
-        f"charged to each of the study.epochs={epochs} planned"
-    )
-    rows = [r for r in ablation.rows if r["knob"] == "cache"] if ablation else []
-    row = next((r for r in rows if r["value"] == "none" and not r["also_changed"]), None)
-    if row is None or not winner.epoch_samples:
-        return said
-    samples = winner.epoch_samples
-    epoch_cached = samples / row["winner_samples_per_s"] - seconds / epochs  # uncharged
-    epoch_plain = samples / row["samples_per_s"]
-    if row["verdict"] == "none" or epoch_plain <= epoch_cached:
-        return f"{said}; without it (cache=none, nothing else changed) no slower: it never pays"
-    ratio = row["winner_samples_per_s"] / row["samples_per_s"]
-    return (
-        f"{said}; charged so, the winner is {ratio:.2f}x itself without it (cache=none, "
-        f"nothing else changed), and the copy pays for itself after "
-        f"{seconds / (epoch_plain - epoch_cached):.1f} epochs"
-    )
+    step = Step(params, variant.knob, winner.trial_number)
+    enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
+    n_trials = store.spent(study, free_repeats=session.config.study.n_trials) + 1
+    return {"label": variant.label, "n_trials": n_trials}

@@ -23,13 +23,7 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import hosts, storage, store, stored_result
-from autotune.tuner.ablation import (
-    Ablation,
-    ablate,
-    faster_note,
-    prepared_copy_note,
-    reduced_decode_note,
-)
+from autotune.tuner.ablation import Ablation, ablate
 from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, speedup
@@ -37,6 +31,7 @@ from autotune.tuner.objective import Objective
 from autotune.tuner.references import reference_points
 from autotune.tuner.search import NEXT_TRIAL, search
 from autotune.tuner.store import StudyKey
+from autotune.tuner.worth_notes import faster_note, prepared_copy_note, reduced_decode_note
 
 log = logging.getLogger(__name__)
 

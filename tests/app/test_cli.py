@@ -95,12 +95,27 @@ def test_resume_continues_and_refuses_a_changed_workload(quick_study, tmp_path):
     # a copy: the shared quick study must stay at its 4 trials for the tests that read it
     cwd = tmp_path / "resumed"
     shutil.copytree(quick_study[0], cwd)
+    storage = f"sqlite:///{cwd}/studies/autotune.db"
+    study = optuna.load_study(study_name="synthetic-tiny", storage=storage)
+    # a trial queued in the study (as the worth table queues a variant that beat the winner)
+    # is what the resumed search measures first
+    queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    if not queued:
+        measured = {(t.params["num_workers"], t.params["decoder"]) for t in study.trials}
+        w, decoder = next(
+            (w, d) for w in (0, 1, 2) for d in ("pil", "opencv") if (w, d) not in measured
+        )
+        params = {"num_workers": w, "decoder": decoder, "main_threads": 1}
+        params |= {"prefetch_factor": 2} if w else {}
+        study.enqueue_trial(params, user_attrs={"role": "polish", "polish_knob": "num_workers"})
+        queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     again = run_cli([*QUICK, "study.n_trials=5"], cwd)
     assert again.returncode == 0, again.stderr[-2000:]
-    resumed = optuna.load_study(
-        study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
-    )
-    assert len(store.measured(resumed.trials)) == 5  # 4 from before + 1: resumed, not restarted
+    resumed = optuna.load_study(study_name="synthetic-tiny", storage=storage)
+    measured = store.measured(resumed.trials)
+    assert len(measured) == 5  # 4 from before + 1: resumed, not restarted
+    fixed = queued[0].system_attrs["fixed_params"]
+    assert measured[-1].number == queued[0].number and measured[-1].params == fixed
     changed = run_cli([*QUICK, "recipe.crop_size=72"], cwd)
     assert changed.returncode == 2
     assert "pick a new study.name" in changed.stderr

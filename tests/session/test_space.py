@@ -481,3 +481,16 @@ def test_worker_counts_listed_as_choices_are_polished_nearest_first(facts4: Mach
     workers, decoders_ = space.neighbours({"num_workers": 4, "decoder": "pil"}).values()
     assert [p["num_workers"] for p in workers] == [8, 2, 16, 1, 32, 0]  # 8 before 0
     assert [p["decoder"] for p in decoders_] == ["as_is", "opencv"]  # names: as listed
+
+
+def test_a_config_turns_back_into_the_params_of_its_point(
+    default_cfg: SearchSpaceConfig, facts4: MachineFacts
+) -> None:
+    """The worth table's variants are configs; queued as trials they are params again."""
+    space = build(default_cfg, facts4, device="cuda")
+    for point in space.grid()[::7]:
+        config = space.suggest(FixedTrial(point))
+        params = space.params_of(config)
+        assert params is not None and space.suggest(FixedTrial(params)) == config
+    config = space.suggest(FixedTrial(space.grid()[0]))
+    assert space.params_of(dataclasses.replace(config, num_workers=99)) is None  # not a point
