@@ -206,8 +206,16 @@ class Summary:
                 f"{ablation['budget']:.0%})"
             )
             quiet = [r["label"] for r in ablation["rows"] if r["verdict"] == "none"]
+            noise = ablation.get("run_to_run", 0.0) if rounds < 2 else 0.0
+            if noise:
+                lines.append(
+                    f"one round each: a change no larger than two runs of one config differed "
+                    f"by in the confirmation ({noise:.0%}, the finalists' median) is no "
+                    "measurable effect"
+                )
             if quiet:
-                lines.append(f"no measurable effect here (inside the spread): {', '.join(quiet)}")
+                why = "inside the spread" + (" or the runs' variation" if noise else "")
+                lines.append(f"no measurable effect here ({why}): {', '.join(quiet)}")
         else:
             lines.append(
                 f"what each setting is worth: not measured, one round of the winner and one "

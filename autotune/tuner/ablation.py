@@ -35,10 +35,13 @@ WINNER = "winner"
 NO_EFFECT = "no measurable effect here"
 
 
-def verdict(row: Confirmed, winner: Confirmed) -> str:
-    """ "none" where the IQRs overlap (no measurable effect), "worth" where the winner is
-    faster, "faster" where this variant is."""
-    if overlaps(row.iqr, winner.iqr):
+def verdict(row: Confirmed, winner: Confirmed, run_to_run: float = 0.0) -> str:
+    """ "none" where the IQRs overlap, or, measured in one round, where the two differ by
+    no more than two runs of one config do (``metrics.run_to_run``): no measurable effect;
+    "worth" where the winner is faster, "faster" where this variant is."""
+    apart = max(row.median, winner.median) / min(row.median, winner.median) - 1
+    one_round = min(row.rounds, winner.rounds) < 2
+    if overlaps(row.iqr, winner.iqr) or (one_round and apart <= run_to_run):
         return "none"
     return "worth" if row.median < winner.median else "faster"
 
@@ -67,6 +70,7 @@ class Ablation:
     # the variant that beat the winner by most: {"label", "n_trials"} where it is queued in
     # the study, {"label", "searched_as"} where the search measured it (``_queue_the_fastest``)
     queued: dict[str, Any] | None = None
+    run_to_run: float = 0.0  # how far two runs of one config differed in the confirmation
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -118,7 +122,9 @@ def _within_budget(
     return planned[:fits], planned[fits:], allowed
 
 
-def _row(variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confirmed) -> dict:
+def _row(
+    variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confirmed, run_to_run: float
+) -> dict:
     """A variant's row of the table: its figures beside the winner's of the same rounds."""
     out = {
         "label": variant.label,
@@ -131,7 +137,7 @@ def _row(variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confir
         "iqr": [round(x, 1) for x in row.iqr],
         "winner_samples_per_s": round(again.median, 1),
         "ratio": round(round(row.median, 1) / round(again.median, 1), 3),
-        "verdict": verdict(row, again),
+        "verdict": verdict(row, again, run_to_run),
     }
     out["effect"] = effect(out)
     return out
@@ -144,11 +150,13 @@ def ablate(
     baseline: PipelineConfig,
     *,
     run: Run = run_trial,
+    run_to_run: float = 0.0,
 ) -> Ablation | None:
     """Measures the winner's variants that fit in ``study.ablation_budget`` of the search's
     time, interleaved with the winner for ``study.ablation_rounds``, and queues the one that
-    beat it by most (``_queue_the_fastest``); None where the winner has none, the budget is
-    0, or the rounds were stopped."""
+    beat it by most (``_queue_the_fastest``); ``run_to_run``: how far two runs of one config
+    differ here, which a difference measured in one round must pass to count. None where
+    the winner has none, the budget is 0, or the rounds were stopped."""
     cfg = session.config.study
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
     ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
@@ -172,7 +180,7 @@ def ablate(
     if again is None:  # stopped, or the winner failed in these rounds
         return None
     rows = tuple(
-        (v, _row(v, winner.config, confirmed[v.label], again))
+        (v, _row(v, winner.config, confirmed[v.label], again, run_to_run))
         for v in measured
         if v.label in confirmed
     )
@@ -185,6 +193,7 @@ def ablate(
         cfg.ablation_budget,
         failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
         queued=_queue_the_fastest(session, study, winner, rows),
+        run_to_run=round(run_to_run, 3),
     )
 
 

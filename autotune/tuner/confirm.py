@@ -15,7 +15,7 @@ from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store
-from autotune.tuner.metrics import Confirmed, feasible_complete, startup_per_epoch
+from autotune.tuner.metrics import Confirmed, epoch_rate, feasible_complete, startup_per_epoch
 from autotune.tuner.store import TrialKey
 
 log = logging.getLogger(__name__)
@@ -101,26 +101,32 @@ def _confirmed(
         if not measured:
             continue
         peaks = [o.peak_memory_bytes for o in runs[label] if o.peak_memory_bytes]
+        startups = [
+            startup_per_epoch(
+                config,
+                steady=m.samples_per_s,
+                epoch_start_s=m.epoch_start_s,
+                time_to_first_batch_s=m.time_to_first_batch_s,
+                preparation_s=session.preparation_per_epoch(config),
+            )
+            for m in measured
+        ]
+        epoch = session.epoch_samples
         confirmed.append(
             Confirmed(
                 label=label,
                 trial_number=number,
                 config=config,
                 sub_windows=tuple(v for m in measured for v in m.settled_sub_windows),
-                startup_s=statistics.median(
-                    startup_per_epoch(
-                        config,
-                        steady=m.samples_per_s,
-                        epoch_start_s=m.epoch_start_s,
-                        time_to_first_batch_s=m.time_to_first_batch_s,
-                        preparation_s=session.preparation_per_epoch(config),
-                    )
-                    for m in measured
-                ),
-                epoch_samples=session.epoch_samples,
+                startup_s=statistics.median(startups),
+                epoch_samples=epoch,
                 peak_memory_bytes=max(peaks) if peaks else None,
                 rounds=len(measured),
                 spread=statistics.median(m.spread for m in measured),
+                round_rates=tuple(
+                    epoch_rate(m.samples_per_s, s, epoch_samples=epoch)
+                    for m, s in zip(measured, startups, strict=True)
+                ),
             )
         )
     return confirmed

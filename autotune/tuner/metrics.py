@@ -74,6 +74,19 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+def run_to_run(confirmed: list[Confirmed]) -> float:
+    """How far two runs of one config differ here: the median, over the configs confirmed in
+    two rounds or more, of their rounds' range over their median rate (0 where none was).
+    One run's sub-windows hold none of this variation (the machine's state, the workers'
+    start), so a comparison of single runs is read against it."""
+    ranges = [
+        (max(rates) - min(rates)) / statistics.median(rates)
+        for c in confirmed
+        if len(rates := c.round_rates) >= 2 and statistics.median(rates) > 0
+    ]
+    return statistics.median(ranges) if ranges else 0.0
+
+
 def speedup(rate: float | None, baseline: float | None) -> float | None:
     """``rate`` over the baseline's, where both were measured."""
     if rate is None or not baseline:
@@ -95,6 +108,7 @@ class Confirmed:
     peak_memory_bytes: int | None = None
     rounds: int = 0
     spread: float | None = None  # the median run's spread reached (Measurement.spread)
+    round_rates: tuple[float, ...] = ()  # each round's rate: how far runs of it differ
 
     def _project(self, steady: float) -> float:
         return epoch_rate(steady, self.startup_s, epoch_samples=self.epoch_samples)

@@ -26,7 +26,7 @@ from autotune.tuner import hosts, storage, store, stored_result
 from autotune.tuner.ablation import Ablation, ablate
 from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.lease import Leases
-from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, speedup
+from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run, speedup
 from autotune.tuner.objective import Objective
 from autotune.tuner.references import reference_points
 from autotune.tuner.search import NEXT_TRIAL, search
@@ -220,7 +220,8 @@ def _result(
         winner, as_is_winner, winner_notes = _winners(session, confirmed)
         notes += winner_notes
         if not stop.is_set() and winner.label != store.BASELINE:
-            ablation = ablate(session, study, winner, baseline, run=run)
+            noise = run_to_run(confirmed)  # a one-round row must differ by more
+            ablation = ablate(session, study, winner, baseline, run=run, run_to_run=noise)
             interrupted = stop.is_set()
         if ablation is not None:
             said = (reduced_decode_note(ablation, winner.config), faster_note(ablation))

@@ -3,6 +3,7 @@ and for the studies that go wrong (only failures, pruned trials, one decoder, no
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from PIL import Image, ImageStat
 
 from autotune.app import cli
 from autotune.report import markdown as report
+from autotune.report.summary import Summary
 
 PLOTS = {
     "optimization_history.png",
@@ -388,3 +390,28 @@ def test_a_real_study_reports_what_each_setting_is_worth(quick_study):
     best = yaml.safe_load((cwd / "studies" / "synthetic-tiny" / "best.yaml").read_text())
     changed = best["measured"]["worth"]["changed"]
     assert set(changed) == {r["label"] for r in worth["rows"]}
+
+
+def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
+    row = {"label": "main_threads=2", "verdict": "none"}
+    ablation = {
+        "winner": {"samples_per_s": 310.0, "rounds": 1},
+        "rows": [row],
+        "left_out": [],
+        "seconds": 30.0,
+        "search_seconds": 200.0,
+        "budget": 0.25,
+        "run_to_run": 0.12,
+    }
+    summary = Summary((), "trial 1", "pil", None, None, (), 3, ablation=ablation)
+    lines = summary.worth_lines()
+    assert lines[1] == (
+        "one round each: a change no larger than two runs of one config differed by in the "
+        "confirmation (12%, the finalists' median) is no measurable effect"
+    )
+    assert lines[2] == (
+        "no measurable effect here (inside the spread or the runs' variation): main_threads=2"
+    )
+    two_rounds = {**ablation, "winner": {"samples_per_s": 310.0, "rounds": 2}}
+    lines = dataclasses.replace(summary, ablation=two_rounds).worth_lines()
+    assert lines[1] == "no measurable effect here (inside the spread): main_threads=2"

@@ -169,3 +169,33 @@ def test_a_faster_variant_the_search_measured_is_named_not_queued():
     assert ablation is not None
     assert ablation.queued == {"label": "decoder=torchvision", "searched_as": 40}
     assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+
+
+def test_one_round_s_difference_within_the_run_to_run_variation_is_no_effect():
+    """Apart by their sub-windows (540 against 500), one run each: 8 % is within the 10 %
+    two runs of one config differed by in the confirmation, and beyond 5 %; in two rounds
+    each the IQRs decide."""
+    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
+    faster = {**RATES, "decoder=torchvision": 540.0}
+    verdicts = {}
+    for noise in (0.10, 0.05):
+        table = ablate(
+            session,
+            search_of([10.0] * 40),
+            winner(),
+            BASELINE,
+            run=fake_run([], faster),
+            run_to_run=noise,
+        )
+        assert table is not None and table.run_to_run == noise
+        row = next(r for r in table.rows if r["label"] == "decoder=torchvision")
+        verdicts[noise] = row["verdict"]
+    assert verdicts == {0.10: "none", 0.05: "faster"}
+    # two rounds: the IQRs hold the runs' variation themselves
+    twice = make_session(
+        ["study.epoch_aware=false", "study.ablation_budget=10", "study.ablation_rounds=2"]
+    )
+    run = fake_run([], faster)
+    table = ablate(twice, search_of([10.0] * 40), winner(), BASELINE, run=run, run_to_run=0.10)
+    row = next(r for r in table.rows if r["label"] == "decoder=torchvision")
+    assert row["verdict"] == "faster"

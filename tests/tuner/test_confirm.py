@@ -92,5 +92,6 @@ def test_confirmation_interleaves_the_finalists():
     confirmed = confirm(session, picked, rounds=3, run=run)
     assert order == [0, 2, 0, 2, 0, 2]  # A B A B A B: drift hits both alike
     assert [c.rounds for c in confirmed] == [3, 3]
+    assert confirmed[1].round_rates == pytest.approx((300.0, 300.0, 300.0))  # one a round
     assert confirmed[1].median == pytest.approx(300.0)
     assert confirmed[1].spread == 0.0 and confirmed[1].to_dict()["spread"] == 0.0

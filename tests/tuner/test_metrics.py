@@ -10,6 +10,7 @@ from autotune.tuner.metrics import (
     epoch_rate,
     pick_each_way,
     pick_winner,
+    run_to_run,
     startup_per_epoch,
     ties,
 )
@@ -110,3 +111,17 @@ def test_a_pick_that_ties_with_the_baseline_keeps_the_baseline():
     assert any("beyond the spread" in n for n in notes), notes
     clear = _as_is("trial 6", 2, (300.0, 310.0, 305.0, 320.0))
     assert pick_each_way([base, clear])[0] is clear
+
+
+def test_run_to_run_is_how_far_two_rounds_of_one_config_differed():
+    """The finalists' median of their rounds' range over their median; a config confirmed
+    in one round says nothing of it."""
+    config = PipelineConfig()
+    confirmed = [
+        Confirmed("a", 1, config, (100.0,), round_rates=(100.0, 110.0, 105.0)),  # 10/105
+        Confirmed("b", 2, config, (200.0,), round_rates=(200.0, 200.0)),  # 0
+        Confirmed("c", 3, config, (50.0,), round_rates=(50.0,)),  # one round
+        Confirmed("d", 4, config, (80.0,), round_rates=(80.0, 100.0)),  # 20/90
+    ]
+    assert run_to_run(confirmed) == pytest.approx(10.0 / 105.0)
+    assert run_to_run(confirmed[2:3]) == 0.0
