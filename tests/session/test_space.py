@@ -487,10 +487,11 @@ def test_a_config_turns_back_into_the_params_of_its_point(
     default_cfg: SearchSpaceConfig, facts4: MachineFacts
 ) -> None:
     """The worth table's variants are configs; queued as trials they are params again."""
-    space = build(default_cfg, facts4, device="cuda")
-    for point in space.grid()[::7]:
+    space = build(default_cfg, facts4, device="cpu")
+    grid = space.grid()
+    for point in grid[::7]:
         config = space.suggest(FixedTrial(point))
         params = space.params_of(config)
         assert params is not None and space.suggest(FixedTrial(params)) == config
-    config = space.suggest(FixedTrial(space.grid()[0]))
+    config = space.suggest(FixedTrial(grid[0]))
     assert space.params_of(dataclasses.replace(config, num_workers=99)) is None  # not a point

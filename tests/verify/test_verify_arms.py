@@ -142,6 +142,7 @@ def test_an_epoch_is_timed_from_iter_to_the_last_step():
     assert epoch.step_done_s == (0.6, 0.9) and epoch.samples_per_s == 4.0
 
 
+@pytest.mark.slow
 def test_the_baseline_arm_in_a_real_child_reports_imagefolder(source):
     """Through the runtime's child process, as verify runs it."""
     outcome = run_trial(job(source, "baseline"), timeout_s=60)
