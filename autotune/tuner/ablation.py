@@ -227,8 +227,9 @@ def _queue_the_fastest(
     """The variant that beat the winner by most, beyond the spread, queued in the study as a
     polish step from the winner: the search never measured it, and a run with one trial more
     measures it as a search trial and confirms it beside the winner (one round here does not
-    overturn a confirmed pick). Where the search did measure it, slower, it is named instead:
-    a tie this round split, not a step the search missed. None where no variant beat it."""
+    overturn a confirmed pick); once, however often the table runs before it is measured.
+    Where the search did measure it, it is named instead: a step the search did not miss.
+    None where no variant beat the winner."""
     faster = [(v, row) for v, row in rows if row["verdict"] == "faster"]
     if not faster or winner.trial_number is None:
         return None
@@ -239,7 +240,9 @@ def _queue_the_fastest(
     params = session.space.params_of(variant.config)
     if params is None:
         return None
-    step = Step(params, variant.knob, winner.trial_number)
-    enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if not any(t.system_attrs.get("fixed_params") == params for t in waiting):
+        step = Step(params, variant.knob, winner.trial_number)
+        enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
     n_trials = store.spent(study, free_repeats=session.config.study.n_trials) + 1
     return {"label": variant.label, "n_trials": n_trials}

@@ -61,8 +61,8 @@ def faster_note(ablation: Ablation) -> str | None:
         )
     if "searched_as" in queued:
         return (
-            f"{said}: the search measured {queued['label']} as trial {queued['searched_as']}, "
-            "slower; one round does not overturn the confirmed pick"
+            f"{said}: the search measured {queued['label']} as trial {queued['searched_as']}; "
+            "one round does not overturn the confirmed pick"
         )
     return f"{said}: the search did not find it; raise study.n_trials and run again to search it"
 

@@ -149,6 +149,9 @@ def test_a_variant_faster_than_the_winner_is_queued_as_the_study_s_next_trial():
     assert ablation.queued == {"label": "decoder=torchvision", "n_trials": 41}
     (queued,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert queued.user_attrs["polish_knob"] == "decoder" and queued.user_attrs["polish_from"] == 7
+    again = ablate(session, study, winner(), BASELINE, run=fake_run([], faster))
+    assert again is not None and again.queued == ablation.queued  # queued once, not twice
+    assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 1
     trial = study.ask()  # what the next trial of a resumed search runs
     assert trial.number == queued.number
     swapped = dataclasses.replace(WINNER_CONFIG, decoder="torchvision")

@@ -44,7 +44,7 @@ def test_a_faster_variant_is_said_with_what_became_of_it():
     )
     searched = {"label": "persistent_workers=True", "searched_as": 12}
     assert faster_note(dataclasses.replace(table, queued=searched)) == said + (
-        "the search measured persistent_workers=True as trial 12, slower; one round does not "
+        "the search measured persistent_workers=True as trial 12; one round does not "
         "overturn the confirmed pick"
     )
     assert faster_note(dataclasses.replace(table, rows=({**row, "verdict": "none"},))) is None
