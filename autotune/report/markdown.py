@@ -157,11 +157,15 @@ def _counts_line(trials: list[optuna.trial.FrozenTrial]) -> str:
     )
     if skipped:
         line += f" ({skipped} of the pruned skipped before running: they would not fit)"
-    if len(own) < len(trials):
+    repeats = sum(store.is_repeat(t) for t in trials)
+    if repeats:
         line += (
-            f"; {len(trials) - len(own)} more repeated a config already measured and took "
-            "its outcome, not measured again"
+            f"; {repeats} more repeated a config already measured and took its outcome, not "
+            "measured again"
         )
+    queued = sum(t.state == TrialState.WAITING for t in trials)
+    if queued:
+        line += f"; {queued} queued, which a run with more study.n_trials measures first"
     return line + ".\n"
 
 

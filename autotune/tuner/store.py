@@ -182,8 +182,9 @@ def is_repeat(trial: FrozenTrial) -> bool:
 
 
 def measured(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials that took a measurement of their own (all but the repeats)."""
-    return [t for t in trials if not is_repeat(t)]
+    """The trials that took a measurement of their own, or are taking it: not the repeats,
+    nor those queued for a later run (the worth table's variant that beat the winner)."""
+    return [t for t in trials if t.state != TrialState.WAITING and not is_repeat(t)]
 
 
 def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | None:

@@ -415,3 +415,22 @@ def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
     two_rounds = {**ablation, "winner": {"samples_per_s": 310.0, "rounds": 2}}
     lines = dataclasses.replace(summary, ablation=two_rounds).worth_lines()
     assert lines[1] == "no measurable effect here (inside the spread): main_threads=2"
+
+
+def test_the_trial_count_names_repeats_and_a_queued_trial_apart():
+    dist = {"num_workers": IntDistribution(0, 2)}
+    trials = [
+        create_trial(params={"num_workers": 1}, distributions=dist, value=1.0),
+        create_trial(
+            params={"num_workers": 1},
+            distributions=dist,
+            value=1.0,
+            user_attrs={"repeat_of": 0},
+        ),
+        create_trial(state=TrialState.WAITING),
+    ]
+    assert report._counts_line(trials) == (
+        "1 trials: 1 complete, 0 pruned, 0 failed; 1 more repeated a config already measured "
+        "and took its outcome, not measured again; 1 queued, which a run with more "
+        "study.n_trials measures first.\n"
+    )

@@ -99,3 +99,16 @@ def test_a_study_resumes_only_with_its_own_fingerprint_and_format(tmp_path) -> N
     made.set_user_attr("fingerprint", "abc")  # as an older autotune left it: no format
     with pytest.raises(UsageError, match="made by an older autotune"):
         storage.open_study(older, "abc")
+
+
+def test_a_queued_trial_and_a_repeat_measured_nothing() -> None:
+    study = optuna.create_study(direction="maximize")
+    dist = {"num_workers": IntDistribution(0, 2)}
+    for value, attrs in ((1.0, {}), (1.0, {TrialKey.REPEAT_OF: 0})):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"num_workers": 1}, distributions=dist, value=value, user_attrs=attrs
+            )
+        )
+    study.enqueue_trial({"num_workers": 2})  # the worth table's variant, for the next run
+    assert [t.number for t in store.measured(study.get_trials())] == [0]
