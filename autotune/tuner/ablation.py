@@ -24,7 +24,7 @@ from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import store
 from autotune.tuner.confirm import confirm
-from autotune.tuner.metrics import Confirmed, feasible_complete, overlaps
+from autotune.tuner.metrics import Confirmed, overlaps
 from autotune.tuner.polish import Step, enqueue_step
 from autotune.tuner.store import TrialKey
 from autotune.tuner.variants import Variant, decoders_ranked, variants
@@ -234,9 +234,10 @@ def _queue_the_fastest(
     if not faster or winner.trial_number is None:
         return None
     variant, row = max(faster, key=lambda pair: pair[1]["ratio"])
-    searched = [t for t in feasible_complete(study) if store.pipeline_of(t) == variant.config]
-    if searched:
-        return {"label": variant.label, "searched_as": searched[0].number}
+    # the objective would take a queued config the search ran as a repeat of that trial
+    searched = store.earlier_run(study, variant.config)
+    if searched is not None:
+        return {"label": variant.label, "searched_as": searched.number}
     params = session.space.params_of(variant.config)
     if params is None:
         return None
