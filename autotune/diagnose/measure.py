@@ -78,13 +78,7 @@ def pipeline_to_diagnose(config: AutotuneConfig) -> PipelineConfig:
     pipeline = load_pipeline_config(config.pipeline)
     if pipeline.as_is:
         return pipeline
-    known = decoders.DECODERS.get(pipeline.decoder)
-    if known is None:
-        raise UsageError(
-            f"{config.pipeline}: unknown decoder {pipeline.decoder!r}; known: "
-            f"{', '.join(decoders.DECODERS)}"
-        )
-    reason = known.unavailable_reason()
+    reason = decoders.DECODERS[pipeline.decoder].unavailable_reason()
     if reason:
         raise UsageError(f"{config.pipeline}: decoder {pipeline.decoder} {reason}")
     return pipeline

@@ -183,8 +183,9 @@ def suggestions(d: Diagnosis) -> list[str]:
         return out  # the CPUs have room to spare: cheaper samples would not be faster
     stage, _ = d.top_stage
     in_space = d.choices.get("decoder", [])
-    if stage == "decode" and "nvjpeg" in in_space and d.pipeline.decoder != "nvjpeg":
-        out.append("decoder=nvjpeg")
+    on_device = [n for n in in_space if _batched_on_device(n)]  # in the DataLoader's place
+    if stage == "decode" and on_device and d.pipeline.decoder not in on_device:
+        out.append(f"decoder={on_device[0]}")
     elif d.pipeline.decoder in d.decoders:
         stages = d.worker_stages
         current = d.decoders[d.pipeline.decoder].cpu_s(stages)
@@ -195,6 +196,12 @@ def suggestions(d: Diagnosis) -> list[str]:
     if stage == "augment" and "gpu" in d.choices.get("augment_on", []):
         out.append("augment_on=gpu")
     return out
+
+
+def _batched_on_device(name: str) -> bool:
+    """Whether ``name`` decodes batches on the device behind a DataLoader (not in its place)."""
+    found = decoders.DECODERS.get(name)
+    return bool(found and found.on_device and not found.replaces_loader)
 
 
 def _reads(d: Diagnosis) -> str:

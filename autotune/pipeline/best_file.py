@@ -90,10 +90,15 @@ def read(path: str | Path) -> BestFile:
     if not isinstance(doc, dict) or "loader" not in doc:
         raise UsageError(f"{path} has no `loader:` section: is it a best.yaml from autotune?")
     as_is = doc.get("loader_kwargs") or {}
+    try:
+        config = PipelineConfig.from_dict({k: doc[k] for k in ("loader", "pipeline") if k in doc})
+        as_is_config = _as_is_config(as_is, path) if as_is else None
+    except UsageError as e:
+        raise UsageError(f"{path}: {e}") from None
     return BestFile(
-        config=PipelineConfig.from_dict({k: doc[k] for k in ("loader", "pipeline") if k in doc}),
+        config=config,
         measured=doc.get("measured") or {},
-        as_is=_as_is_config(as_is, path) if as_is else None,
+        as_is=as_is_config,
         as_is_measured=as_is.get("measured") or {},
         baseline=doc.get("baseline") or "",
         ranks=int(doc.get("ranks") or 1),

@@ -1,150 +1,173 @@
 """PipelineConfig: one point of the search space; the `loader:` and `pipeline:` sections of
-the best.yaml a user takes home (`best_file` writes and reads the whole file)."""
+the best.yaml a user takes home (`best_file` writes and reads the whole file).
+
+It is also the knob table: each field declares its traits once (``knob_table.KnobTraits``),
+and every list of knobs the other layers use derives from ``KNOBS`` below. Adding a knob is
+one field here, its search-space YAML lines, and tests.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import UsageError
+from autotune.pipeline import decoders
+from autotune.pipeline.knob_table import BASELINE, TUNED, KnobTraits, Layer, knob, table
 
-LOADER_KEYS = (
-    "batch_size",
-    "num_workers",
-    "prefetch_factor",
-    "persistent_workers",
-    "pin_memory",
-    "drop_last",
-)
-PIPELINE_KEYS = (
-    "decoder",
-    "main_threads",
-    "augment_on",
-    "transfer",
-    "device_prefetch",
-    "channels_last",
-    "dali_num_threads",
-    "dali_prefetch_queue_depth",
-    "cache",
-)
-# Decoders that decode a whole batch on the device in the training process: the workers only
-# read bytes, and augmentation necessarily follows on the device.
-DEVICE_DECODERS = ("nvjpeg", "dali")
+LOADER, MAIN, PIPELINE, DEVICE = Layer.LOADER, Layer.MAIN, Layer.PIPELINE, Layer.DEVICE
+
 # Not a decoder: the user's own Dataset as it is (for a folder, the tutorial's ImageFolder with
 # transforms.v2), read by a DataLoader; only the DataLoader's arguments and the training
 # process's threads are tuned. The baseline is this with PyTorch's defaults.
 AS_IS = "as_is"
-# what "as it is" keeps: the Dataset's own output crosses as it comes, copied with .to(device)
-AS_IS_FIXED = {
-    "augment_on": "cpu",
-    "transfer": "float",
-    "device_prefetch": False,
-    "channels_last": False,
-    "drop_last": False,
-    "cache": "none",
-}
-AUGMENT_ON = ("cpu", "gpu")
-# a prepared copy of the images (pipeline/prepared.py): none, re-encoded at the size the
-# recipe needs, or decoded pixels at that size
-CACHES = ("none", "resized", "decoded")
-TRANSFERS = ("uint8", "float")
-
-
-_DALI_DEFAULTS = {"dali_num_threads": 2, "dali_prefetch_queue_depth": 2}  # DALI's own
-_NO_LOADER = {  # DALI's own queue and copies replace these
-    "num_workers": 0,
-    "prefetch_factor": None,
-    "persistent_workers": False,
-    "pin_memory": False,
-    "device_prefetch": False,
-}
+# the decoder knob's values: the user's pipeline as it is, or one of the tuner's decoders
+DECODER_VALUES = (AS_IS, *decoders.DECODERS)
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     """Everything the tuner chooses: DataLoader arguments plus pipeline choices.
 
+    The fields are in the order of a config's progress line (``short``).
+
     Example:
         >>> cfg = PipelineConfig(num_workers=4, prefetch_factor=2, decoder="pil_reduced")
         >>> torch.utils.data.DataLoader(dataset, **cfg.loader_kwargs())
     """
 
-    batch_size: int = 32
-    num_workers: int = 0
-    prefetch_factor: int | None = None
-    persistent_workers: bool = False
-    pin_memory: bool = False
-    drop_last: bool = True
-    decoder: str = "pil"
-    main_threads: int | None = None  # torch intra-op threads in the training process
+    # the knob table, one field a knob (fmt: off keeps it a table)
+    # fmt: off
+    num_workers: int = knob(
+        0, LOADER, torch_default=0, worth_rank=3, replaced_by_loader=True,
+        label=lambda c: f"w{c.num_workers}",
+    )
+    prefetch_factor: int | None = knob(  # batches per worker; None: DataLoader's 2
+        None, LOADER, torch_default=None, worth_rank=4, needs_workers=True,
+        replaced_by_loader=True, label=lambda c: f"pf{c.prefetch_factor or 2}",
+    )
+    persistent_workers: bool = knob(  # workers kept alive between epochs
+        False, LOADER, torch_default=False, worth_rank=2, needs_workers=True,
+        replaced_by_loader=True, label=lambda c: "persist" if c.persistent_workers else None,
+    )
+    pin_memory: bool = knob(  # page-locked batches, copied with non_blocking=True
+        False, LOADER, torch_default=False, worth_rank=5, needs_cuda=True,
+        replaced_by_loader=True, label=lambda c: "pin" if c.pin_memory else None,
+    )
+    drop_last: bool = knob(True, LOADER, as_is=False, searched=False)  # the recipe's semantics
+    decoder: str = knob(  # inactive: a space without decoders tunes the pipeline as it is
+        "pil", PIPELINE, inactive=AS_IS, as_is=AS_IS, values=DECODER_VALUES,
+        label=lambda c: "decoded" if c.cache == "decoded" else c.decoder,  # nothing to decode
+    )
+    # a decoder that replaces the DataLoader (DALI): its CPU threads and its queue of batches
+    dali_num_threads: int | None = knob(
+        None, PIPELINE, as_is=None, needs_cuda=True, own_loader_default=2,
+        label=lambda c: f"th{c.dali_num_threads}" if c.dali_num_threads else None,
+    )
+    dali_prefetch_queue_depth: int | None = knob(
+        None, PIPELINE, as_is=None, needs_cuda=True, own_loader_default=2,
+        label=lambda c: f"q{c.dali_prefetch_queue_depth}" if c.dali_prefetch_queue_depth else None,
+    )
+    # a prepared copy of the images (pipeline/prepared.py): none, re-encoded at the size the
+    # recipe needs, or decoded pixels at that size; PyTorch's: decoded from disk every epoch
+    cache: str = knob(
+        "none", PIPELINE, torch_default="none", worth_rank=0, as_is="none",
+        values=("none", "resized", "decoded"),
+        label=lambda c: "resized" if c.cache == "resized" else None,
+    )
     # cpu: crop/resize/flip per sample in the workers; gpu: per batch on the device (kornia)
-    augment_on: str = "cpu"
+    augment_on: str = knob(
+        "cpu", DEVICE, torch_default="cpu", worth_rank=6, needs_cuda=True, as_is="cpu",
+        values=("cpu", "gpu"),
+        label=lambda c: (
+            None if c.augment_on == "cpu" or c.replaces_loader else f"aug-{c.augment_on}"
+        ),
+    )
     # what crosses to the device (augment_on=cpu): uint8 crops, normalized there (4x fewer
-    # bytes), or float32 normalized in the workers
-    transfer: str = "uint8"
-    device_prefetch: bool = False  # copy batch N+1 on a side CUDA stream while step N runs
-    channels_last: bool = False  # NHWC batches (and model) for tensor-core convolutions
-    # decoder=dali only: DALI's CPU threads and its queue of ready batches
-    dali_num_threads: int | None = None
-    dali_prefetch_queue_depth: int | None = None
-    cache: str = "none"
+    # bytes), or float32 normalized in the workers (PyTorch's tutorial; as it is: what the
+    # Dataset gives)
+    transfer: str = knob(
+        "uint8", DEVICE, torch_default="float", worth_rank=7, needs_cuda=True, as_is="float",
+        values=("uint8", "float"),
+        label=lambda c: c.transfer if c.transfer != "uint8" and not c.as_is else None,
+    )
+    device_prefetch: bool = knob(  # copy batch N+1 on a side CUDA stream while step N runs
+        False, DEVICE, torch_default=False, worth_rank=8, needs_cuda=True, as_is=False,
+        replaced_by_loader=True, label=lambda c: "prefetch" if c.device_prefetch else None,
+    )
+    channels_last: bool = knob(  # NHWC batches (and model) for tensor-core convolutions
+        False, DEVICE, torch_default=False, worth_rank=9, needs_cuda=True, as_is=False,
+        label=lambda c: "nhwc" if c.channels_last else None,
+    )
+    main_threads: int | None = knob(  # torch intra-op threads in the training process
+        None, MAIN, torch_default=BASELINE, worth_rank=1,
+        label=lambda c: f"t{c.main_threads}" if c.main_threads else "t-default",
+    )
+    batch_size: int = knob(  # inactive None: always active
+        32, LOADER, torch_default=BASELINE, worth_rank=10, inactive=None,
+        label=lambda c: f"bs{c.batch_size}",
+    )
+    # fmt: on
 
     def __post_init__(self) -> None:
+        for name, traits in KNOBS.items():
+            value = getattr(self, name)
+            if traits.values is not None and value not in traits.values:
+                raise UsageError(f"{name} must be one of {traits.values}, got {value!r}")
         if self.as_is:
-            for key, value in AS_IS_FIXED.items():
-                object.__setattr__(self, key, value)
-        if self.cache == "decoded" and self.decoder not in (AS_IS, "dali"):
+            for name, value in AS_IS_FIXED.items():
+                object.__setattr__(self, name, value)
+        if self.cache == "decoded" and not (self.as_is or self.replaces_loader):
             # nothing left to decode: one name for every decoder (refused with DALI below)
-            object.__setattr__(self, "decoder", "pil")
+            object.__setattr__(self, "decoder", decoders.PilDecoder.name)
         # a device decoder hands the device whole images: augmentation can only follow there,
         # and device-side augmentation needs the uint8 images, not normalized floats
-        if self.decoder in DEVICE_DECODERS:
+        if self.decodes_on_device:
             object.__setattr__(self, "augment_on", "gpu")
-        if self.decoder == "dali":  # DALI replaces the DataLoader: its settings do not apply
-            for key, value in _DALI_DEFAULTS.items():
-                if getattr(self, key) is None:
-                    object.__setattr__(self, key, value)
-            for key, value in _NO_LOADER.items():
-                object.__setattr__(self, key, value)
-        else:
-            object.__setattr__(self, "dali_num_threads", None)
-            object.__setattr__(self, "dali_prefetch_queue_depth", None)
+        for name, traits in KNOBS.items():
+            if traits.own_loader_default is not None:
+                own = self.replaces_loader and getattr(self, name) is None
+                value = traits.own_loader_default if own else getattr(self, name)
+                object.__setattr__(self, name, value if self.replaces_loader else None)
+            elif traits.replaced_by_loader and self.replaces_loader:
+                object.__setattr__(self, name, traits.inactive)  # its own loader's instead
         if self.augment_on == "gpu":
             object.__setattr__(self, "transfer", "uint8")
-        if self.augment_on not in AUGMENT_ON:
-            raise UsageError(f"augment_on must be one of {AUGMENT_ON}, got {self.augment_on!r}")
-        if self.transfer not in TRANSFERS:
-            raise UsageError(f"transfer must be one of {TRANSFERS}, got {self.transfer!r}")
-        if self.cache not in CACHES:
-            raise UsageError(f"cache must be one of {CACHES}, got {self.cache!r}")
-        if self.cache == "decoded" and self.decoder == "dali":
+        if self.cache == "decoded" and self.replaces_loader:
             raise UsageError(
-                "cache=decoded hands pixels to the workers, and DALI reads files itself: "
-                "use cache=resized with decoder=dali"
+                f"cache=decoded hands pixels to the workers, and decoder={self.decoder} reads "
+                f"files itself: use cache=resized with decoder={self.decoder}"
             )
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_workers < 0:
             raise UsageError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
-            raise UsageError(
-                "prefetch_factor and persistent_workers need num_workers > 0 "
-                f"(got num_workers=0, {self.prefetch_factor=}, {self.persistent_workers=})"
-            )
-        if self.prefetch_factor is not None and self.prefetch_factor < 1:
-            raise UsageError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
-        if self.main_threads is not None and self.main_threads < 1:
-            raise UsageError(f"main_threads must be >= 1, got {self.main_threads}")
-        for key in _DALI_DEFAULTS:
-            value = getattr(self, key)
+        idle = [n for n in NEED_WORKERS if getattr(self, n) != KNOBS[n].inactive]
+        if self.num_workers == 0 and idle:
+            got = ", ".join(f"{n}={getattr(self, n)!r}" for n in idle)
+            raise UsageError(f"{', '.join(NEED_WORKERS)} need num_workers > 0 (got {got})")
+        for name in ("prefetch_factor", "main_threads", *OWN_LOADER_SETTINGS):
+            value = getattr(self, name)
             if value is not None and value < 1:
-                raise UsageError(f"{key} must be >= 1, got {value}")
+                raise UsageError(f"{name} must be >= 1, got {value}")
 
     @property
     def as_is(self) -> bool:
         """The user's own Dataset as it is, with only the loader's settings tuned."""
         return self.decoder == AS_IS
+
+    @property
+    def decodes_on_device(self) -> bool:
+        """Whether the decoder decodes whole batches on the device in the training process."""
+        found = decoders.DECODERS.get(self.decoder)
+        return bool(found and found.on_device)
+
+    @property
+    def replaces_loader(self) -> bool:
+        """Whether the decoder is a whole pipeline of its own (DALI) in place of the
+        DataLoader: the DataLoader's settings do not apply."""
+        found = decoders.DECODERS.get(self.decoder)
+        return bool(found and found.replaces_loader)
 
     @property
     def workers_restart(self) -> bool:
@@ -174,36 +197,40 @@ class PipelineConfig:
     def from_dict(cls, data: dict[str, Any]) -> PipelineConfig:
         """Reads the ``loader:`` and ``pipeline:`` sections of a best.yaml (or a flat dict)."""
         flat = {**data.get("loader", {}), **data.get("pipeline", {})} if "loader" in data else data
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(flat) - known)
+        unknown = sorted(set(flat) - set(KNOBS))
         if unknown:
-            raise UsageError(f"unknown pipeline settings {unknown}; known: {sorted(known)}")
+            raise UsageError(f"unknown pipeline settings {unknown}; known: {sorted(KNOBS)}")
         return cls(**flat)
 
     def short(self) -> str:
-        """A compact label for progress lines: ``w4 pf2 persist pil_reduced t1 bs32``."""
-        if self.decoder == "dali":  # no DataLoader: DALI's threads and queue instead
-            parts = [f"dali th{self.dali_num_threads} q{self.dali_prefetch_queue_depth}"]
-        else:
-            parts = [f"w{self.num_workers}"]
-            if self.num_workers:
-                parts.append(f"pf{self.prefetch_factor or 2}")
-                if self.persistent_workers:
-                    parts.append("persist")
-            if self.pin_memory:
-                parts.append("pin")
-            # a decoded copy's pixels need no decoder
-            parts.append("decoded" if self.cache == "decoded" else self.decoder)
-            if self.cache == "resized":
-                parts.append("resized")
-            if self.augment_on != "cpu":
-                parts.append(f"aug-{self.augment_on}")
-        if self.transfer != "uint8" and not self.as_is:
-            parts.append(self.transfer)
-        if self.device_prefetch:
-            parts.append("prefetch")
-        if self.channels_last:
-            parts.append("nhwc")
-        parts.append(f"t{self.main_threads}" if self.main_threads else "t-default")
-        parts.append(f"bs{self.batch_size}")
+        """A compact label for progress lines: ``w4 pf2 persist pil_reduced t1 bs32``; a
+        setting that does not apply here (a worker setting without workers, the DataLoader's
+        with a decoder that replaces it) is left out."""
+        parts = []
+        for traits in KNOBS.values():
+            if traits.label is None:
+                continue
+            if traits.needs_workers and not self.num_workers:
+                continue
+            if traits.replaced_by_loader and self.replaces_loader:
+                continue
+            part = traits.label(self)
+            if part:
+                parts.append(part)
         return " ".join(parts)
+
+
+# The knob table: every field's traits, by name, in declaration order.
+KNOBS: dict[str, KnobTraits] = table(PipelineConfig)
+LOADER_KEYS = tuple(n for n, t in KNOBS.items() if t.layer is Layer.LOADER)
+PIPELINE_KEYS = tuple(n for n, t in KNOBS.items() if t.layer is not Layer.LOADER)
+# DataLoader refuses these with num_workers=0 (a search space must say `when: num_workers > 0`)
+NEED_WORKERS = tuple(n for n, t in KNOBS.items() if t.needs_workers)
+# only tried on a CUDA device
+NEED_CUDA = tuple(n for n, t in KNOBS.items() if t.needs_cuda)
+# what "as it is" holds: the Dataset's own output crosses as it comes, copied with .to(device)
+AS_IS_FIXED = {n: t.as_is for n, t in KNOBS.items() if t.as_is is not TUNED}
+# settings of a decoder that replaces the loader (DALI's threads and queue)
+OWN_LOADER_SETTINGS = tuple(n for n, t in KNOBS.items() if t.own_loader_default is not None)
+# the knobs a search space may name, and the value each takes where its condition fails
+INACTIVE = {n: t.inactive for n, t in KNOBS.items() if t.searched}

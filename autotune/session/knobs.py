@@ -19,31 +19,11 @@ import optuna
 
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.pipeline import decoders
-from autotune.pipeline.config import AS_IS, CACHES
+from autotune.pipeline.config import INACTIVE, KNOBS
 from autotune.schema import KnobConfig
 
-# Every knob and the value it takes when its condition does not hold.
-INACTIVE = {
-    "batch_size": None,  # always active
-    "num_workers": 0,
-    "prefetch_factor": None,
-    "persistent_workers": False,
-    "pin_memory": False,
-    "decoder": AS_IS,  # a space without decoders tunes the user's pipeline as it is
-    "main_threads": None,
-    "augment_on": "cpu",
-    "transfer": "uint8",
-    "device_prefetch": False,
-    "channels_last": False,
-    "dali_num_threads": None,
-    "dali_prefetch_queue_depth": None,
-    "cache": "none",
-}
-# the decoder knob's values: the user's pipeline as it is, or one of the tuner's decoders
-DECODER_VALUES = (AS_IS, *decoders.DECODERS)
-# the values a choice knob may list, where they are a closed set
-KNOWN_VALUES = {"decoder": DECODER_VALUES, "cache": CACHES}
+# the values a choice knob may list, where they are a closed set (the knob table's)
+KNOWN_VALUES = {n: t.values for n, t in KNOBS.items() if t.values is not None and t.searched}
 FEATURES = ("cuda",)
 TYPES = ("int", "choice", "bool", "fixed")
 _OPS = {

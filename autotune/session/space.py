@@ -18,17 +18,24 @@ import optuna
 
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
-from autotune.pipeline.config import AS_IS, AS_IS_FIXED, PipelineConfig
+from autotune.pipeline.config import (
+    AS_IS,
+    AS_IS_FIXED,
+    INACTIVE,
+    KNOBS,
+    NEED_CUDA,
+    NEED_WORKERS,
+    PipelineConfig,
+)
+from autotune.pipeline.knob_table import BASELINE, NO_DEFAULT
 from autotune.schema import SearchSpaceConfig
 from autotune.session import decoder_choices
 from autotune.session.copy_fit import CopyFit
-from autotune.session.knobs import INACTIVE, Knob, build_knob, nearest_first
+from autotune.session.knobs import Knob, build_knob, nearest_first
 from autotune.session.read_wait import ReadWait
 
-# DataLoader refuses these with num_workers=0: the space must say `when: "num_workers > 0"`.
-NEED_WORKERS = ("prefetch_factor", "persistent_workers")
 # The tuner's own pipeline choices: the user's pipeline "as it is" keeps them as they are.
-AS_IS_KEEPS = (*AS_IS_FIXED, "dali_num_threads", "dali_prefetch_queue_depth")
+AS_IS_KEEPS = tuple(name for name in AS_IS_FIXED if name != "decoder")
 # What a Dataset of the user's own does not have: the tuner's decode and augmentation
 IMAGE_PIPELINE = ("decoder", *AS_IS_KEEPS)
 _UNSET = object()  # a knob neither a polish point nor its fill gives a value
@@ -94,7 +101,9 @@ class SearchSpace:
             if name == "num_workers" and knob_cfg.high == "cpus" and read_wait and read_wait.waits:
                 knob = dataclasses.replace(knob, high=max(1, read_wait.workers // ranks))
                 notes.append(read_wait.note(cpus))
-            if knob_cfg.requires and not features[knob_cfg.requires]:
+            # what the knob table says it needs, else what the space says
+            needs = "cuda" if name in NEED_CUDA else knob_cfg.requires
+            if needs and not features[needs]:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
             if name == "cache" and copy_fit is not None:
@@ -131,21 +140,29 @@ class SearchSpace:
         """What users run, as trial params: their pipeline as it is (the tutorial's, for a
         folder) under PyTorch's defaults: 0 workers, no pinning, torch's threads."""
         wanted = {
-            "num_workers": 0,
-            "pin_memory": False,
-            "decoder": AS_IS,
-            "main_threads": default_threads,
-            "batch_size": dict(self.defaults)["batch_size"],
+            name: traits.torch_default
+            for name, traits in KNOBS.items()
+            if traits.torch_default not in (BASELINE, NO_DEFAULT)
         }
-        params = {}
+        wanted.update(
+            decoder=AS_IS,
+            main_threads=default_threads,
+            batch_size=dict(self.defaults)["batch_size"],
+        )
+        values: dict[str, Any] = dict(self.defaults)
+        params: dict[str, Any] = {}
         for knob in self.knobs:
-            if knob.type == "fixed" or knob.name not in wanted:
-                continue
-            options = knob.values()
-            if wanted[knob.name] in options:
-                params[knob.name] = wanted[knob.name]
-            elif knob.type == "int":  # closest in range, e.g. threads capped by the space
-                params[knob.name] = min(options, key=lambda v: abs(v - wanted[knob.name]))
+            want = wanted.get(knob.name)
+            if knob.type == "fixed":
+                values[knob.name] = knob.value
+            elif want is not None and applies(knob, values):
+                options = knob.values()
+                if want in options:
+                    params[knob.name] = values[knob.name] = want
+                elif knob.type == "int":  # closest in range, e.g. threads capped by the space
+                    params[knob.name] = values[knob.name] = min(
+                        options, key=lambda v: abs(v - want)
+                    )
         return params
 
     def grid(self) -> list[dict[str, Any]]:

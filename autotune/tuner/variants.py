@@ -11,25 +11,18 @@ from typing import Any
 import optuna
 
 from autotune.pipeline import decoders
-from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.config import AS_IS, KNOBS, PipelineConfig
+from autotune.pipeline.knob_table import BASELINE, NO_DEFAULT
 from autotune.tuner import store
 from autotune.tuner.metrics import feasible_complete
 
 # what PyTorch does by default for each setting the tuner may choose (None: what the
 # baseline runs), in the order they are measured after the best other decoder when the
-# budget allows only some: the ones folklore argues about first
+# budget allows only some: the ones folklore argues about first (the knob table's ranks)
 PYTORCH_DEFAULTS: dict[str, Any] = {
-    "cache": "none",  # the images as they are on disk, decoded every epoch
-    "main_threads": None,  # torch's own thread count
-    "persistent_workers": False,
-    "num_workers": 0,
-    "prefetch_factor": None,  # DataLoader's 2
-    "pin_memory": False,
-    "augment_on": "cpu",
-    "transfer": "float",  # normalized in the workers, as the tutorial does
-    "device_prefetch": False,
-    "channels_last": False,
-    "batch_size": None,
+    name: None if traits.torch_default is BASELINE else traits.torch_default
+    for name, traits in sorted(KNOBS.items(), key=lambda item: item[1].worth_rank)
+    if traits.torch_default is not NO_DEFAULT
 }
 
 
@@ -72,7 +65,7 @@ def variants(
             implied = tuple(sorted(_differing(winner, config) - {knob}))
             out.append(Variant(knob, value, config, implied))
 
-    swaps = [] if winner.decoder == "dali" else [d for d in decoders_ranked if d != "dali"]
+    swaps = [] if winner.replaces_loader else [d for d in decoders_ranked if not _own_loader(d)]
     for name in swaps[:1]:
         add("decoder", name, _with(winner, decoder=name))
     for knob, default in PYTORCH_DEFAULTS.items():
@@ -100,7 +93,7 @@ def _switchable(winner: PipelineConfig, knob: str) -> bool:
     """Whether turning ``knob`` on is a config of its own: persistence needs workers; a
     switch the pipeline as it is keeps off (device prefetch, channels-last) stays off."""
     if knob == "persistent_workers":
-        return winner.num_workers > 0 and winner.decoder != "dali"
+        return winner.num_workers > 0 and not winner.replaces_loader
     return knob == "pin_memory" or not winner.as_is
 
 
@@ -119,6 +112,11 @@ def decoders_ranked(study: optuna.Study, winner: PipelineConfig, choices: list[s
     reducing = reduces(winner.decoder)
     others = [d for d in choices if d != winner.decoder]
     return sorted(others, key=lambda d: (d == AS_IS, reducing and reduces(d), -best.get(d, 0.0)))
+
+
+def _own_loader(decoder: str) -> bool:
+    found = decoders.DECODERS.get(decoder)
+    return bool(found and found.replaces_loader)
 
 
 def reduces(decoder: str) -> bool:

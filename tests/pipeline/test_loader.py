@@ -71,12 +71,6 @@ def test_build_is_reproducible_with_workers(small_set: Source, seed0_batches: li
     assert not all(torch.equal(a[0], b[0]) for a, b in zip(seed0_batches, other, strict=True))
 
 
-def test_build_refuses_an_unknown_decoder(small_set: Source) -> None:
-    cfg = PipelineConfig(decoder="nope")
-    with pytest.raises(KeyError):
-        loader.build(small_set, cfg, recipe=recipes.CenterCropEval(crop_size=32))
-
-
 def test_float_transfer_is_the_same_batch(small_set: Source) -> None:
     recipe = recipes.ImagenetTrain(crop_size=48)
     uint8 = first_batches(small_set, PipelineConfig(batch_size=4, num_workers=1), recipe)

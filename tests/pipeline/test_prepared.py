@@ -133,7 +133,7 @@ def test_workers_read_a_decoded_copy_through_the_loader(small_set: Source, tmp_p
 
 def test_a_decoded_copy_needs_no_decoder_and_no_dali() -> None:
     assert PipelineConfig(decoder="opencv", cache="decoded").decoder == "pil"  # one config
-    with pytest.raises(UsageError, match="DALI reads files itself"):
+    with pytest.raises(UsageError, match="decoder=dali reads files itself"):
         PipelineConfig(decoder="dali", cache="decoded")
     with pytest.raises(UsageError, match="cache must be one of"):
         PipelineConfig(cache="ram")
