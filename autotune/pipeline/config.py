@@ -54,6 +54,12 @@ class PipelineConfig:
         False, LOADER, torch_default=False, worth_rank=5, needs_cuda=True,
         replaced_by_loader=True, label=lambda c: "pin" if c.pin_memory else None,
     )
+    # False: a worker's batch is handed over as soon as it is ready, not in sampler order;
+    # eases head-of-line blocking on uneven samples (which batch comes when changes)
+    in_order: bool = knob(
+        True, LOADER, torch_default=True, worth_rank=11, needs_workers=True,
+        replaced_by_loader=True, label=lambda c: None if c.in_order else "unordered",
+    )
     drop_last: bool = knob(True, LOADER, as_is=False, searched=False)  # the recipe's semantics
     decoder: str = knob(  # inactive: a space without decoders tunes the pipeline as it is
         "pil", PIPELINE, inactive=AS_IS, as_is=AS_IS, values=DECODER_VALUES,

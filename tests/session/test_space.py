@@ -83,6 +83,7 @@ def test_workers_bring_their_knobs(default_cfg: SearchSpaceConfig, facts4: Machi
         "num_workers": 2,
         "prefetch_factor": 4,
         "persistent_workers": True,
+        "in_order": False,
         "decoder": "opencv",
         "cache": "none",
         "main_threads": 3,
@@ -90,6 +91,7 @@ def test_workers_bring_their_knobs(default_cfg: SearchSpaceConfig, facts4: Machi
     trial = FixedTrial(params)
     cfg = space.suggest(trial)
     assert (cfg.num_workers, cfg.prefetch_factor, cfg.persistent_workers) == (2, 4, True)
+    assert cfg.in_order is False and cfg.loader_kwargs()["in_order"] is False
     assert (cfg.decoder, cfg.main_threads, cfg.batch_size) == ("opencv", 3, 32)
     assert trial.params == params
 
@@ -435,6 +437,7 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
         "num_workers": 1,
         "prefetch_factor": 2,
         "persistent_workers": True,
+        "in_order": True,
         "decoder": "torchvision",
         "cache": "none",
         "main_threads": 1,
@@ -454,7 +457,7 @@ def test_neighbours_change_one_knob_and_respect_conditions() -> None:
     assert {"decoder": "pil"}.items() <= next(p for p in points if p["decoder"] == "pil").items()
     # back from no workers: the worker-only knobs from the fill, where it has them
     none = {**no_workers, "decoder": "torchvision"}
-    fill = {"persistent_workers": False, "prefetch_factor": 6}
+    fill = {"persistent_workers": False, "prefetch_factor": 6, "in_order": True}
     assert space.neighbours(none, fill)["num_workers"][0] == {**best, **fill}
     assert "prefetch_factor" not in space.neighbours(none)["num_workers"][0]
 
