@@ -38,7 +38,7 @@ QUICK = [
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",
     "study.confirm_rounds=1",
-    "study.ablation_budget=2",  # what each setting is worth: measured even in a short search
+    "study.worth_budget=2",  # what each setting is worth: measured even in a short search
 ]
 
 

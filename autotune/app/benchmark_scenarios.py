@@ -67,7 +67,7 @@ SCENARIOS = {
         needs_cuda=True,
     ),
     "ranks": Scenario(
-        ("dataset=synthetic", "model=tiny", "device=cpu", "study.ablation_budget=0"),
+        ("dataset=synthetic", "model=tiny", "device=cpu", "study.worth_budget=0"),
         "ImageNet-sized synthetic JPEGs, model=tiny, 2 ranks (DDP, gloo) on the CPU: tuned "
         "per rank against settings copied to the ranks",
         ranks=2,

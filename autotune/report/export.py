@@ -53,17 +53,17 @@ def measured_section(result: StudyResult) -> dict[str, Any]:
 def worth_section(result: StudyResult) -> dict[str, Any] | None:
     """best.yaml's ``measured.worth:``: per setting changed back (or decoder swapped), its
     samples/s beside the winner's in the same rounds, and the effect in words."""
-    ablation = result.ablation
-    if ablation is None or not ablation.rows:
+    worth = result.worth
+    if worth is None or not worth.rows:
         return None
-    worth: dict[str, Any] = {}
-    for row in ablation.rows:
-        worth[row["label"]] = {
+    changed: dict[str, Any] = {}
+    for row in worth.rows:
+        changed[row["label"]] = {
             "samples_per_s": row["samples_per_s"],
             "vs_winner": row["ratio"],
             "effect": row["effect"],
         }
-    return {"winner_samples_per_s": ablation.winner["samples_per_s"], "changed": worth}
+    return {"winner_samples_per_s": worth.winner["samples_per_s"], "changed": changed}
 
 
 def export(

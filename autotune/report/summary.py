@@ -32,7 +32,7 @@ class Summary:
     best_params: dict[str, Any] | None = None  # the winning trial's, where it is stored
     as_is_label: str | None = None  # the pick for the user's pipeline as it is
     baseline_text: str | None = None  # what the baseline runs, in one line
-    ablation: dict[str, Any] | None = None  # what each setting is worth (Ablation.to_dict())
+    worth: dict[str, Any] | None = None  # what each setting is worth (WorthTable.to_dict())
     device: str | None = None
 
     @classmethod
@@ -47,7 +47,7 @@ class Summary:
             result.counts.get("complete", 0),
             as_is_label=result.as_is_label,
             baseline_text=result.baseline_text or None,
-            ablation=result.ablation.to_dict() if result.ablation else None,
+            worth=result.worth.to_dict() if result.worth else None,
             device=result.device,
         )
 
@@ -66,7 +66,7 @@ class Summary:
             trial.params if trial else None,
             as_is_label=stored.as_is_winner,
             baseline_text=stored.baseline,
-            ablation=stored.ablation,
+            worth=stored.worth,
             device=(stored.workload or {}).get("device"),
         )
 
@@ -166,14 +166,14 @@ class Summary:
 
     def worth_rows(self) -> list[tuple[str, str, str, str, str, str, str]]:
         """(setting, the winner's value, changed to, samples/s, ratio to the winner, IQR,
-        effect): the winner in the ablation's rounds first, then each variant."""
-        ablation = self.ablation
-        if not ablation or not ablation["rows"]:
+        effect): the winner in the worth's rounds first, then each variant."""
+        worth = self.worth
+        if not worth or not worth["rows"]:
             return []
-        top = ablation["winner"]
+        top = worth["winner"]
         iqr = f"{top['iqr'][0]:.0f}-{top['iqr'][1]:.0f}"
         out = [("(the winner)", "", "", f"{top['samples_per_s']:.1f}", "1.00", iqr, "")]
-        for r in ablation["rows"]:
+        for r in worth["rows"]:
             implied = r.get("also_changed") or []
             changed_to = str(r["value"]) + (f" (so also {', '.join(implied)})" if implied else "")
             out.append(
@@ -190,23 +190,23 @@ class Summary:
         return out
 
     def worth_lines(self) -> list[str]:
-        """How the ablation was measured, what it cost against the search, what it left out."""
-        ablation = self.ablation
-        if not ablation:
+        """How the worth was measured, what it cost against the search, what it left out."""
+        worth = self.worth
+        if not worth:
             return []
         lines = []
-        searched = ablation["search_seconds"]
-        if ablation["rows"]:
-            rounds = ablation["winner"].get("rounds", 0)
-            share = ablation["seconds"] / searched if searched else 0.0
+        searched = worth["search_seconds"]
+        if worth["rows"]:
+            rounds = worth["winner"].get("rounds", 0)
+            share = worth["seconds"] / searched if searched else 0.0
             lines.append(
                 f"what each setting is worth: measured interleaved with the winner in {rounds} "
-                f"round{'s' if rounds != 1 else ''}, in {ablation['seconds']:.0f} s: "
-                f"{share:.0%} of the search's {searched:.0f} s (study.ablation_budget "
-                f"{ablation['budget']:.0%})"
+                f"round{'s' if rounds != 1 else ''}, in {worth['seconds']:.0f} s: "
+                f"{share:.0%} of the search's {searched:.0f} s (study.worth_budget "
+                f"{worth['budget']:.0%})"
             )
-            quiet = [r["label"] for r in ablation["rows"] if r["verdict"] == "none"]
-            noise = ablation.get("run_to_run", 0.0) if rounds < 2 else 0.0
+            quiet = [r["label"] for r in worth["rows"] if r["verdict"] == "none"]
+            noise = worth.get("run_to_run", 0.0) if rounds < 2 else 0.0
             if noise:
                 lines.append(
                     f"one round each: a change no larger than two runs of one config differed "
@@ -219,16 +219,16 @@ class Summary:
         else:
             lines.append(
                 f"what each setting is worth: not measured, one round of the winner and one "
-                f"variant would pass study.ablation_budget ({ablation['budget']:.0%} of the "
+                f"variant would pass study.worth_budget ({worth['budget']:.0%} of the "
                 f"search's {searched:.0f} s)"
             )
-        if ablation["left_out"]:
+        if worth["left_out"]:
             lines.append(
-                f"left out by the budget: {', '.join(ablation['left_out'])} (raise "
-                "study.ablation_budget to measure them)"
+                f"left out by the budget: {', '.join(worth['left_out'])} (raise "
+                "study.worth_budget to measure them)"
             )
-        if ablation.get("failed"):
-            lines.append(f"failed in every round: {', '.join(ablation['failed'])}")
+        if worth.get("failed"):
+            lines.append(f"failed in every round: {', '.join(worth['failed'])}")
         return lines
 
     def rows(self) -> list[tuple[str, str, str, str, str, str]]:

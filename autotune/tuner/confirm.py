@@ -27,7 +27,7 @@ def finalists(study: optuna.Study, k: int, baseline: PipelineConfig) -> list[Fin
     """The baseline and, for each way of applying a result, the ``k`` best distinct feasible
     configs of the search: any pipeline (for ``build_loader``), and the user's pipeline as it
     is (for ``loader_kwargs``; the baseline is one of these). What the winner's decoder is
-    worth against the others is the ablation's (``ablation``), at the winner's settings.
+    worth against the others is the worth's (``worth``), at the winner's settings.
     """
     # over the memory budget: never exported
     complete = sorted(feasible_complete(study), key=lambda t: t.value or 0.0, reverse=True)

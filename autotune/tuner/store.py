@@ -72,7 +72,7 @@ class StudyKey:
     AS_IS_WINNER = "as_is_winner"  # the winner for the user's pipeline as it is (loader_kwargs)
     BASELINE = "baseline"  # what the baseline runs, in one line
     NOTES = "notes"
-    WORTH = "worth"  # what each setting of the winner is worth (ablation.Ablation.to_dict())
+    WORTH = "worth"  # what each setting of the winner is worth (worth.WorthTable.to_dict())
     IMPORTANCES = "importances_fanova"  # report.md's importances, for the dashboard's list
     WORKLOAD = "workload"
     MACHINE = "machine"  # best_file.machine_section(): the hosts of the study are all alike

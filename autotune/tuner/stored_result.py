@@ -39,7 +39,7 @@ class StoredResult:
     notes: tuple[str, ...]
     workload: dict[str, Any] | None
     machine: dict[str, Any] | None
-    ablation: dict[str, Any] | None = None  # Ablation.to_dict(): what each setting is worth
+    worth: dict[str, Any] | None = None  # WorthTable.to_dict(): what each setting is worth
 
 
 def save_result(
@@ -50,10 +50,10 @@ def save_result(
     as_is_winner: str | None,
     baseline: str,
     notes: list[str],
-    ablation: dict[str, Any] | None = None,
+    worth: dict[str, Any] | None = None,
 ) -> None:
     study.set_user_attr(StudyKey.CONFIRMATION, confirmed)
-    study.set_user_attr(StudyKey.WORTH, ablation)
+    study.set_user_attr(StudyKey.WORTH, worth)
     study.set_user_attr(StudyKey.WINNER, winner)
     study.set_user_attr(StudyKey.AS_IS_WINNER, as_is_winner)
     study.set_user_attr(StudyKey.BASELINE, baseline)
@@ -84,5 +84,5 @@ def load_result(study: optuna.Study) -> StoredResult:
         notes=tuple(attrs.get(StudyKey.NOTES, ())),
         workload=attrs.get(StudyKey.WORKLOAD),
         machine=attrs.get(StudyKey.MACHINE),
-        ablation=attrs.get(StudyKey.WORTH),
+        worth=attrs.get(StudyKey.WORTH),
     )

@@ -23,7 +23,6 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import hosts, storage, store, stored_result
-from autotune.tuner.ablation import Ablation, ablate
 from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run, speedup
@@ -31,6 +30,7 @@ from autotune.tuner.objective import Objective
 from autotune.tuner.references import reference_points
 from autotune.tuner.search import NEXT_TRIAL, search
 from autotune.tuner.store import StudyKey
+from autotune.tuner.worth import WorthTable, measure_worth
 from autotune.tuner.worth_notes import faster_note, prepared_copy_note, reduced_decode_note
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class StudyResult:
     search_wall_s: float = 0.0  # this run's search (TPE and polish), without the confirmation
     baseline_text: str = ""  # what the baseline runs, in one line
     as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
-    ablation: Ablation | None = None  # what each setting of the winner is worth
+    worth: WorthTable | None = None  # what each setting of the winner is worth
     device: str | None = None
     # another host sharing the study confirmed it: its best.yaml, as it wrote it (the rows
     # above are then empty: the summary is read from the storage)
@@ -172,14 +172,14 @@ def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
 
 
 def _prepared_copy_notes(
-    session: Session, study: optuna.Study, winner: Confirmed, ablation: Ablation | None
+    session: Session, study: optuna.Study, winner: Confirmed, worth: WorthTable | None
 ) -> list[str]:
     """What the winner's prepared copy costs and buys; where copies were tried and none won,
     what decided it."""
     epochs = session.config.study.epochs
     copy = session.prepared_copy(winner.config)
     if copy is not None:
-        return [n for n in (prepared_copy_note(ablation, winner, copy.seconds, epochs),) if n]
+        return [n for n in (prepared_copy_note(worth, winner, copy.seconds, epochs),) if n]
     tried = {store.pipeline_of(t).cache for t in feasible_complete(study)} - {"none"}
     if not tried:
         return []
@@ -214,19 +214,19 @@ def _result(
     confirmed, notes = _confirmed(session, study, baseline, stop, run)
     interrupted = stop.is_set()
     notes = [*session.space.notes, *notes]
-    winner = as_is_winner = ablation = None
+    winner = as_is_winner = worth = None
     baseline_text = _baseline_text(session, baseline)
     if confirmed:
         winner, as_is_winner, winner_notes = _winners(session, confirmed)
         notes += winner_notes
         if not stop.is_set() and winner.label != store.BASELINE:
             noise = run_to_run(confirmed)  # a one-round row must differ by more
-            ablation = ablate(session, study, winner, baseline, run=run, run_to_run=noise)
+            worth = measure_worth(session, study, winner, baseline, run=run, run_to_run=noise)
             interrupted = stop.is_set()
-        if ablation is not None:
-            said = (reduced_decode_note(ablation, winner.config), faster_note(ablation))
+        if worth is not None:
+            said = (reduced_decode_note(worth, winner.config), faster_note(worth))
             notes += [n for n in said if n]
-        notes += _prepared_copy_notes(session, study, winner, ablation)
+        notes += _prepared_copy_notes(session, study, winner, worth)
         # what report.md is rebuilt from (mode=report): the storage alone
         stored_result.save_result(
             study,
@@ -235,7 +235,7 @@ def _result(
             as_is_winner=as_is_winner.label if as_is_winner else None,
             baseline=baseline_text,
             notes=notes,
-            ablation=ablation.to_dict() if ablation else None,
+            worth=worth.to_dict() if worth else None,
         )
     return StudyResult(
         study_name=study.study_name,
@@ -251,7 +251,7 @@ def _result(
         notes=tuple(notes),
         interrupted=interrupted,
         cpu_work_bound_samples_per_s=study.user_attrs.get(StudyKey.CPU_WORK_BOUND),
-        ablation=ablation,
+        worth=worth,
         device=session.device,
     )
 

@@ -5,19 +5,19 @@ one setting, measured in the same rounds."""
 from __future__ import annotations
 
 from autotune.pipeline.config import AS_IS, PipelineConfig
-from autotune.tuner.ablation import Ablation
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.variants import reduces
+from autotune.tuner.worth import WorthTable
 
 
-def reduced_decode_note(ablation: Ablation, winner: PipelineConfig) -> str | None:
+def reduced_decode_note(worth: WorthTable, winner: PipelineConfig) -> str | None:
     """What decoding at reduced size bought: the winner against itself at the fastest full
     decode, nothing else changed."""
     if not (reduces(winner.decoder) and winner.augment_on == "cpu"):
         return None
     full = [
         r
-        for r in ablation.rows
+        for r in worth.rows
         if r["knob"] == "decoder"
         and r["value"] != AS_IS
         and not reduces(r["value"])
@@ -38,11 +38,11 @@ def reduced_decode_note(ablation: Ablation, winner: PipelineConfig) -> str | Non
     )
 
 
-def faster_note(ablation: Ablation) -> str | None:
+def faster_note(worth: WorthTable) -> str | None:
     """The variants that beat the winner beyond the spread, measured in the same rounds, and
     what became of the fastest: queued as the study's next trial (the pick is not changed on
     one round's word), or the search's own trial of it named."""
-    faster = [r for r in ablation.rows if r["verdict"] == "faster"]
+    faster = [r for r in worth.rows if r["verdict"] == "faster"]
     if not faster:
         return None
     named = ", ".join(
@@ -52,7 +52,7 @@ def faster_note(ablation: Ablation) -> str | None:
         f"the winner with {named} measured faster than the winner in the same rounds, beyond "
         "the spread"
     )
-    queued = ablation.queued or {}
+    queued = worth.queued or {}
     if "n_trials" in queued:
         return (
             f"{said}: the search never tried {queued['label']}; it is queued as the study's "
@@ -68,7 +68,7 @@ def faster_note(ablation: Ablation) -> str | None:
 
 
 def prepared_copy_note(
-    ablation: Ablation | None, winner: Confirmed, seconds: float, epochs: int
+    worth: WorthTable | None, winner: Confirmed, seconds: float, epochs: int
 ) -> str | None:
     """What the winner's prepared copy costs and buys over ``study.epochs``: its preparation
     time, and against the winner without it (nothing else changed, the same rounds) where
@@ -80,7 +80,7 @@ def prepared_copy_note(
         f"the {cache} copy took {seconds:.1f} s to prepare, once: {seconds / epochs:.2f} s "
         f"charged to each of the study.epochs={epochs} planned"
     )
-    rows = [r for r in ablation.rows if r["knob"] == "cache"] if ablation else []
+    rows = [r for r in worth.rows if r["knob"] == "cache"] if worth else []
     row = next((r for r in rows if r["value"] == "none" and not r["also_changed"]), None)
     if row is None or not winner.epoch_samples:
         return said

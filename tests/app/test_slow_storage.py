@@ -73,7 +73,7 @@ def test_a_study_on_storage_that_waits_searches_workers_beyond_the_cpus(images, 
             "search_space=default",
             "study.n_trials=3",
             "study.confirm_top_k=0",  # the space is what is checked: no confirmation
-            "study.ablation_budget=0",
+            "study.worth_budget=0",
             "dataset=imagefolder",
             f"dataset.root={mount}",
             "dataset.name=slow",

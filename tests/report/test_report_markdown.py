@@ -394,7 +394,7 @@ def test_a_real_study_reports_what_each_setting_is_worth(quick_study):
 
 def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
     row = {"label": "main_threads=2", "verdict": "none"}
-    ablation = {
+    worth = {
         "winner": {"samples_per_s": 310.0, "rounds": 1},
         "rows": [row],
         "left_out": [],
@@ -403,7 +403,7 @@ def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
         "budget": 0.25,
         "run_to_run": 0.12,
     }
-    summary = Summary((), "trial 1", "pil", None, None, (), 3, ablation=ablation)
+    summary = Summary((), "trial 1", "pil", None, None, (), 3, worth=worth)
     lines = summary.worth_lines()
     assert lines[1] == (
         "one round each: a change no larger than two runs of one config differed by in the "
@@ -412,8 +412,8 @@ def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
     assert lines[2] == (
         "no measurable effect here (inside the spread or the runs' variation): main_threads=2"
     )
-    two_rounds = {**ablation, "winner": {"samples_per_s": 310.0, "rounds": 2}}
-    lines = dataclasses.replace(summary, ablation=two_rounds).worth_lines()
+    two_rounds = {**worth, "winner": {"samples_per_s": 310.0, "rounds": 2}}
+    lines = dataclasses.replace(summary, worth=two_rounds).worth_lines()
     assert lines[1] == "no measurable effect here (inside the spread): main_threads=2"
 
 

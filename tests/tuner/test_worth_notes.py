@@ -7,18 +7,18 @@ import dataclasses
 from helpers import make_session
 from winner_data import BASELINE, WINNER_CONFIG, fake_run, search_of, winner
 
-from autotune.tuner.ablation import Ablation, ablate
 from autotune.tuner.metrics import Confirmed
+from autotune.tuner.worth import WorthTable, measure_worth
 from autotune.tuner.worth_notes import faster_note, prepared_copy_note, reduced_decode_note
 
 
 def test_reduced_decode_worth_is_said_against_the_full_decode():
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=10"])
     slower = {"decoder=pil": 300.0, "decoder=opencv": 400.0, "decoder=torchvision": 350.0}
     search = search_of([10.0] * 40)
-    ablation = ablate(session, search, winner(), BASELINE, run=fake_run([], slower))
-    assert ablation is not None
-    assert reduced_decode_note(ablation, WINNER_CONFIG) == (
+    worth = measure_worth(session, search, winner(), BASELINE, run=fake_run([], slower))
+    assert worth is not None
+    assert reduced_decode_note(worth, WINNER_CONFIG) == (
         "reduced decode (pil_reduced) is 1.25x the winner at full decode (opencv, nothing "
         "else changed)"
     )
@@ -31,7 +31,7 @@ def test_a_faster_variant_is_said_with_what_became_of_it():
         "samples_per_s": 540.0,
         "winner_samples_per_s": 500.0,
     }
-    table = Ablation({"samples_per_s": 500.0}, (row,), (), 1.0, 10.0, 0.25)
+    table = WorthTable({"samples_per_s": 500.0}, (row,), (), 1.0, 10.0, 0.25)
     said = (
         "the winner with persistent_workers=True (1.08x) measured faster than the winner in "
         "the same rounds, beyond the spread: "
@@ -63,7 +63,7 @@ def test_a_prepared_copy_is_said_with_its_cost_and_its_break_even():
         "samples_per_s": 200.0,
         "winner_samples_per_s": 400.0,
     }
-    table = Ablation({"samples_per_s": 400.0}, (row,), (), 1.0, 10.0, 0.25)
+    table = WorthTable({"samples_per_s": 400.0}, (row,), (), 1.0, 10.0, 0.25)
     note = prepared_copy_note(table, copied, 60.0, 90)
     assert note.startswith("the decoded copy took 60.0 s to prepare, once: 0.67 s charged")
     # uncharged, the cached epoch is 8 - 0.67 = 7.33 s; without it 16 s: 60 / 8.67 = 6.9

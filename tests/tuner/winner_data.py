@@ -6,9 +6,9 @@ import optuna
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.tuner.ablation import WINNER
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.variants import variants
+from autotune.tuner.worth import WINNER
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
 WINNER_CONFIG = PipelineConfig(

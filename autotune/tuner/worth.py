@@ -57,15 +57,15 @@ def effect(row: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Ablation:
+class WorthTable:
     """The winner and its variants, measured in the same interleaved rounds."""
 
     winner: dict[str, Any]  # the winner's row in these rounds (Confirmed.to_dict())
     rows: tuple[dict[str, Any], ...]  # one per variant (``_row``)
     left_out: tuple[str, ...]  # variants the budget did not allow
-    seconds: float  # what the ablation took
+    seconds: float  # what the worth took
     search_seconds: float  # what the search took, all its trials
-    budget: float  # study.ablation_budget
+    budget: float  # study.worth_budget
     failed: tuple[str, ...] = ()  # variants that failed in every round
     # the variant that beat the winner by most: {"label", "n_trials"} where it is queued in
     # the study, {"label", "searched_as"} where the search measured it (``_queue_the_fastest``)
@@ -93,7 +93,7 @@ def _seconds_per_run(study: optuna.Study) -> float | None:
 def _within_budget(
     session: Session, study: optuna.Study, planned: list[Variant]
 ) -> tuple[list[Variant], list[Variant], float] | None:
-    """The planned variants that ``study.ablation_budget`` of the search's time allows (at
+    """The planned variants that ``study.worth_budget`` of the search's time allows (at
     ``_seconds_per_run`` a run, the winner in every round too), the rest, and the seconds
     allowed; None where nothing says what a run costs, or the budget is 0.
 
@@ -101,20 +101,20 @@ def _within_budget(
     buys, and after how many epochs it pays for itself, is the report's to say."""
     cfg = session.config.study
     per_run = _seconds_per_run(study)
-    if per_run is None or cfg.ablation_budget <= 0:
+    if per_run is None or cfg.worth_budget <= 0:
         return None
-    spent_on_search, rounds = search_seconds(study), cfg.ablation_rounds
-    allowed = cfg.ablation_budget * spent_on_search
+    spent_on_search, rounds = search_seconds(study), cfg.worth_rounds
+    allowed = cfg.worth_budget * spent_on_search
     fits = max(0, int(allowed // (rounds * per_run)) - 1)
     if fits == 0 and planned and planned[0].knob == "cache":
         fits, allowed = 1, max(allowed, 1.5 * 2 * rounds * per_run)  # with some slack
     if fits < len(planned):
         log.info(
-            "what each setting is worth: %d of %d variants fit in study.ablation_budget "
+            "what each setting is worth: %d of %d variants fit in study.worth_budget "
             "(%.0f%% of the search's %.0f s at ~%.0f s a run, %d round(s) with the winner)",
             fits,
             len(planned),
-            100 * cfg.ablation_budget,
+            100 * cfg.worth_budget,
             spent_on_search,
             per_run,
             rounds,
@@ -143,7 +143,7 @@ def _row(
     return out
 
 
-def ablate(
+def measure_worth(
     session: Session,
     study: optuna.Study,
     winner: Confirmed,
@@ -151,9 +151,9 @@ def ablate(
     *,
     run: Run = run_trial,
     run_to_run: float = 0.0,
-) -> Ablation | None:
-    """Measures the winner's variants that fit in ``study.ablation_budget`` of the search's
-    time, interleaved with the winner for ``study.ablation_rounds``, and queues the one that
+) -> WorthTable | None:
+    """Measures the winner's variants that fit in ``study.worth_budget`` of the search's
+    time, interleaved with the winner for ``study.worth_rounds``, and queues the one that
     beat it by most (``_queue_the_fastest``); ``run_to_run``: how far two runs of one config
     differ here, which a difference measured in one round must pass to count. None where
     the winner has none, the budget is 0, or the rounds were stopped."""
@@ -168,11 +168,11 @@ def ablate(
     spent_on_search = round(search_seconds(study), 1)
     labels = tuple(v.label for v in left_out)
     if not measured:
-        return Ablation({}, (), labels, 0.0, spent_on_search, cfg.ablation_budget)
+        return WorthTable({}, (), labels, 0.0, spent_on_search, cfg.worth_budget)
     log.info(
         "what each setting is worth: %d variants of the winner, %d interleaved round(s)",
         len(measured),
-        cfg.ablation_rounds,
+        cfg.worth_rounds,
     )
     started = time.monotonic()
     confirmed, ran = _measure(session, winner, measured, started + allowed_s, run)
@@ -184,13 +184,13 @@ def ablate(
         for v in measured
         if v.label in confirmed
     )
-    return Ablation(
+    return WorthTable(
         again.to_dict(),
         tuple(row for _, row in rows),
         (*(v.label for v in measured if v.config not in ran), *labels),
         round(time.monotonic() - started, 1),
         spent_on_search,
-        cfg.ablation_budget,
+        cfg.worth_budget,
         failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
         queued=_queue_the_fastest(session, study, winner, rows),
         run_to_run=round(run_to_run, 3),
@@ -200,7 +200,7 @@ def ablate(
 def _measure(
     session: Session, winner: Confirmed, measured: list[Variant], deadline: float, run: Run
 ) -> tuple[dict[str, Confirmed], set[PipelineConfig]]:
-    """The winner and ``measured`` in ``study.ablation_rounds`` interleaved rounds, none
+    """The winner and ``measured`` in ``study.worth_rounds`` interleaved rounds, none
     started that would end past ``deadline``: their figures by label, and the configs run."""
     picked = [(WINNER, winner.trial_number, winner.config)]
     picked += [(v.label, None, v.config) for v in measured]
@@ -213,7 +213,7 @@ def _measure(
     # runs as long as a search trial, not the confirmation's: a quarter of the search then
     # covers several settings, and a shorter run's wider IQR only makes "no measurable
     # effect" likelier (the rows are read against each other's spread, never ranked)
-    rounds = {"rounds": session.config.study.ablation_rounds, "stage": "worth"}
+    rounds = {"rounds": session.config.study.worth_rounds, "stage": "worth"}
     rows = confirm(session, picked, run=run_and_note, ranking=False, deadline=deadline, **rounds)
     return {c.label: c for c in rows}, ran
 

@@ -21,26 +21,26 @@ from winner_data import (
 
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.tuner import ablation as ablation_module
-from autotune.tuner.ablation import NO_EFFECT, WINNER, ablate
+from autotune.tuner import worth as worth_module
 from autotune.tuner.metrics import Confirmed
 from autotune.tuner.variants import variants
+from autotune.tuner.worth import NO_EFFECT, WINNER, measure_worth
 from autotune.tuner.worth_notes import reduced_decode_note
 
 
 def test_the_variants_are_measured_interleaved_with_the_winner_within_the_budget():
     session = make_session(
-        ["study.epoch_aware=false", "study.ablation_rounds=2", "study.ablation_budget=0.25"]
+        ["study.epoch_aware=false", "study.worth_rounds=2", "study.worth_budget=0.25"]
     )
     order: list[str] = []
     # 40 trials of 10 s: 400 s of search; a quarter, 100 s, is 2 rounds of 5 runs of 10 s
-    ablation = ablate(session, search_of([10.0] * 40), winner(), BASELINE, run=fake_run(order))
-    assert ablation is not None
+    worth = measure_worth(session, search_of([10.0] * 40), winner(), BASELINE, run=fake_run(order))
+    assert worth is not None
     first = [WINNER, "decoder=pil", "main_threads=2", "persistent_workers=False", "num_workers=0"]
     assert order == first + first  # the same rounds: A B C D E A B C D E
-    assert [r["label"] for r in ablation.rows] == first[1:]
-    assert ablation.left_out[0] == "prefetch_factor=2" and ablation.search_seconds == 400.0
-    pil = ablation.rows[0]
+    assert [r["label"] for r in worth.rows] == first[1:]
+    assert worth.left_out[0] == "prefetch_factor=2" and worth.search_seconds == 400.0
+    pil = worth.rows[0]
     assert pil["ratio"] == pytest.approx(0.6) and pil["verdict"] == "worth"
     assert pil["effect"] == "the winner's decoder is worth 1.67x"
 
@@ -48,7 +48,7 @@ def test_the_variants_are_measured_interleaved_with_the_winner_within_the_budget
 def test_the_table_s_runs_are_as_long_as_a_search_trial_and_counted_so():
     """Not as long as the confirmation's (window.confirm_max_timed_s): a quarter of the search
     then covers several settings."""
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=0.25"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=0.25"])
     caps: list[float] = []
     fake = fake_run([])
 
@@ -57,21 +57,21 @@ def test_the_table_s_runs_are_as_long_as_a_search_trial_and_counted_so():
         return fake(job, timeout_s=timeout_s)
 
     # 400 s of search in trials of 20 s; a quarter, 100 s, is 5 runs: the winner and 4 variants
-    ablation = ablate(session, search_of([20.0] * 20), winner(), BASELINE, run=run)
-    assert len(caps) == 5 and len(ablation.rows) == 4
+    worth = measure_worth(session, search_of([20.0] * 20), winner(), BASELINE, run=run)
+    assert len(caps) == 5 and len(worth.rows) == 4
     window = session.config.window
     assert set(caps) == {window.max_timed_s} and window.confirm_max_timed_s > window.max_timed_s
 
 
 def test_settings_inside_the_spread_have_no_measurable_effect():
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
-    ablation = ablate(session, search_of([10.0] * 40), winner(), BASELINE, run=fake_run([]))
-    assert ablation is not None and not ablation.left_out and not ablation.failed
-    by_label = {r["label"]: r for r in ablation.rows}
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=10"])
+    worth = measure_worth(session, search_of([10.0] * 40), winner(), BASELINE, run=fake_run([]))
+    assert worth is not None and not worth.left_out and not worth.failed
+    by_label = {r["label"]: r for r in worth.rows}
     assert by_label["main_threads=2"]["effect"] == NO_EFFECT  # 498 inside 495-505
     assert by_label["num_workers=0"]["effect"] == "the winner's num_workers is worth 2.50x"
     assert by_label["num_workers=0"]["also_changed"] == ["persistent_workers", "prefetch_factor"]
-    note = reduced_decode_note(ablation, WINNER_CONFIG)
+    note = reduced_decode_note(worth, WINNER_CONFIG)
     # the winner against itself at the fastest full decode (all full ones at 500 but pil)
     assert note == (
         "reduced decode (pil_reduced) has no measurable effect against full decode (opencv) "
@@ -80,13 +80,16 @@ def test_settings_inside_the_spread_have_no_measurable_effect():
 
 
 def test_no_budget_measures_nothing_and_says_what_was_left_out():
-    session = make_session(["study.ablation_budget=0.01"])
+    session = make_session(["study.worth_budget=0.01"])
     order: list[str] = []
-    ablation = ablate(session, search_of([10.0] * 4), winner(), BASELINE, run=fake_run(order))
-    assert ablation is not None and not ablation.rows and not order
-    assert ablation.left_out[0] == "decoder=pil"
-    # nothing says what a run costs: no ablation, and nothing divides by zero
-    assert ablate(session, search_of([0.0] * 4), winner(), BASELINE, run=fake_run(order)) is None
+    worth = measure_worth(session, search_of([10.0] * 4), winner(), BASELINE, run=fake_run(order))
+    assert worth is not None and not worth.rows and not order
+    assert worth.left_out[0] == "decoder=pil"
+    # nothing says what a run costs: no worth, and nothing divides by zero
+    assert (
+        measure_worth(session, search_of([0.0] * 4), winner(), BASELINE, run=fake_run(order))
+        is None
+    )
 
 
 def test_no_run_starts_that_would_pass_the_budget(monkeypatch):
@@ -96,8 +99,8 @@ def test_no_run_starts_that_would_pass_the_budget(monkeypatch):
 
     clock = {"now": 0.0}
     monkeypatch.setattr(confirm_module.time, "monotonic", lambda: clock["now"])
-    monkeypatch.setattr(ablation_module.time, "monotonic", lambda: clock["now"])
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=0.25"])
+    monkeypatch.setattr(worth_module.time, "monotonic", lambda: clock["now"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=0.25"])
     inner = fake_run([])
 
     def slow(job, *, timeout_s):
@@ -105,16 +108,16 @@ def test_no_run_starts_that_would_pass_the_budget(monkeypatch):
         return inner(job, timeout_s=timeout_s)
 
     # 400 s of search: 100 s allowed, a run is 30 s: the winner and two variants, then stop
-    ablation = ablate(session, search_of([10.0] * 40), winner(), BASELINE, run=slow)
-    assert ablation is not None and len(ablation.rows) == 2 and not ablation.failed
-    assert ablation.seconds <= 100.0
-    assert ablation.left_out[:2] == ("persistent_workers=False", "num_workers=0")
+    worth = measure_worth(session, search_of([10.0] * 40), winner(), BASELINE, run=slow)
+    assert worth is not None and len(worth.rows) == 2 and not worth.failed
+    assert worth.seconds <= 100.0
+    assert worth.left_out[:2] == ("persistent_workers=False", "num_workers=0")
 
 
 def test_the_winner_without_its_prepared_copy_is_measured_whatever_the_budget():
     """The budget allows no variant; a prepared copy's break-even is still the report's to
     say, so the winner without its copy is measured beside it."""
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=0.01"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=0.01"])
     cached = dataclasses.replace(WINNER_CONFIG, decoder="pil", cache="decoded")
     planned = variants(cached, BASELINE, tuned=[*TUNED, "cache"], decoders_ranked=DECODERS[1:])
     assert planned[0].label == "cache=none"
@@ -128,29 +131,29 @@ def test_the_winner_without_its_prepared_copy_is_measured_whatever_the_budget():
         return TrialOutcome("ok", measurement=m)
 
     winner = Confirmed("trial 7", 7, cached, (500.0,))
-    ablation = ablate(session, search_of([10.0] * 4), winner, BASELINE, run=run)
-    assert ablation is not None and [r["label"] for r in ablation.rows] == ["cache=none"]
-    assert order == [WINNER, "cache=none"] * session.config.study.ablation_rounds
-    assert ablation.rows[0]["effect"] == "the winner's cache is worth 2.00x"
-    assert "cache=none" not in ablation.left_out and ablation.left_out
+    worth = measure_worth(session, search_of([10.0] * 4), winner, BASELINE, run=run)
+    assert worth is not None and [r["label"] for r in worth.rows] == ["cache=none"]
+    assert order == [WINNER, "cache=none"] * session.config.study.worth_rounds
+    assert worth.rows[0]["effect"] == "the winner's cache is worth 2.00x"
+    assert "cache=none" not in worth.left_out and worth.left_out
 
 
 def test_a_variant_faster_than_the_winner_is_queued_as_the_study_s_next_trial():
     """The search never measured the winner with torchvision; it beat the winner in the
     round: a run with one trial more measures it first, as a polish step from the winner."""
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=10"])
     faster = {**RATES, "decoder=torchvision": 600.0}
     study = search_of([10.0] * 40)
-    ablation = ablate(session, study, winner(), BASELINE, run=fake_run([], faster))
-    assert ablation is not None
-    row = next(r for r in ablation.rows if r["label"] == "decoder=torchvision")
+    worth = measure_worth(session, study, winner(), BASELINE, run=fake_run([], faster))
+    assert worth is not None
+    row = next(r for r in worth.rows if r["label"] == "decoder=torchvision")
     assert row["verdict"] == "faster"
     assert row["effect"] == "decoder=torchvision is 1.20x the winner"
-    assert ablation.queued == {"label": "decoder=torchvision", "n_trials": 41}
+    assert worth.queued == {"label": "decoder=torchvision", "n_trials": 41}
     (queued,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert queued.user_attrs["polish_knob"] == "decoder" and queued.user_attrs["polish_from"] == 7
-    again = ablate(session, study, winner(), BASELINE, run=fake_run([], faster))
-    assert again is not None and again.queued == ablation.queued  # queued once, not twice
+    again = measure_worth(session, study, winner(), BASELINE, run=fake_run([], faster))
+    assert again is not None and again.queued == worth.queued  # queued once, not twice
     assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 1
     trial = study.ask()  # what the next trial of a resumed search runs
     assert trial.number == queued.number
@@ -159,7 +162,7 @@ def test_a_variant_faster_than_the_winner_is_queued_as_the_study_s_next_trial():
 
 
 def test_a_faster_variant_the_search_measured_is_named_not_queued():
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=10"])
     faster = {**RATES, "decoder=torchvision": 600.0}
     study = search_of([10.0] * 40)
     swapped = dataclasses.replace(WINNER_CONFIG, decoder="torchvision")
@@ -168,9 +171,9 @@ def test_a_faster_variant_the_search_measured_is_named_not_queued():
             value=0.9, params={}, distributions={}, user_attrs={"pipeline": swapped.to_dict()}
         )
     )
-    ablation = ablate(session, study, winner(), BASELINE, run=fake_run([], faster))
-    assert ablation is not None
-    assert ablation.queued == {"label": "decoder=torchvision", "searched_as": 40}
+    worth = measure_worth(session, study, winner(), BASELINE, run=fake_run([], faster))
+    assert worth is not None
+    assert worth.queued == {"label": "decoder=torchvision", "searched_as": 40}
     assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
 
 
@@ -178,11 +181,11 @@ def test_one_round_s_difference_within_the_run_to_run_variation_is_no_effect():
     """Apart by their sub-windows (540 against 500), one run each: 8 % is within the 10 %
     two runs of one config differed by in the confirmation, and beyond 5 %; in two rounds
     each the IQRs decide."""
-    session = make_session(["study.epoch_aware=false", "study.ablation_budget=10"])
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=10"])
     faster = {**RATES, "decoder=torchvision": 540.0}
     verdicts = {}
     for noise in (0.10, 0.05):
-        table = ablate(
+        table = measure_worth(
             session,
             search_of([10.0] * 40),
             winner(),
@@ -196,9 +199,11 @@ def test_one_round_s_difference_within_the_run_to_run_variation_is_no_effect():
     assert verdicts == {0.10: "none", 0.05: "faster"}
     # two rounds: the IQRs hold the runs' variation themselves
     twice = make_session(
-        ["study.epoch_aware=false", "study.ablation_budget=10", "study.ablation_rounds=2"]
+        ["study.epoch_aware=false", "study.worth_budget=10", "study.worth_rounds=2"]
     )
     run = fake_run([], faster)
-    table = ablate(twice, search_of([10.0] * 40), winner(), BASELINE, run=run, run_to_run=0.10)
+    table = measure_worth(
+        twice, search_of([10.0] * 40), winner(), BASELINE, run=run, run_to_run=0.10
+    )
     row = next(r for r in table.rows if r["label"] == "decoder=torchvision")
     assert row["verdict"] == "faster"
