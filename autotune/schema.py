@@ -8,7 +8,6 @@ takes these dataclasses (converted once, in ``app/cli.py``), never a ``DictConfi
 from __future__ import annotations
 
 import importlib.util
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,9 +156,6 @@ class StudyConfig:
     confirm_rounds: int = 2
     worth_budget: float = 0.25  # what each setting is worth: at most this share of the search
     worth_rounds: int = 1  # interleaved rounds of the winner and its variants
-    # the worth table's keys' old names, still read: study.ablation_budget, ablation_rounds
-    ablation_budget: float | None = None
-    ablation_rounds: int | None = None
     # objective = samples/s over an epoch: each epoch's start (measured at a real boundary)
     # charged once per epoch (the steady rate stored beside it)
     epoch_aware: bool = True
@@ -181,15 +177,6 @@ class StudyConfig:
         _require(0 <= self.polish_fraction <= 1, "study.polish_fraction must be in [0, 1]")
         _require(0 <= self.as_is_share <= 1, "study.as_is_share must be in [0, 1]")
         _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
-        for old, new in (("ablation_budget", "worth_budget"), ("ablation_rounds", "worth_rounds")):
-            if getattr(self, old) is not None:
-                warnings.warn(
-                    f"study.{old} is deprecated: it is now study.{new}",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-                setattr(self, new, getattr(self, old))
-                setattr(self, old, None)
         _require(self.worth_budget >= 0, "study.worth_budget must be >= 0 (0: none)")
         _require(self.worth_rounds >= 1, "study.worth_rounds must be >= 1")
         _require(self.epochs >= 1, f"study.epochs must be >= 1, got {self.epochs}")

@@ -81,6 +81,10 @@ OPTIONAL_HEAVY_IMPORTS = {"nvidia.dali", "pynvml", "optuna_dashboard"}
 CHILD_PROCESS_ENTRIES: set[str] = {LAZY_ENTRY}
 
 MAX_MODULE_LINES = 300
+# The store is the only door to what a study keeps on its trials and itself: these Optuna
+# attributes and methods are named in no other module (a renamed key breaks nothing silently).
+STORE = "autotune.tuner.store"
+STORE_DOOR = {"user_attrs", "system_attrs", "set_user_attr", "set_system_attr", "enqueue_trial"}
 MAX_FUNCTION_LINES = 60
 LONG_FUNCTIONS_OK = {"autotune.report.plots"}  # modules exempt from MAX_FUNCTION_LINES
 
@@ -409,6 +413,16 @@ def find_long_functions(
     ]
 
 
+def find_attribute_access_past_the_store(package: Package, store: str = STORE) -> list[str]:
+    return sorted(
+        f"{package.relpath(m.name)}:{node.lineno}: .{node.attr}"
+        for m in package.modules.values()
+        if m.name != store
+        for node in ast.walk(m.tree)
+        if isinstance(node, ast.Attribute) and node.attr in STORE_DOOR
+    )
+
+
 def _check(what: str, offenders: list[str]) -> None:
     if offenders:
         pytest.fail(f"{len(offenders)} {what}:\n" + "\n".join(offenders), pytrace=False)
@@ -453,6 +467,15 @@ def test_package_modules_are_short(package: Package) -> None:
 
 def test_package_functions_are_short(package: Package) -> None:
     _check(f"function(s) over {MAX_FUNCTION_LINES} lines", find_long_functions(package))
+
+
+def test_package_reads_and_writes_study_attributes_only_through_the_store(
+    package: Package,
+) -> None:
+    _check(
+        f"trial or study attribute access(es) outside {STORE}: use its functions",
+        find_attribute_access_past_the_store(package),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,6 +567,21 @@ def test_detector_clean_package_has_no_offenders(tmp_path: Path) -> None:
     assert find_function_imports(package, child_entries=TRIAL_ENTRY) == []
     assert find_long_modules(package) == []
     assert find_long_functions(package) == []
+    assert find_attribute_access_past_the_store(package) == []
+
+
+def test_detector_finds_attribute_access_past_the_store(tmp_path: Path) -> None:
+    package = fake_package(
+        tmp_path,
+        {
+            "tuner/store.py": "def kind(t):\n    return t.user_attrs.get('kind')\n",
+            "report/plots.py": "def wait(t, s):\n    s.set_user_attr('x', t.system_attrs)\n",
+        },
+    )
+    assert find_attribute_access_past_the_store(package) == [
+        "autotune/report/plots.py:2: .set_user_attr",
+        "autotune/report/plots.py:2: .system_attrs",
+    ]
 
 
 @pytest.mark.parametrize(

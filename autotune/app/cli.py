@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -57,11 +58,21 @@ Common overrides: study.n_trials=N study.timeout=SECONDS study.name=NAME
 
 # keyword arguments of the user's own classes: any key, set without Hydra's "+"
 OPEN_KEYS = ("dataset.kwargs.", "model.kwargs.", "optimizer.kwargs.")
+RENAMED_KEYS = {f"study.ablation_{k}": f"study.worth_{k}" for k in ("budget", "rounds")}  # old
 
 
 def _open_keys(overrides: list[str]) -> list[str]:
     """``dataset.kwargs.root=/data`` as ``++dataset.kwargs.root=/data``: added or replaced."""
     return [f"++{o}" if o.startswith(OPEN_KEYS) else o for o in overrides]
+
+
+def _renamed(override: str) -> str:
+    """An old key's override as the new key's, with a one-line deprecation note."""
+    key, _, value = override.partition("=")
+    if key not in RENAMED_KEYS:
+        return override
+    warnings.warn(f"{key} is deprecated: use {RENAMED_KEYS[key]}", FutureWarning, stacklevel=3)
+    return f"{RENAMED_KEYS[key]}={value}"
 
 
 def _own_names(cfg: DictConfig, overrides: list[str]) -> None:
@@ -76,7 +87,7 @@ def _own_names(cfg: DictConfig, overrides: list[str]) -> None:
 def compose(overrides: list[str]) -> DictConfig:
     """The composed config (``conf/`` of the package, then ``./conf`` of the working dir)."""
 
-    overrides = _open_keys(list(overrides))
+    overrides = _open_keys([_renamed(o) for o in overrides])
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_module(version_base="1.3", config_module="autotune.conf"):

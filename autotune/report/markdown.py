@@ -41,7 +41,7 @@ def write_report(storage: str, study_name: str, folder: Path) -> Path:
     mattered = importances.markdown(study, summary.best_params, found)
     path.write_text(render(study, storage, summary, figures, mattered))
     # one importance answer: the report's, stored where the dashboard lists it and in its note
-    study.set_user_attr(StudyKey.IMPORTANCES, found)
+    store.set_study_attr(study, StudyKey.IMPORTANCES, found)
     note = (
         f"{_summary_markdown(summary)}\n### Settings that mattered across the search\n\n"
         f"{mattered}\nReport: `{path}`\n"
@@ -182,13 +182,13 @@ def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
     lines = ["| failure | trials | example | hint |", "|---|---|---|---|"]
     for kind, failed in sorted(by_kind.items()):
         numbers = ", ".join(str(t.number) for t in failed)
-        failure = failed[0].user_attrs.get(TrialKey.FAILURE, {})
+        failure = store.trial_attr(failed[0], TrialKey.FAILURE, {})
         message = _cell(failure.get("message", ""))
         hint = _cell(failure.get("hint", HINTS["error"]))
         lines.append(f"| {kind} | {len(failed)}: {numbers} | {message} | {hint} |")
     if skipped:
         numbers = ", ".join(str(t.number) for t in skipped)
-        reason = _cell(skipped[0].user_attrs[TrialKey.SKIPPED])
+        reason = _cell(store.trial_attr(skipped[0], TrialKey.SKIPPED))
         lines.append(f"| skipped (would not fit) | {len(skipped)}: {numbers} | {reason} | |")
     return "\n".join(lines) + "\n"
 

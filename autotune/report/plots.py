@@ -111,7 +111,7 @@ def _points(trials: list[FrozenTrial]) -> list[_Point]:
             rate, state = 0.0, "failed"
         else:
             continue
-        wait = t.user_attrs.get(TrialKey.DATA_WAIT)
+        wait = store.trial_attr(t, TrialKey.DATA_WAIT)
         points.append(_Point(t.number, decoder, int(workers), rate, state, wait))
     return points
 

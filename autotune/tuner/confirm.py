@@ -143,23 +143,21 @@ def from_search(
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if store.pipeline_of(t) == config
         ]
-        values = [v for t in trials for v in t.user_attrs.get(TrialKey.SUB_WINDOWS, [])]
+        values = [v for t in trials for v in store.trial_attr(t, TrialKey.SUB_WINDOWS, [])]
         if not values:
             continue
         startup = statistics.median(
             startup_per_epoch(
                 config,
-                steady=t.user_attrs[TrialKey.STEADY],
-                epoch_start_s=t.user_attrs.get(TrialKey.EPOCH_START),
-                time_to_first_batch_s=t.user_attrs[TrialKey.TIME_TO_FIRST_BATCH],
-                preparation_s=t.user_attrs.get(TrialKey.PREPARATION, 0.0),
+                steady=store.trial_attr(t, TrialKey.STEADY),
+                epoch_start_s=store.trial_attr(t, TrialKey.EPOCH_START),
+                time_to_first_batch_s=store.trial_attr(t, TrialKey.TIME_TO_FIRST_BATCH),
+                preparation_s=store.trial_attr(t, TrialKey.PREPARATION, 0.0),
             )
             for t in trials
         )
-        peaks = [t.user_attrs.get(TrialKey.PEAK_MEMORY_MB, 0) * 2**20 for t in trials]
-        spreads = [
-            t.user_attrs[TrialKey.SPREAD] for t in trials if TrialKey.SPREAD in t.user_attrs
-        ]
+        peaks = [store.trial_attr(t, TrialKey.PEAK_MEMORY_MB, 0) * 2**20 for t in trials]
+        spreads = [s for t in trials if (s := store.trial_attr(t, TrialKey.SPREAD)) is not None]
         out.append(
             Confirmed(
                 label,

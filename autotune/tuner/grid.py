@@ -30,7 +30,7 @@ def run_grid(objective: Objective, stop: threading.Event) -> tuple[optuna.Study,
     )
     grid = objective.session.space.grid()
     for params in grid:
-        study.enqueue_trial(params, user_attrs={store.TrialKey.ROLE: store.GRID})
+        store.enqueue(study, params, {store.TrialKey.ROLE: store.GRID})
     log.info("grid: %d configs, one trial each", len(grid))
     started = time.monotonic()
     study.optimize(

@@ -78,7 +78,7 @@ def confirm_once(
                 with leases.renewed(name):
                     best = confirm_here()
                 if best is not None and not stop.is_set():
-                    study.set_user_attr(StudyKey.BEST_FILE, best.read_text())
+                    store.set_study_attr(study, StudyKey.BEST_FILE, best.read_text())
                     leases.finish(name)
             finally:
                 leases.release(name)  # stopped or failed: the next run confirms
@@ -95,4 +95,4 @@ def confirm_once(
 
 def published(study: optuna.Study) -> str | None:
     """best.yaml as the confirming host wrote it."""
-    return study.user_attrs.get(StudyKey.BEST_FILE)
+    return store.study_attr(study, StudyKey.BEST_FILE)

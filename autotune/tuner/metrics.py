@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
+from autotune.tuner import store
 from autotune.tuner.store import BASELINE, TrialKey, is_repeat
 
 # Finalists whose confirmed medians lie within this of the top are "the same speed": the
@@ -60,7 +61,7 @@ def startup_per_epoch(
 
 def feasible(trial: FrozenTrial) -> bool:
     """Within ``study.memory_budget_gb``: a trial over it is never a finalist or a best."""
-    return trial.user_attrs.get(TrialKey.CONSTRAINT, 0.0) <= 0
+    return store.trial_attr(trial, TrialKey.CONSTRAINT, 0.0) <= 0
 
 
 def feasible_complete(study: optuna.Study) -> list[FrozenTrial]:

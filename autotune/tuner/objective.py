@@ -101,7 +101,7 @@ class Objective:
         store.record_outcome(trial, config, outcome)
         if study.memory_budget_gb is not None and outcome.peak_memory_bytes:
             over = outcome.peak_memory_bytes / 2**30 - study.memory_budget_gb
-            trial.set_user_attr(TrialKey.CONSTRAINT, over)
+            store.set_trial_attr(trial, TrialKey.CONSTRAINT, over)
         if outcome.status == "pruned":
             after = (outcome.pruned_at or 0) + 1
             log.info("%s pruned after sub-window %d%s", head, after, best_so_far(trial))
@@ -114,7 +114,7 @@ class Objective:
         m = outcome.measurement
         preparation = self.session.preparation_per_epoch(config)
         if preparation:
-            trial.set_user_attr(TrialKey.PREPARATION, round(preparation, 3))
+            store.set_trial_attr(trial, TrialKey.PREPARATION, round(preparation, 3))
         startup = startup_per_epoch(
             config,
             steady=m.samples_per_s,
@@ -123,7 +123,7 @@ class Objective:
             preparation_s=preparation,
         )
         value = epoch_rate(m.samples_per_s, startup, epoch_samples=self.session.epoch_samples)
-        trial.set_user_attr(TrialKey.EPOCH, round(value, 1))
+        store.set_trial_attr(trial, TrialKey.EPOCH, round(value, 1))
         log.info(
             "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)%s",
             head,

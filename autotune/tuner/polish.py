@@ -58,7 +58,7 @@ def next_step(study: optuna.Study, space: SearchSpace, *, as_is: bool = False) -
     best = max(complete, key=lambda t: t.value or 0.0)
     trials = study.get_trials(deepcopy=False)
     # a step queued or running (on any host) has its params fixed but perhaps not yet set
-    tried = [{**t.system_attrs.get("fixed_params", {}), **t.params} for t in trials]
+    tried = [{**store.enqueued_params(t), **t.params} for t in trials]
 
     def untried(point: dict[str, Any]) -> bool:
         return not any(point.items() <= params.items() for params in tried)
@@ -76,9 +76,9 @@ def next_step(study: optuna.Study, space: SearchSpace, *, as_is: bool = False) -
         if swaps:
             return Step(swaps[0], SWAP, best.number)
     moved = {
-        t.user_attrs.get(TrialKey.POLISH_KNOB)
+        store.trial_attr(t, TrialKey.POLISH_KNOB)
         for t in trials
-        if t.user_attrs.get(TrialKey.POLISH_FROM) == best.number
+        if store.trial_attr(t, TrialKey.POLISH_FROM) == best.number
     }
     ranked = [name for name in by_importance(complete, list(per_knob)) if per_knob[name]]
     fresh = [name for name in ranked if name not in moved]
@@ -105,7 +105,7 @@ def by_importance(complete: list[FrozenTrial], names: list[str]) -> list[str]:
 
 
 def enqueue_step(study: optuna.Study, step: Step, role: str, *, as_is: bool) -> None:
-    study.enqueue_trial(step.params, user_attrs=step.attrs(role, as_is=as_is))
+    store.enqueue(study, step.params, step.attrs(role, as_is=as_is))
 
 
 def enqueue_polish_step(study: optuna.Study, space: SearchSpace, both_ways: bool) -> None:

@@ -13,7 +13,7 @@ from autotune.pipeline.sources import Source
 from autotune.runtime.stages import profile_stages
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import hosts
+from autotune.tuner import hosts, store
 from autotune.tuner.lease import Leases
 from autotune.tuner.store import StudyKey
 
@@ -46,15 +46,15 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
 def reference_points(session: Session, study: optuna.Study, run: Run, leases: Leases) -> None:
     """The ceiling and the CPU-work bounds, once per study (a resumed study has them), by
     one host of those sharing it."""
-    attrs = study.user_attrs
+    attrs = store.study_attrs(study)
     if StudyKey.CEILING in attrs and StudyKey.CPU_WORK_BOUND in attrs:
         return
     with hosts.measuring_references(leases) as here:
         if here and StudyKey.CEILING not in attrs:
             ceiling = session.measure_ceiling(run)
             if ceiling is not None:
-                study.set_user_attr(StudyKey.CEILING, round(ceiling.samples_per_s, 1))
+                store.set_study_attr(study, StudyKey.CEILING, round(ceiling.samples_per_s, 1))
         if here and StudyKey.CPU_WORK_BOUND not in attrs:
             bounds = measure_cpu_work_bound(session)
             if bounds:
-                study.set_user_attr(StudyKey.CPU_WORK_BOUND, bounds)
+                store.set_study_attr(study, StudyKey.CPU_WORK_BOUND, bounds)

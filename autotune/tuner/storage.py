@@ -20,6 +20,7 @@ from autotune.machine import MachineFacts
 from autotune.pipeline import best_file
 from autotune.runtime.failures import Failure
 from autotune.schema import StudyConfig
+from autotune.tuner import store
 from autotune.tuner.lease import this_process
 from autotune.tuner.store import METRIC, STUDY_FORMAT, StudyKey, TrialKey
 from autotune.tuner.ways import make_pruner
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def _constraints(trial: FrozenTrial) -> tuple[float]:
-    return (trial.user_attrs.get(TrialKey.CONSTRAINT, 0.0),)
+    return (store.trial_attr(trial, TrialKey.CONSTRAINT, 0.0),)
 
 
 def lost_after_s(cfg: StudyConfig) -> float:
@@ -116,15 +117,15 @@ def open_study(
             pruner=make_pruner(),
             load_if_exists=True,
         )
-        stored = study.user_attrs.get(StudyKey.FINGERPRINT)
+        stored = store.study_attr(study, StudyKey.FINGERPRINT)
         if stored is None:
-            study.set_user_attr(StudyKey.FINGERPRINT, fingerprint)
-            study.set_user_attr(StudyKey.FORMAT, STUDY_FORMAT)
+            store.set_study_attr(study, StudyKey.FINGERPRINT, fingerprint)
+            store.set_study_attr(study, StudyKey.FORMAT, STUDY_FORMAT)
             study.set_metric_names([METRIC])
     where = f"study {cfg.name!r} in {shown(cfg.storage)}"
     if facts is not None:  # first: another kind of host is also another search space
         _refuse_another_kind_of_host(study, where, facts)
-    if study.user_attrs.get(StudyKey.FORMAT) != STUDY_FORMAT:
+    if store.study_attr(study, StudyKey.FORMAT) != STUDY_FORMAT:
         raise UsageError(
             f"{where} was made by an older autotune, whose trials measured another baseline "
             "and epoch: pick a new study.name=... to start afresh"
@@ -143,9 +144,9 @@ def open_study(
 def _refuse_another_kind_of_host(study: optuna.Study, where: str, facts: MachineFacts) -> None:
     """Every host of a study is of one kind (usable CPUs, GPU model and count, torch): a
     figure from another kind would rank against figures it cannot be compared with."""
-    machine = study.user_attrs.get(StudyKey.MACHINE)
+    machine = store.study_attr(study, StudyKey.MACHINE)
     if machine is None:
-        study.set_user_attr(StudyKey.MACHINE, best_file.machine_section(facts))
+        store.set_study_attr(study, StudyKey.MACHINE, best_file.machine_section(facts))
         return
     differences = best_file.machine_differences(machine, facts)
     if differences:

@@ -89,6 +89,42 @@ STUDY_FORMAT = 2
 GRID = "grid"  # a point of the benchmark's exhaustive grid
 
 
+# --- any attribute: this module is the only door to them ---------------------------------
+
+
+def trial_attr(trial: FrozenTrial, key: str, default: Any = None) -> Any:
+    """One of a trial's attributes (a ``TrialKey``), or ``default`` where it has none."""
+    return trial.user_attrs.get(key, default)
+
+
+def set_trial_attr(trial: optuna.Trial, key: str, value: Any) -> None:
+    trial.set_user_attr(key, value)
+
+
+def study_attr(study: optuna.Study, key: str, default: Any = None) -> Any:
+    """One of the study's attributes (a ``StudyKey``), or ``default`` where it has none."""
+    return study.user_attrs.get(key, default)
+
+
+def study_attrs(study: optuna.Study) -> dict[str, Any]:
+    """The study's attributes, read once (each read of a remote storage is a query)."""
+    return dict(study.user_attrs)
+
+
+def set_study_attr(study: optuna.Study, key: str, value: Any) -> None:
+    study.set_user_attr(key, value)
+
+
+def enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
+    """Queues ``params`` as the study's next trial, with its attributes (its role...)."""
+    study.enqueue_trial(params, user_attrs=attrs)
+
+
+def enqueued_params(trial: FrozenTrial) -> dict[str, Any]:
+    """The params a trial was queued with (empty for one the sampler suggested)."""
+    return dict(trial.system_attrs.get("fixed_params", {}))
+
+
 # --- trials: written ----------------------------------------------------------------------
 
 

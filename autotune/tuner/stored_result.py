@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.tuner import store
 from autotune.tuner.store import BASELINE, StudyKey, role_of
 
 
@@ -52,22 +53,22 @@ def save_result(
     notes: list[str],
     worth: dict[str, Any] | None = None,
 ) -> None:
-    study.set_user_attr(StudyKey.CONFIRMATION, confirmed)
-    study.set_user_attr(StudyKey.WORTH, worth)
-    study.set_user_attr(StudyKey.WINNER, winner)
-    study.set_user_attr(StudyKey.AS_IS_WINNER, as_is_winner)
-    study.set_user_attr(StudyKey.BASELINE, baseline)
-    study.set_user_attr(StudyKey.NOTES, notes)
+    store.set_study_attr(study, StudyKey.CONFIRMATION, confirmed)
+    store.set_study_attr(study, StudyKey.WORTH, worth)
+    store.set_study_attr(study, StudyKey.WINNER, winner)
+    store.set_study_attr(study, StudyKey.AS_IS_WINNER, as_is_winner)
+    store.set_study_attr(study, StudyKey.BASELINE, baseline)
+    store.set_study_attr(study, StudyKey.NOTES, notes)
 
 
 def save_context(study: optuna.Study, workload: dict[str, Any], machine: dict[str, Any]) -> None:
     """The workload and machine, so the report can be rebuilt from the storage alone."""
-    study.set_user_attr(StudyKey.WORKLOAD, workload)
-    study.set_user_attr(StudyKey.MACHINE, machine)
+    store.set_study_attr(study, StudyKey.WORKLOAD, workload)
+    store.set_study_attr(study, StudyKey.MACHINE, machine)
 
 
 def load_result(study: optuna.Study) -> StoredResult:
-    attrs = study.user_attrs
+    attrs = store.study_attrs(study)
     confirmed = tuple(attrs.get(StudyKey.CONFIRMATION, ()))
     winner = attrs.get(StudyKey.WINNER)
     if winner is None and confirmed:  # stored before the winner was: the fastest

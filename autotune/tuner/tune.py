@@ -102,7 +102,7 @@ def tune(
     baseline_params = session.space.baseline_params(default_threads=session.default_threads)
     with leases.one_at_a_time(NEXT_TRIAL):
         if not study.get_trials(deepcopy=False):
-            study.enqueue_trial(baseline_params, user_attrs={store.TrialKey.ROLE: store.BASELINE})
+            store.enqueue(study, baseline_params, {store.TrialKey.ROLE: store.BASELINE})
     with stoppable(run_trial) as (stop, run):
         reference_points(session, study, run, leases)
         started = time.monotonic()
@@ -247,10 +247,10 @@ def _result(
         as_is_label=as_is_winner.label if as_is_winner else None,
         counts=_counts(trials),
         failures=_failures(trials),
-        ceiling_samples_per_s=study.user_attrs.get(StudyKey.CEILING),
+        ceiling_samples_per_s=store.study_attr(study, StudyKey.CEILING),
         notes=tuple(notes),
         interrupted=interrupted,
-        cpu_work_bound_samples_per_s=study.user_attrs.get(StudyKey.CPU_WORK_BOUND),
+        cpu_work_bound_samples_per_s=store.study_attr(study, StudyKey.CPU_WORK_BOUND),
         worth=worth,
         device=session.device,
     )

@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.pipeline.config import AS_IS
+from autotune.tuner import store
 
 
 def is_as_is(params: Mapping[str, Any]) -> bool:
@@ -62,7 +63,7 @@ def make_pruner() -> optuna.pruners.BasePruner:
 def ask_for_as_is(study: optuna.Study) -> None:
     """The next trial is one of the pipeline as it is: its decoder is fixed, TPE picks the
     rest of the params (an enqueued value wins over any sampler's)."""
-    study.enqueue_trial({"decoder": AS_IS})
+    store.enqueue(study, {"decoder": AS_IS}, {})
 
 
 def as_is_is_due(finished: list[FrozenTrial], share: float) -> bool:

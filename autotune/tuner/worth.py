@@ -79,14 +79,14 @@ class WorthTable:
 def search_seconds(study: optuna.Study) -> float:
     """The search's time: every finished trial's wall time (resumed runs included)."""
     trials = study.get_trials(deepcopy=False, states=store.FINISHED)
-    return sum(t.user_attrs.get(TrialKey.WALL_S, 0.0) for t in trials)
+    return sum(store.trial_attr(t, TrialKey.WALL_S, 0.0) for t in trials)
 
 
 def _seconds_per_run(study: optuna.Study) -> float | None:
     """What one run of the worth table costs: its runs are as long as the search's, so the
     complete trials' median wall time (None: unknown)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    walls = [t.user_attrs[TrialKey.WALL_S] for t in complete if TrialKey.WALL_S in t.user_attrs]
+    walls = [w for t in complete if (w := store.trial_attr(t, TrialKey.WALL_S)) is not None]
     return (statistics.median(walls) or None) if walls else None
 
 
@@ -242,7 +242,7 @@ def _queue_the_fastest(
     if params is None:
         return None
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    if not any(t.system_attrs.get("fixed_params") == params for t in waiting):
+    if not any(store.enqueued_params(t) == params for t in waiting):
         step = Step(params, variant.knob, winner.trial_number)
         enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
     n_trials = store.spent(study, free_repeats=session.config.study.n_trials) + 1

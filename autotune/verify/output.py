@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 
 from autotune.schema import StudyConfig
+from autotune.tuner import store
 from autotune.tuner.store import StudyKey
 from autotune.verify.figures import ArmFigures
 from autotune.verify.result import Verification
@@ -178,5 +179,5 @@ def store_on_study(cfg: StudyConfig, v: Verification) -> bool:
             "study %s is not in %s: the verdict is not stored on it", cfg.name, cfg.storage
         )
         return False
-    study.set_user_attr(STUDY_KEY, study_attr(v))
+    store.set_study_attr(study, STUDY_KEY, study_attr(v))
     return True
