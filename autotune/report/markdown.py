@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from autotune.errors import UsageError
 from autotune.report import dashboard, importances, plots
 from autotune.report.summary import UNIT, WORTH_HEADER, Summary
-from autotune.runtime.failures import HINTS
+from autotune.runtime.failures import FailureKind
 from autotune.schema import AutotuneConfig
 from autotune.tuner import store, stored_result
 from autotune.tuner.store import StudyKey, TrialKey
@@ -184,7 +184,7 @@ def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
         numbers = ", ".join(str(t.number) for t in failed)
         failure = store.trial_attr(failed[0], TrialKey.FAILURE, {})
         message = _cell(failure.get("message", ""))
-        hint = _cell(failure.get("hint", HINTS["error"]))
+        hint = _cell(failure.get("hint", FailureKind.ERROR.hint))
         lines.append(f"| {kind} | {len(failed)}: {numbers} | {message} | {hint} |")
     if skipped:
         numbers = ", ".join(str(t.number) for t in skipped)

@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.runtime.failures import HINTS
+from autotune.runtime.failures import FailureKind
 from autotune.tuner import store, stored_result
 from autotune.tuner.metrics import speedup, ties
 from autotune.tuner.tune import StudyResult
@@ -286,7 +286,7 @@ def table(result: StudyResult) -> str:
 
 def failure_table(failures: dict[str, int]) -> list[tuple[str, int, str]]:
     """(kind, trials, hint) per failure kind."""
-    return [(kind, n, HINTS.get(kind, HINTS["error"])) for kind, n in sorted(failures.items())]
+    return [(kind, n, FailureKind.of(kind).hint) for kind, n in sorted(failures.items())]
 
 
 def failures_text(result: StudyResult) -> str:

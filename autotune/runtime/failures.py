@@ -3,11 +3,12 @@ what to do about it.
 
 Example:
     >>> failure = Failure(classify(exc), str(exc))
-    >>> failure.kind, failure.hint   # "cuda_oom", "lower batch_size, or ..."
+    >>> failure.kind, failure.hint   # FailureKind.CUDA_OOM, "lower batch_size, or ..."
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
 import traceback
@@ -15,32 +16,69 @@ from dataclasses import dataclass
 
 from autotune.errors import UsageError
 
-HINTS = {
-    "cuda_oom": "lower batch_size, or exclude this config with study.memory_budget_gb",
-    "host_oom": "lower num_workers x prefetch_factor or batch_size; check free RAM",
-    "shm_exhausted": "raise --shm-size (docker) or lower num_workers x prefetch_factor",
-    "worker_died": "a DataLoader worker crashed: run the config with num_workers=0 to see why",
-    "timeout": "the trial ran past study.trial_timeout: raise it, or the config hangs",
-    "rank_died": "a rank of the trial crashed: run the config with ranks=1 to see why",
-    "corrupt_data": "remove or fix the unreadable files named in the message",
-    "invalid_config": "fix the search space so that it only yields valid settings",
-    "host_lost": "the host measuring it stopped sending heartbeats (it died): the study went on",
-    "interrupted": "stopped by Ctrl-C: run the same command again to resume the study",
-    "error": "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
+
+class FailureKind(str, enum.Enum):
+    """How a trial failed (stored as its value); ``hint`` says what to do about it."""
+
+    CUDA_OOM = "cuda_oom"
+    HOST_OOM = "host_oom"
+    SHM_EXHAUSTED = "shm_exhausted"
+    WORKER_DIED = "worker_died"
+    TIMEOUT = "timeout"
+    RANK_DIED = "rank_died"
+    CORRUPT_DATA = "corrupt_data"
+    INVALID_CONFIG = "invalid_config"
+    HOST_LOST = "host_lost"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+    __str__ = str.__str__  # "cuda_oom" in messages and tables, not "FailureKind.CUDA_OOM"
+    __format__ = str.__format__
+
+    @classmethod
+    def of(cls, value: str) -> FailureKind:
+        """The kind a stored value names; one this version does not know is an error."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.ERROR
+
+    @property
+    def hint(self) -> str:
+        return _HINTS[self]
+
+
+_HINTS = {
+    FailureKind.CUDA_OOM: "lower batch_size, or exclude this config with study.memory_budget_gb",
+    FailureKind.HOST_OOM: "lower num_workers x prefetch_factor or batch_size; check free RAM",
+    FailureKind.SHM_EXHAUSTED: "raise --shm-size (docker) or lower num_workers x prefetch_factor",
+    FailureKind.WORKER_DIED: "a DataLoader worker crashed: run the config with num_workers=0 "
+    "to see why",
+    FailureKind.TIMEOUT: "the trial ran past study.trial_timeout: raise it, or the config hangs",
+    FailureKind.RANK_DIED: "a rank of the trial crashed: run the config with ranks=1 to see why",
+    FailureKind.CORRUPT_DATA: "remove or fix the unreadable files named in the message",
+    FailureKind.INVALID_CONFIG: "fix the search space so that it only yields valid settings",
+    FailureKind.HOST_LOST: "the host measuring it stopped sending heartbeats (it died): the "
+    "study went on",
+    FailureKind.INTERRUPTED: "stopped by Ctrl-C: run the same command again to resume the study",
+    FailureKind.ERROR: "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }
 
 
 @dataclass(frozen=True)
 class Failure:
-    kind: str  # a key of HINTS
+    kind: FailureKind
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", FailureKind.of(self.kind))  # a child's plain string
 
     @property
     def hint(self) -> str:
-        return HINTS.get(self.kind, HINTS["error"])
+        return self.kind.hint
 
     def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "message": self.message, "hint": self.hint}
+        return {"kind": self.kind.value, "message": self.message, "hint": self.hint}
 
 
 class RankFailed(Exception):
@@ -58,45 +96,47 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
-def classify(exc: BaseException) -> str:
+def classify(exc: BaseException) -> FailureKind:
     """The failure kind of an exception raised inside a trial."""
     if isinstance(exc, RankFailed):
         return exc.failure.kind
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, MemoryError) or "can't allocate memory" in text:
-        return "host_oom"
+        return FailureKind.HOST_OOM
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:
-        return "cuda_oom"
+        return FailureKind.CUDA_OOM
     if "Bus error" in text or "shared memory" in text or "No space left on device" in text:
-        return "shm_exhausted"
+        return FailureKind.SHM_EXHAUSTED
     if "DataLoader worker" in text and (
         "killed by signal" in text or "exited unexpectedly" in text
     ):
-        return "worker_died"
+        return FailureKind.WORKER_DIED
     if isinstance(exc, UsageError):
-        return "invalid_config"
+        return FailureKind.INVALID_CONFIG
     if any(
         marker in text
         for marker in ("cannot identify image", "truncated", "could not decode", "Corrupt JPEG")
     ):
-        return "corrupt_data"
-    return "error"
+        return FailureKind.CORRUPT_DATA
+    return FailureKind.ERROR
 
 
 def classify_signal(
-    signum: int, process: str = "trial process", otherwise: str = "error"
+    signum: int, process: str = "trial process", otherwise: FailureKind = FailureKind.ERROR
 ) -> Failure:
     """The failure of a trial process killed by ``signum``; ``process`` names it, and
-    ``otherwise`` is the kind where the signal says nothing more (a rank's: ``rank_died``)."""
+    ``otherwise`` is the kind where the signal says nothing more (a rank's: ``RANK_DIED``)."""
     name = signal.Signals(signum).name
     if signum == signal.SIGKILL:
-        return Failure("host_oom", f"{process} killed by {name} (the kernel's OOM killer?)")
+        return Failure(
+            FailureKind.HOST_OOM, f"{process} killed by {name} (the kernel's OOM killer?)"
+        )
     if signum == signal.SIGBUS:
-        return Failure("shm_exhausted", f"{process} killed by {name}")
+        return Failure(FailureKind.SHM_EXHAUSTED, f"{process} killed by {name}")
     return Failure(otherwise, f"{process} killed by {name}")
 
 
-def reported(exc: BaseException) -> tuple[str, str, str]:
+def reported(exc: BaseException) -> tuple[FailureKind, str, str]:
     """What a trial's process says of an exception that ended it: its kind, one line, and
     its traceback where ``AUTOTUNE_DEBUG`` is set (else empty)."""
     detail = traceback.format_exc() if os.environ.get("AUTOTUNE_DEBUG") else ""

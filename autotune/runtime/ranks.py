@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.runtime.child import measure
-from autotune.runtime.failures import Failure, RankFailed, classify_signal, reported
+from autotune.runtime.failures import Failure, FailureKind, RankFailed, classify_signal, reported
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.peers import ProcessGroupPeers
@@ -154,15 +154,21 @@ def _root_cause(procs: Procs, open_links: dict[int, Connection], failed: Failed)
     if failed:
         return min(failed, key=lambda item: item[0])[1]
     silent = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-    return _death(procs, silent[0]) if silent else Failure("rank_died", "a rank ended early")
+    return (
+        _death(procs, silent[0])
+        if silent
+        else Failure(FailureKind.RANK_DIED, "a rank ended early")
+    )
 
 
 def _death(procs: Procs, rank: int) -> Failure:
     proc = procs[rank]
     where = f"rank {rank} of {len(procs)}"
     if proc.exitcode is not None and proc.exitcode < 0:
-        return classify_signal(-proc.exitcode, where, otherwise="rank_died")
-    return Failure("rank_died", f"{where} exited with code {proc.exitcode} without a result")
+        return classify_signal(-proc.exitcode, where, otherwise=FailureKind.RANK_DIED)
+    return Failure(
+        FailureKind.RANK_DIED, f"{where} exited with code {proc.exitcode} without a result"
+    )
 
 
 def _rank_main(job: TrialJob, rank: int, rendezvous: str, link: Connection) -> None:

@@ -31,7 +31,7 @@ import psutil
 
 from autotune.runtime.child import measure
 from autotune.runtime.epochs import EpochTimes
-from autotune.runtime.failures import Failure, classify_signal, reported
+from autotune.runtime.failures import Failure, FailureKind, classify_signal, reported
 from autotune.runtime.job import TrialJob
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.ranks import measure_ranks
@@ -167,10 +167,13 @@ def _supervise(
             seen.peak = max(seen.peak, _tree_memory(child.pid))
             next_sample = now + MEMORY_SAMPLE_INTERVAL_S
         if stop is not None and stop.is_set():
-            return TrialOutcome("failed", failure=Failure("interrupted", "stopped by Ctrl-C"))
+            return TrialOutcome(
+                "failed", failure=Failure(FailureKind.INTERRUPTED, "stopped by Ctrl-C")
+            )
         if now - start > timeout_s:
             return TrialOutcome(
-                "failed", failure=Failure("timeout", f"no result after {timeout_s:.0f} s")
+                "failed",
+                failure=Failure(FailureKind.TIMEOUT, f"no result after {timeout_s:.0f} s"),
             )
         if conn.poll(MEMORY_SAMPLE_INTERVAL_S):
             outcome = _receive(child, conn, should_prune, seen)
@@ -216,7 +219,8 @@ def _end(
     """Takes the child down with its whole process group, after a grace period for a child
     that reported (it shuts its workers down itself)."""
     reported = outcome is not None and (
-        outcome.failure is None or outcome.failure.kind not in ("timeout", "interrupted")
+        outcome.failure is None
+        or outcome.failure.kind not in (FailureKind.TIMEOUT, FailureKind.INTERRUPTED)
     )
     if reported:
         child.join(GRACEFUL_EXIT_S)
@@ -251,5 +255,5 @@ def _death(exitcode: int | None) -> TrialOutcome:
     if exitcode is not None and exitcode < 0:
         return TrialOutcome("failed", failure=classify_signal(-exitcode))
     return TrialOutcome(
-        "failed", failure=Failure("error", f"trial process exited with code {exitcode}")
+        "failed", failure=Failure(FailureKind.ERROR, f"trial process exited with code {exitcode}")
     )

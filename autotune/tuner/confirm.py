@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import FailureKind
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.session import Session
 from autotune.session.session import Run
@@ -75,7 +76,7 @@ def confirm(
             started = time.monotonic()
             outcome = run(session.job(config, ranking=ranking), timeout_s=timeout)
             longest = max(longest, time.monotonic() - started)
-            if outcome.failure is not None and outcome.failure.kind == "interrupted":
+            if outcome.failure is not None and outcome.failure.kind is FailureKind.INTERRUPTED:
                 return []
             runs[label].append(outcome)
             rate = f"{outcome.measurement.samples_per_s:.1f}" if outcome.measurement else "failed"

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import best_file
-from autotune.runtime.failures import Failure
+from autotune.runtime.failures import Failure, FailureKind
 from autotune.schema import StudyConfig
 from autotune.tuner import store
 from autotune.tuner.lease import this_process
@@ -170,7 +170,9 @@ def _fail_stale(study: optuna.Study) -> None:
     """Trials left RUNNING by a run that was killed outright are marked failed, with the
     reason."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if _mark_failed(study, t._trial_id, Failure("error", "the run measuring it was killed")):
+        if _mark_failed(
+            study, t._trial_id, Failure(FailureKind.ERROR, "the run measuring it was killed")
+        ):
             log.warning("trial %d was left running by a killed run: marked failed", t.number)
 
 
@@ -180,6 +182,6 @@ def fail_lost(study: optuna.Study) -> None:
     storage = study._storage
     for trial_id in storage._get_stale_trial_ids(study._study_id):  # Optuna's heartbeat check
         number = storage.get_trial_number_from_id(trial_id)
-        lost = Failure("host_lost", "the host measuring it stopped sending heartbeats")
+        lost = Failure(FailureKind.HOST_LOST, "the host measuring it stopped sending heartbeats")
         if _mark_failed(study, trial_id, lost):
             log.warning("trial %d: its host stopped sending heartbeats: marked failed", number)

@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import FailureKind
 from autotune.runtime.trial import TrialOutcome
 from autotune.tuner.lease import this_process
 
@@ -201,8 +202,8 @@ def role_of(trial: FrozenTrial) -> str | None:
     return trial.user_attrs.get(TrialKey.ROLE)
 
 
-def failure_kind(trial: FrozenTrial) -> str:
-    return trial.user_attrs.get(TrialKey.FAILURE, {}).get("kind", "error")
+def failure_kind(trial: FrozenTrial) -> FailureKind:
+    return FailureKind.of(trial.user_attrs.get(TrialKey.FAILURE, {}).get("kind", "error"))
 
 
 def has_failure(trial: FrozenTrial) -> bool:
@@ -230,7 +231,7 @@ def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | No
     for t in study.get_trials(deepcopy=False, states=FINISHED):
         if is_repeat(t) or t.user_attrs.get(TrialKey.PIPELINE) != wanted:
             continue
-        if not (has_failure(t) and failure_kind(t) == "interrupted"):
+        if not (has_failure(t) and failure_kind(t) is FailureKind.INTERRUPTED):
             return t
     return None
 

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from autotune.runtime.epochs import EpochTimes
-from autotune.runtime.failures import Failure
+from autotune.runtime.failures import Failure, FailureKind
 from autotune.session.session import Run
 from autotune.verify.plan import Arm, Plan
 
@@ -56,12 +56,14 @@ def _run_once(
     if stop.is_set():
         return None
     outcome = run(arm.job, timeout_s=plan.timeout_s)
-    if outcome.failure is not None and outcome.failure.kind == "interrupted":
+    if outcome.failure is not None and outcome.failure.kind is FailureKind.INTERRUPTED:
         return None
     times = outcome.measurement if isinstance(outcome.measurement, EpochTimes) else None
     failure = outcome.failure
     if times is None and failure is None:
-        failure = Failure("error", f"the run returned no epochs: {outcome.measurement!r}")
+        failure = Failure(
+            FailureKind.ERROR, f"the run returned no epochs: {outcome.measurement!r}"
+        )
     result = ArmRun(arm.name, round_index, times, failure, outcome.wall_s)
     log.info(
         "verify round %d/%d  %-13s %-36s %s",

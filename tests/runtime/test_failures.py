@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
 
 from autotune.errors import UsageError
-from autotune.runtime.failures import HINTS, Failure, classify, classify_signal
+from autotune.runtime.failures import Failure, FailureKind, classify, classify_signal
 
 
 @pytest.mark.parametrize(
@@ -43,10 +44,17 @@ def test_classify_signal(signum: int, kind: str) -> None:
 
 
 def test_every_kind_has_a_hint_and_an_unknown_one_gets_the_generic() -> None:
-    assert Failure("cuda_oom", "x").hint == HINTS["cuda_oom"]
-    assert Failure("no_such_kind", "x").hint == HINTS["error"]
-    assert Failure("timeout", "late").to_dict() == {
+    assert all(kind.hint for kind in FailureKind)
+    assert Failure("cuda_oom", "x").kind is FailureKind.CUDA_OOM  # a child's plain string
+    assert Failure("no_such_kind", "x").kind is FailureKind.ERROR
+    assert Failure(FailureKind.TIMEOUT, "late").to_dict() == {
         "kind": "timeout",
         "message": "late",
-        "hint": HINTS["timeout"],
+        "hint": FailureKind.TIMEOUT.hint,
     }
+
+
+def test_a_kind_reads_and_stores_as_its_plain_name() -> None:
+    kind = FailureKind.RANK_DIED
+    assert f"{kind}" == str(kind) == "rank_died" and json.dumps(kind) == '"rank_died"'
+    assert {"rank_died", "host_lost", "interrupted"} <= {k.value for k in FailureKind}
