@@ -39,7 +39,8 @@ from autotune.runtime.lock import host_lock
 from autotune.schema import AutotuneConfig, register_configs
 from autotune.session import Session
 from autotune.session.session import prepared_root
-from autotune.tuner.tune import StudyResult, tune
+from autotune.tuner.result import StudyResult
+from autotune.tuner.tune import tune
 from autotune.verify.command import run as run_verify
 
 log = logging.getLogger("autotune")

@@ -11,7 +11,7 @@ from autotune.diagnose.verdict import Diagnosis
 from autotune.pipeline.config import PipelineConfig
 from autotune.session import Session
 from autotune.tuner.metrics import Confirmed, speedup
-from autotune.tuner.tune import StudyResult
+from autotune.tuner.result import StudyResult
 
 # what the tuner should reach, reported beside what was measured, never hidden
 TARGETS = {

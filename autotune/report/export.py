@@ -10,23 +10,23 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.pipeline import best_file
+from autotune.pipeline.config import PipelineConfig
 from autotune.report import markdown
-from autotune.tuner import storage, stored_result
-from autotune.tuner.metrics import Confirmed
-from autotune.tuner.tune import StudyResult
+from autotune.tuner import storage
+from autotune.tuner.result import Row, StudyResult, save_context
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _figures(result: StudyResult, picked: Confirmed) -> dict[str, Any]:
+def _figures(result: StudyResult, picked: Row) -> dict[str, Any]:
     """A pick's confirmed rate over an epoch, its IQR and its ratio to the baseline."""
     return {
-        "samples_per_s": round(picked.median, 1),
-        "samples_per_s_iqr": [round(v, 1) for v in picked.iqr],
-        "speedup_vs_baseline": _round(result.speedup_of(picked), 2),
-        "picked": picked.label,
+        "samples_per_s": picked["samples_per_s"],
+        "samples_per_s_iqr": list(picked["iqr"]),
+        "speedup_vs_baseline": _round(result.speedup_of(picked["label"]), 2),
+        "picked": picked["label"],
     }
 
 
@@ -35,16 +35,14 @@ def measured_section(result: StudyResult) -> dict[str, Any]:
     references."""
     winner, baseline = result.winner, result.baseline
     assert winner is not None
-    ceiling = result.ceiling_samples_per_s
+    ceiling = result.ceiling
     return {
         **_figures(result, winner),
-        "steady_samples_per_s": round(winner.steady, 1),
-        "baseline_samples_per_s": _round(baseline.median if baseline else None),
+        "steady_samples_per_s": winner["steady"],
+        "baseline_samples_per_s": baseline["samples_per_s"] if baseline else None,
         "ceiling_samples_per_s": _round(ceiling),
-        "of_ceiling": _round(winner.steady / ceiling if ceiling else None, 2),
-        "peak_memory_mb": _round(
-            winner.peak_memory_bytes / 2**20 if winner.peak_memory_bytes else None
-        ),
+        "of_ceiling": _round(winner["steady"] / ceiling if ceiling else None, 2),
+        "peak_memory_mb": winner.get("peak_memory_mb"),
         "notes": list(result.notes),
         "worth": worth_section(result),
     }
@@ -54,16 +52,16 @@ def worth_section(result: StudyResult) -> dict[str, Any] | None:
     """best.yaml's ``measured.worth:``: per setting changed back (or decoder swapped), its
     samples/s beside the winner's in the same rounds, and the effect in words."""
     worth = result.worth
-    if worth is None or not worth.rows:
+    if worth is None or not worth["rows"]:
         return None
     changed: dict[str, Any] = {}
-    for row in worth.rows:
+    for row in worth["rows"]:
         changed[row["label"]] = {
             "samples_per_s": row["samples_per_s"],
             "vs_winner": row["ratio"],
             "effect": row["effect"],
         }
-    return {"winner_samples_per_s": worth.winner["samples_per_s"], "changed": changed}
+    return {"winner_samples_per_s": worth["winner"]["samples_per_s"], "changed": changed}
 
 
 def export(
@@ -91,7 +89,7 @@ def export(
         best_file.BestFile(
             config=result.best,
             measured=measured_section(result),
-            as_is=as_is.config if as_is else None,
+            as_is=PipelineConfig.from_dict(as_is["pipeline"]) if as_is else None,
             as_is_measured=_figures(result, as_is) if as_is else {},
             baseline=result.baseline_text,
             ranks=workload.get("ranks", 1),
@@ -109,7 +107,7 @@ def export(
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
     # the file list of skipped files stays in best.yaml; the study keeps their count
     counted = {k: v for k, v in workload.items() if k != "skipped"}
-    stored_result.save_context(study, counted, machine)
+    save_context(study, counted, machine)
     markdown.write_report(result.storage, result.study_name, folder)
     return path
 

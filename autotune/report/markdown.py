@@ -16,7 +16,8 @@ from autotune.report import dashboard, importances, plots
 from autotune.report.summary import UNIT, WORTH_HEADER, Summary
 from autotune.runtime.failures import FailureKind
 from autotune.schema import AutotuneConfig
-from autotune.tuner import store, stored_result
+from autotune.tuner import store
+from autotune.tuner.result import StudyResult
 from autotune.tuner.store import StudyKey, TrialKey
 
 
@@ -25,20 +26,20 @@ def write_report(storage: str, study_name: str, folder: Path) -> Path:
     the study's note in optuna-dashboard. Returns the report.md path."""
     study = optuna.load_study(study_name=study_name, storage=storage)
     folder.mkdir(parents=True, exist_ok=True)
-    summary = Summary.of_study(study)
-    baseline = summary.baseline
+    summary = Summary.of_study(study, storage)
+    baseline = summary.result.baseline
     figures = plots.draw(
         study,
         folder,
         plots.References(
             baseline=baseline["samples_per_s"] if baseline else None,
-            ceiling=summary.ceiling,
-            cpu_work_bound=summary.cpu_work_bound,
+            ceiling=summary.result.ceiling,
+            cpu_work_bound=summary.result.cpu_work_bound,
         ),
     )
     path = folder / "report.md"
     found = importances.compute(study)
-    mattered = importances.markdown(study, summary.best_params, found)
+    mattered = importances.markdown(study, summary.result.best_params, found)
     path.write_text(render(study, storage, summary, figures, mattered))
     # one importance answer: the report's, stored where the dashboard lists it and in its note
     store.set_study_attr(study, StudyKey.IMPORTANCES, found)
@@ -59,8 +60,7 @@ def render(
 ) -> str:
     """The whole report.md (no timestamps: a rebuild from the same storage is identical)."""
     trials = study.get_trials(deepcopy=False)
-    stored = stored_result.load_result(study)
-    parts = [f"# autotune study `{study.study_name}`\n", _workload_line(stored)]
+    parts = [f"# autotune study `{study.study_name}`\n", _workload_line(summary.result)]
     parts += ["## Summary\n", _summary_markdown(summary)]
     parts += ["## Trials\n", _counts_line(trials), _failures_markdown(trials)]
     parts += ["## Settings that mattered\n", mattered]
@@ -75,8 +75,8 @@ def render(
     return "\n".join(p for p in parts if p)
 
 
-def _workload_line(stored: stored_result.StoredResult) -> str:
-    work, machine = stored.workload, stored.machine
+def _workload_line(result: StudyResult) -> str:
+    work, machine = result.workload, result.machine
     if not work or not machine:
         return ""
     crop = (work.get("recipe") or {}).get("crop_size")
@@ -96,10 +96,10 @@ def _workload_line(stored: stored_result.StoredResult) -> str:
 
 def _summary_markdown(summary: Summary) -> str:
     lines = []
-    if not summary.confirmed:
+    if not summary.result.confirmed:
         lines.append(
             "The run stopped before naming a best config: see the trials below.\n"
-            if summary.complete_trials
+            if summary.result.complete_trials
             else "No trial finished: there is no best config.\n"
         )
     rows = summary.rows()
@@ -111,7 +111,7 @@ def _summary_markdown(summary: Summary) -> str:
         if label == "baseline":  # a study of an older autotune timed its own decode there
             name += (
                 ": your pipeline, PyTorch's defaults"
-                if summary.baseline_text
+                if summary.result.baseline_text
                 else ": PyTorch defaults"
             )
         lines.append(f"| {rank} | {name} | {rate} | {iqr} | {shown} |")
@@ -124,7 +124,7 @@ def _summary_markdown(summary: Summary) -> str:
         )
     lines.append("")
     lines += [f"- {line}" for line in summary.ratios()]
-    lines += [f"- note: {n}" for n in summary.notes]
+    lines += [f"- note: {n}" for n in summary.result.notes]
     lines.append(_worth_markdown(summary))
     return "\n".join(lines).strip() + "\n"
 

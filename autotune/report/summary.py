@@ -7,12 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.runtime.failures import FailureKind
-from autotune.tuner import store, stored_result
-from autotune.tuner.metrics import speedup, ties
-from autotune.tuner.tune import StudyResult
+from autotune.tuner.metrics import ties
+from autotune.tuner.result import StudyResult
 
 UNIT = "samples/s"
 Row = dict[str, Any]  # a Confirmed.to_dict(): label, config, samples_per_s, steady, iqr
@@ -20,85 +18,27 @@ Row = dict[str, Any]  # a Confirmed.to_dict(): label, config, samples_per_s, ste
 
 @dataclass(frozen=True)
 class Summary:
-    """The figures of the summary table, from a run's result or from storage alone."""
+    """The summary's table and sentences, read from a study's result (this run's, or the
+    storage's alone)."""
 
-    confirmed: tuple[Row, ...]
-    best_label: str | None
-    best_decoder: str | None
-    ceiling: float | None
-    cpu_work_bound: float | dict[str, float] | None
-    notes: tuple[str, ...]
-    complete_trials: int
-    best_params: dict[str, Any] | None = None  # the winning trial's, where it is stored
-    as_is_label: str | None = None  # the pick for the user's pipeline as it is
-    baseline_text: str | None = None  # what the baseline runs, in one line
-    worth: dict[str, Any] | None = None  # what each setting is worth (WorthTable.to_dict())
-    device: str | None = None
+    result: StudyResult
 
     @classmethod
-    def of_result(cls, result: StudyResult) -> Summary:
-        return cls(
-            tuple(c.to_dict() for c in result.confirmed),
-            result.best_label if result.best is not None else None,
-            result.best.decoder if result.best is not None else None,
-            result.ceiling_samples_per_s,
-            result.cpu_work_bound_samples_per_s,
-            result.notes,
-            result.counts.get("complete", 0),
-            as_is_label=result.as_is_label,
-            baseline_text=result.baseline_text or None,
-            worth=result.worth.to_dict() if result.worth else None,
-            device=result.device,
-        )
-
-    @classmethod
-    def of_study(cls, study: optuna.Study) -> Summary:
-        stored = stored_result.load_result(study)
-        trial = stored.winner_trial
-        return cls(
-            stored.confirmed,
-            stored.winner,
-            store.setting_of(trial, "decoder") if trial else None,
-            stored.ceiling,
-            stored.cpu_work_bound,
-            stored.notes,
-            len(store.measured(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))),
-            trial.params if trial else None,
-            as_is_label=stored.as_is_winner,
-            baseline_text=stored.baseline,
-            worth=stored.worth,
-            device=(stored.workload or {}).get("device"),
-        )
-
-    def row(self, label: str | None) -> Row | None:
-        return next((r for r in self.confirmed if r["label"] == label), None)
+    def of_study(cls, study: optuna.Study, storage: str) -> Summary:
+        return cls(StudyResult.load(study, storage=storage))
 
     @property
-    def winner(self) -> Row | None:
-        return self.row(self.best_label)
-
-    @property
-    def baseline(self) -> Row | None:
-        return self.row(store.BASELINE)
-
-    def speedup_of(self, label: str | None) -> float | None:
-        picked, base = self.row(label), self.baseline
-        return speedup(
-            picked["samples_per_s"] if picked else None, base["samples_per_s"] if base else None
-        )
-
-    @property
-    def speedup(self) -> float | None:
-        return self.speedup_of(self.best_label)
+    def best_decoder(self) -> str | None:
+        return self.result.best.decoder if self.result.best is not None else None
 
     def ways(self) -> list[str]:
         """What each way of applying the result gives, against the baseline."""
-        lines = [f"baseline: {self.baseline_text}"] if self.baseline_text else []
+        lines = [f"baseline: {self.result.baseline_text}"] if self.result.baseline_text else []
         for way, label, what in (
-            ("build_loader(best.yaml)", self.best_label, "the whole tuned pipeline"),
-            ("loader_kwargs(best.yaml)", self.as_is_label, "your pipeline as it is"),
+            ("build_loader(best.yaml)", self.result.winner_label, "the whole tuned pipeline"),
+            ("loader_kwargs(best.yaml)", self.result.as_is_label, "your pipeline as it is"),
         ):
-            ratio = self.speedup_of(label)
+            ratio = self.result.speedup_of(label)
             if ratio is not None:
                 lines.append(f"{way}, {what} ({label}): {ratio:.2f}x the baseline")
         return lines
@@ -108,8 +48,8 @@ class Summary:
         ways = [
             w
             for w, picked in (
-                ("build_loader", self.best_label),
-                ("loader_kwargs", self.as_is_label),
+                ("build_loader", self.result.winner_label),
+                ("loader_kwargs", self.result.as_is_label),
             )
             if picked == label
         ]
@@ -117,25 +57,27 @@ class Summary:
 
     def ranks(self) -> dict[str, str]:
         """Each finalist's rank; "=N" where IQRs overlap: a tie, not ranked."""
-        return ties([(r["label"], r["samples_per_s"], tuple(r["iqr"])) for r in self.confirmed])
+        return ties(
+            [(r["label"], r["samples_per_s"], tuple(r["iqr"])) for r in self.result.confirmed]
+        )
 
     def bounds(self) -> list[tuple[str, float]]:
         """The CPU-work bound(s), labelled: one, or one per decoder."""
-        bound = self.cpu_work_bound
+        bound = self.result.cpu_work_bound
         if isinstance(bound, dict):
             return [(f"CPU-work bound ({d})", v) for d, v in sorted(bound.items())]
         return [("CPU-work bound", bound)] if bound else []
 
     def ratios(self) -> list[str]:
         """Speedup, how far from each limit, and the winner's spread."""
-        winner, lines = self.winner, self.ways()
+        winner, lines = self.result.winner, self.ways()
         if winner is None:
             return lines
-        bound = self.cpu_work_bound
+        bound = self.result.cpu_work_bound
         if isinstance(bound, dict):
             bound = bound.get(self.best_decoder or "")
-        if self.ceiling:
-            share = winner["steady"] / self.ceiling
+        if self.result.ceiling:
+            share = winner["steady"] / self.result.ceiling
             lines.append(f"best (steady) / ceiling: {share:.2f}: {self._verdict(share, bound)}")
         if bound:
             lines.append(f"best (steady) / CPU-work bound: {winner['steady'] / bound:.2f}")
@@ -151,13 +93,13 @@ class Summary:
         """Which limit binds, from the best's share of the ceiling and of the CPU-work bound.
         On a CPU device the step and the loader's workers share the cores: far below both
         limits, neither binds alone."""
-        winner = self.winner
+        winner = self.result.winner
         assert winner is not None
         if share > 1.05:  # faster than the step alone: the ceiling run was disturbed
             return "above 1: the ceiling measurement is suspect, re-run to check it"
         if share >= 0.9:
             return "the train step (compute) limits"
-        if self.device != "cpu":
+        if self.result.device != "cpu":
             return "the input pipeline limits"
         if bound and winner["steady"] >= 0.8 * bound:
             return "the input pipeline's decode and augmentation limit"
@@ -167,7 +109,7 @@ class Summary:
     def worth_rows(self) -> list[tuple[str, str, str, str, str, str, str]]:
         """(setting, the winner's value, changed to, samples/s, ratio to the winner, IQR,
         effect): the winner in the worth's rounds first, then each variant."""
-        worth = self.worth
+        worth = self.result.worth
         if not worth or not worth["rows"]:
             return []
         top = worth["winner"]
@@ -191,7 +133,7 @@ class Summary:
 
     def worth_lines(self) -> list[str]:
         """How the worth was measured, what it cost against the search, what it left out."""
-        worth = self.worth
+        worth = self.result.worth
         if not worth:
             return []
         lines = []
@@ -236,16 +178,16 @@ class Summary:
         first ("=N": a tie), then the limits."""
         out = []
         rank = self.ranks()
-        for r in sorted(self.confirmed, key=lambda r: -r["samples_per_s"]):
+        for r in sorted(self.result.confirmed, key=lambda r: -r["samples_per_s"]):
             iqr = f"{r['iqr'][0]:.0f}-{r['iqr'][1]:.0f}"
             if r.get("spread") is not None:  # stored since windows lengthen on uneven data
                 iqr += f" (spread {r['spread']:.0%})"
             marks = self.marks(r["label"])
             rate = f"{r['samples_per_s']:.1f}"
             out.append((rank[r["label"]], r["label"], rate, iqr, r["config"], marks))
-        if self.ceiling:
+        if self.result.ceiling:
             on_device = "train step on a batch already on the device"
-            out.append(("", "ceiling", f"{self.ceiling:.1f}", "", on_device, ""))
+            out.append(("", "ceiling", f"{self.result.ceiling:.1f}", "", on_device, ""))
         for label, value in self.bounds():
             decode = "decode + augment on all usable CPUs"
             out.append(("", label, f"{value:.1f}", "", decode, ""))
@@ -270,12 +212,12 @@ def table(result: StudyResult) -> str:
     """The summary printed at the end: finalists, baseline and limits, ratios, notes, and
     what each setting of the winner is worth."""
     if result.published is None:
-        summary = Summary.of_result(result)
+        summary = Summary(result)
     else:  # confirmed by another host: its figures, from the storage
         study = optuna.load_study(study_name=result.study_name, storage=result.storage)
-        summary = Summary.of_study(study)
+        summary = Summary.of_study(study, result.storage)
     lines = _text_table(summary) + summary.ratios()
-    lines += [f"note: {n}" for n in summary.notes]
+    lines += [f"note: {n}" for n in summary.result.notes]
     worth = summary.worth_rows()
     if worth:
         lines += ["", "what each setting of the winner is worth:"]

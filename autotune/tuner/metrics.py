@@ -142,6 +142,10 @@ class Confirmed:
             "iqr": [round(v, 1) for v in self.iqr],
             "rounds": self.rounds,
             "spread": None if self.spread is None else round(self.spread, 3),
+            "pipeline": self.config.to_dict(),
+            "peak_memory_mb": round(self.peak_memory_bytes / 2**20, 1)
+            if self.peak_memory_bytes
+            else None,
         }
 
 

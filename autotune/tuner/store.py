@@ -1,5 +1,5 @@
 """The study store: the Optuna study in its storage, and the record kept on its trials (a
-finished run's own record is in ``stored_result``).
+finished run's own record is in ``result``).
 
 Every trial and study attribute the tool writes is named here, with the functions that write
 and read it: the dashboard, ``mode=report`` and the report read what the search wrote through

@@ -7,13 +7,10 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
 
 from autotune.pipeline import recipes, tutorial
 from autotune.pipeline.config import PipelineConfig
@@ -22,66 +19,19 @@ from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import hosts, storage, store, stored_result
+from autotune.tuner import hosts, storage, store
 from autotune.tuner.confirm import confirm, finalists, from_search
 from autotune.tuner.lease import Leases
-from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run, speedup
+from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run
 from autotune.tuner.objective import Objective
 from autotune.tuner.references import reference_points
+from autotune.tuner.result import StudyResult, failure_counts, trial_counts
 from autotune.tuner.search import NEXT_TRIAL, search
 from autotune.tuner.store import StudyKey
 from autotune.tuner.worth import WorthTable, measure_worth
 from autotune.tuner.worth_notes import faster_note, prepared_copy_note, reduced_decode_note
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StudyResult:
-    study_name: str
-    storage: str
-    best: PipelineConfig | None  # the whole tuned pipeline (build_loader); None: none finished
-    best_label: str
-    confirmed: tuple[Confirmed, ...]
-    counts: dict[str, int]  # complete / pruned / fail
-    failures: dict[str, int]  # failure kind -> trials
-    ceiling_samples_per_s: float | None
-    notes: tuple[str, ...] = ()
-    interrupted: bool = False
-    # samples/s the decode + augment work allows on all usable CPUs: one figure, or one per
-    # decoder; None until measured
-    cpu_work_bound_samples_per_s: float | dict[str, float] | None = None
-    search_wall_s: float = 0.0  # this run's search (TPE and polish), without the confirmation
-    baseline_text: str = ""  # what the baseline runs, in one line
-    as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
-    worth: WorthTable | None = None  # what each setting of the winner is worth
-    device: str | None = None
-    # another host sharing the study confirmed it: its best.yaml, as it wrote it (the rows
-    # above are then empty: the summary is read from the storage)
-    published: str | None = None
-
-    def _find(self, label: str) -> Confirmed | None:
-        return next((c for c in self.confirmed if c.label == label), None)
-
-    @property
-    def winner(self) -> Confirmed | None:
-        return self._find(self.best_label)
-
-    @property
-    def baseline(self) -> Confirmed | None:
-        return self._find(store.BASELINE)
-
-    @property
-    def as_is_winner(self) -> Confirmed | None:
-        return self._find(self.as_is_label) if self.as_is_label else None
-
-    def speedup_of(self, picked: Confirmed | None) -> float | None:
-        base = self.baseline
-        return speedup(picked.median if picked else None, base.median if base else None)
-
-    @property
-    def speedup(self) -> float | None:
-        return self.speedup_of(self.winner)
 
 
 Export = Callable[[StudyResult], "Path | None"]  # writes best.yaml and the report
@@ -227,70 +177,31 @@ def _result(
             said = (reduced_decode_note(worth, winner.config), faster_note(worth))
             notes += [n for n in said if n]
         notes += _prepared_copy_notes(session, study, winner, worth)
-        # what report.md is rebuilt from (mode=report): the storage alone
-        stored_result.save_result(
-            study,
-            [c.to_dict() for c in confirmed],
-            winner=winner.label,
-            as_is_winner=as_is_winner.label if as_is_winner else None,
-            baseline=baseline_text,
-            notes=notes,
-            worth=worth.to_dict() if worth else None,
-        )
-    return StudyResult(
+    result = StudyResult(
         study_name=study.study_name,
         storage=session.config.study.storage,
-        best=winner.config if winner else None,
-        best_label=winner.label if winner else "none",
-        confirmed=tuple(confirmed),
-        baseline_text=baseline_text,
+        confirmed=tuple(c.to_dict() for c in confirmed),
+        winner_label=winner.label if winner else None,
         as_is_label=as_is_winner.label if as_is_winner else None,
-        counts=_counts(trials),
-        failures=_failures(trials),
-        ceiling_samples_per_s=store.study_attr(study, StudyKey.CEILING),
+        best=winner.config if winner else None,
+        baseline_text=baseline_text,
+        ceiling=store.study_attr(study, StudyKey.CEILING),
+        cpu_work_bound=store.study_attr(study, StudyKey.CPU_WORK_BOUND),
         notes=tuple(notes),
-        interrupted=interrupted,
-        cpu_work_bound_samples_per_s=store.study_attr(study, StudyKey.CPU_WORK_BOUND),
-        worth=worth,
+        worth=worth.to_dict() if worth else None,
+        counts=trial_counts(trials),
+        failures=failure_counts(trials),
         device=session.device,
+        interrupted=interrupted,
     )
-
-
-def _counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
-    own = store.measured(trials)
-    counts = Counter(t.state.name.lower() for t in own if t.state.is_finished())
-    repeated = sum(t.state.is_finished() for t in trials) - counts.total()
-    return {**counts, "repeated": repeated} if repeated else dict(counts)
-
-
-def _failures(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
-    return dict(
-        Counter(
-            store.failure_kind(t)
-            for t in store.measured(trials)
-            if t.state == TrialState.FAIL and store.has_failure(t)
-        )
-    )
+    if confirmed:  # what report.md is rebuilt from (mode=report): the storage alone
+        result.save(study)
+    return result
 
 
 def _published_result(session: Session, study: optuna.Study) -> StudyResult:
     """The result another host confirmed, read from the storage, with its best.yaml."""
-    stored = stored_result.load_result(study)
-    trials = study.get_trials(deepcopy=False)
-    winner = stored.winner_trial
-    return StudyResult(
-        study_name=study.study_name,
-        storage=session.config.study.storage,
-        best=store.pipeline_of(winner) if winner is not None else None,
-        best_label=stored.winner or "none",
-        confirmed=(),
-        counts=_counts(trials),
-        failures=_failures(trials),
-        ceiling_samples_per_s=stored.ceiling,
-        notes=stored.notes,
-        cpu_work_bound_samples_per_s=stored.cpu_work_bound,
-        baseline_text=stored.baseline or "",
-        as_is_label=stored.as_is_winner,
-        device=session.device,
-        published=hosts.published(study),
+    stored = StudyResult.load(study, storage=session.config.study.storage)
+    return dataclasses.replace(
+        stored, confirmed=(), device=session.device, published=hosts.published(study)
     )

@@ -19,6 +19,7 @@ from PIL import Image, ImageStat
 from autotune.app import cli
 from autotune.report import markdown as report
 from autotune.report.summary import Summary
+from autotune.tuner.result import StudyResult
 
 PLOTS = {
     "optimization_history.png",
@@ -403,7 +404,7 @@ def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
         "budget": 0.25,
         "run_to_run": 0.12,
     }
-    summary = Summary((), "trial 1", "pil", None, None, (), 3, worth=worth)
+    summary = Summary(StudyResult("made", "mem", winner_label="trial 1", worth=worth))
     lines = summary.worth_lines()
     assert lines[1] == (
         "one round each: a change no larger than two runs of one config differed by in the "
@@ -413,7 +414,7 @@ def test_one_round_s_table_says_the_run_to_run_variation_it_was_read_against():
         "no measurable effect here (inside the spread or the runs' variation): main_threads=2"
     )
     two_rounds = {**worth, "winner": {"samples_per_s": 310.0, "rounds": 2}}
-    lines = dataclasses.replace(summary, worth=two_rounds).worth_lines()
+    lines = Summary(dataclasses.replace(summary.result, worth=two_rounds)).worth_lines()
     assert lines[1] == "no measurable effect here (inside the spread): main_threads=2"
 
 

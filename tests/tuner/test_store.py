@@ -12,24 +12,11 @@ from autotune.runtime.failures import Failure
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.schema import StudyConfig
-from autotune.tuner import storage, store, stored_result
-from autotune.tuner.store import StudyKey, TrialKey
+from autotune.tuner import storage, store
+from autotune.tuner.store import TrialKey
+from studies import study_with
 
 CONFIG = PipelineConfig(num_workers=2, prefetch_factor=4, decoder="opencv", main_threads=1)
-
-
-def _study_with(*attrs: dict, params: dict | None = None) -> optuna.Study:
-    study = optuna.create_study(direction="maximize")
-    for i, user_attrs in enumerate(attrs):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=params or {"num_workers": 1},
-                distributions={"num_workers": IntDistribution(0, 4)},
-                value=float(i),
-                user_attrs=user_attrs,
-            )
-        )
-    return study
 
 
 def test_a_trial_records_what_it_measured_and_reads_it_back() -> None:
@@ -39,7 +26,7 @@ def test_a_trial_records_what_it_measured_and_reads_it_back() -> None:
     attrs = trial.user_attrs
     assert attrs[TrialKey.STEADY] == 400.0 and attrs[TrialKey.SUB_WINDOWS] == [390.0, 410.0]
     assert attrs[TrialKey.PEAK_MEMORY_MB] == 1024.0 and attrs[TrialKey.SPREAD] == 0.05
-    frozen = _study_with(attrs).trials[0]
+    frozen = study_with(attrs).trials[0]
     assert store.pipeline_of(frozen) == CONFIG
     assert store.setting_of(frozen, "decoder") == "opencv"
     assert store.setting_of(frozen, "num_workers") == 2  # the record, not the params
@@ -51,41 +38,13 @@ def test_a_failure_and_a_skip_are_recorded_with_their_reason() -> None:
     store.record_outcome(failed, CONFIG, outcome)
     skipped = optuna.trial.FixedTrial({})
     store.record_skipped(skipped, CONFIG, "would not fit")
-    study = _study_with(failed.user_attrs, skipped.user_attrs)
+    study = study_with(failed.user_attrs, skipped.user_attrs)
     first, second = study.trials
     assert store.has_failure(first) and store.failure_kind(first) == "worker_died"
     assert store.is_skipped(second) and not store.has_failure(second)
     # nothing was measured for the skipped one: its settings come from its params
     assert store.setting_of(second, "decoder") is None
     assert store.setting_of(second, "num_workers") == 1
-
-
-def test_the_winner_is_found_by_its_trial_number_or_its_older_label() -> None:
-    study = _study_with({TrialKey.ROLE: store.BASELINE}, {}, {})
-    rows = [
-        {"label": "baseline", "trial_number": None, "samples_per_s": 100.0},
-        {"label": "trial 2", "trial_number": 2, "samples_per_s": 300.0},
-    ]
-    assert stored_result.trial_of_row(study, rows[0]).number == 0
-    assert stored_result.trial_of_row(study, rows[1]).number == 2
-    older = {"label": "trial 1"}  # stored before rows carried their trial numbers
-    assert stored_result.trial_of_row(study, older).number == 1
-    assert stored_result.trial_of_row(study, {"label": "oracle"}) is None
-    stored_result.save_result(
-        study, rows, winner="trial 2", as_is_winner="baseline", baseline="tutorial", notes=["n"]
-    )
-    stored = stored_result.load_result(study)
-    assert stored.winner == "trial 2" and stored.winner_trial.number == 2
-    assert (stored.as_is_winner, stored.baseline, stored.notes) == ("baseline", "tutorial", ("n",))
-
-
-def test_a_result_stored_before_the_winner_was_names_the_fastest() -> None:
-    study = _study_with({}, {})
-    study.set_user_attr(
-        StudyKey.CONFIRMATION,
-        [{"label": "trial 0", "samples_per_s": 50.0}, {"label": "trial 1", "samples_per_s": 90.0}],
-    )
-    assert stored_result.load_result(study).winner == "trial 1"
 
 
 def test_a_study_resumes_only_with_its_own_fingerprint_and_format(tmp_path) -> None:

@@ -1,0 +1,166 @@
+"""A study's outcome, in one type: built by the tuner at the end of a run, stored on the study
+beside its trials and read back from the study alone (``mode=report``, a host that did not
+confirm), printed by the summary and written by the export.
+
+Example:
+    >>> result = StudyResult.load(study, storage="sqlite:///studies/autotune.db")
+    >>> result.winner["samples_per_s"], result.speedup   # (812.3, 1.96)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.pipeline.config import PipelineConfig
+from autotune.tuner import store
+from autotune.tuner.metrics import speedup
+from autotune.tuner.store import BASELINE, StudyKey, role_of
+
+# A confirmed finalist as the study keeps it (``Confirmed.to_dict()``): label, trial_number,
+# config (its label), pipeline, samples_per_s, steady, iqr, rounds, spread, peak_memory_mb
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    """What a study found, and what it cost: the finalists beside the baseline, each way's
+    pick, the limits, the notes and the worth table."""
+
+    study_name: str
+    storage: str
+    confirmed: tuple[Row, ...] = ()
+    winner_label: str | None = None  # the whole tuned pipeline (build_loader); None: none
+    as_is_label: str | None = None  # the pick for the user's pipeline as it is (loader_kwargs)
+    best: PipelineConfig | None = None  # the winner's config
+    best_params: dict[str, Any] | None = None  # the winning trial's params
+    baseline_text: str | None = None  # what the baseline runs, in one line
+    ceiling: float | None = None  # samples/s of the step on a batch already on the device
+    # samples/s the decode + augment work allows on all usable CPUs: one, or one per decoder
+    cpu_work_bound: float | dict[str, float] | None = None
+    notes: tuple[str, ...] = ()
+    worth: dict[str, Any] | None = None  # what each setting is worth (WorthTable.to_dict())
+    counts: dict[str, int] = field(default_factory=dict)  # measured trials by state
+    failures: dict[str, int] = field(default_factory=dict)  # failure kind -> trials
+    device: str | None = None
+    workload: dict[str, Any] | None = None
+    machine: dict[str, Any] | None = None
+    search_wall_s: float = 0.0  # this run's search (TPE and polish), not the confirmation
+    interrupted: bool = False
+    # another host sharing the study confirmed it: its best.yaml, as it wrote it
+    published: str | None = None
+
+    def row(self, label: str | None) -> Row | None:
+        return next((r for r in self.confirmed if r["label"] == label), None)
+
+    @property
+    def winner(self) -> Row | None:
+        return self.row(self.winner_label)
+
+    @property
+    def baseline(self) -> Row | None:
+        return self.row(BASELINE)
+
+    @property
+    def as_is_winner(self) -> Row | None:
+        return self.row(self.as_is_label) if self.as_is_label else None
+
+    def speedup_of(self, label: str | None) -> float | None:
+        picked, base = self.row(label), self.baseline
+        return speedup(
+            picked["samples_per_s"] if picked else None, base["samples_per_s"] if base else None
+        )
+
+    @property
+    def speedup(self) -> float | None:
+        return self.speedup_of(self.winner_label)
+
+    @property
+    def complete_trials(self) -> int:
+        return self.counts.get("complete", 0)
+
+    def save(self, study: optuna.Study) -> None:
+        """What ``load`` rebuilds the result from, kept on the study."""
+        store.set_study_attr(study, StudyKey.CONFIRMATION, list(self.confirmed))
+        store.set_study_attr(study, StudyKey.WORTH, self.worth)
+        store.set_study_attr(study, StudyKey.WINNER, self.winner_label)
+        store.set_study_attr(study, StudyKey.AS_IS_WINNER, self.as_is_label)
+        store.set_study_attr(study, StudyKey.BASELINE, self.baseline_text)
+        store.set_study_attr(study, StudyKey.NOTES, list(self.notes))
+
+    @classmethod
+    def load(cls, study: optuna.Study, *, storage: str) -> StudyResult:
+        """The result as the study keeps it, with its trials' counts."""
+        attrs = store.study_attrs(study)
+        confirmed = tuple(attrs.get(StudyKey.CONFIRMATION, ()))
+        winner = attrs.get(StudyKey.WINNER)
+        if winner is None and confirmed:  # stored before the winner was: the fastest
+            winner = max(confirmed, key=lambda r: r["samples_per_s"])["label"]
+        row = next((r for r in confirmed if r["label"] == winner), None)
+        trial = trial_of_row(study, row) if row else None
+        trials = study.get_trials(deepcopy=False)
+        workload = attrs.get(StudyKey.WORKLOAD)
+        return cls(
+            study_name=study.study_name,
+            storage=storage,
+            confirmed=confirmed,
+            winner_label=winner,
+            as_is_label=attrs.get(StudyKey.AS_IS_WINNER),
+            best=store.pipeline_of(trial) if trial and _recorded(trial) else None,
+            best_params=trial.params if trial else None,
+            baseline_text=attrs.get(StudyKey.BASELINE),
+            ceiling=attrs.get(StudyKey.CEILING),
+            cpu_work_bound=attrs.get(StudyKey.CPU_WORK_BOUND),
+            notes=tuple(attrs.get(StudyKey.NOTES, ())),
+            worth=attrs.get(StudyKey.WORTH),
+            counts=trial_counts(trials),
+            failures=failure_counts(trials),
+            device=(workload or {}).get("device"),
+            workload=workload,
+            machine=attrs.get(StudyKey.MACHINE),
+        )
+
+
+def _recorded(trial: FrozenTrial) -> bool:
+    return store.trial_attr(trial, store.TrialKey.PIPELINE) is not None
+
+
+def save_context(study: optuna.Study, workload: dict[str, Any], machine: dict[str, Any]) -> None:
+    """The workload and machine, so the report can be rebuilt from the storage alone."""
+    store.set_study_attr(study, StudyKey.WORKLOAD, workload)
+    store.set_study_attr(study, StudyKey.MACHINE, machine)
+
+
+def trial_of_row(study: optuna.Study, row: Row) -> FrozenTrial | None:
+    """The trial a confirmed row stands for: the baseline by its role, any other by its
+    ``trial_number`` (rows stored before they carried one name it in their label)."""
+    trials = study.get_trials(deepcopy=False)
+    if row["label"] == BASELINE:
+        return next((t for t in trials if role_of(t) == BASELINE), None)
+    number = row.get("trial_number")
+    if number is None:
+        number = row["label"].removeprefix("trial ")
+    return next((t for t in trials if str(t.number) == str(number)), None)
+
+
+def trial_counts(trials: list[FrozenTrial]) -> dict[str, int]:
+    """Measured trials by state (complete, pruned, fail), and the repeats beside them."""
+    own = store.measured(trials)
+    counts = Counter(t.state.name.lower() for t in own if t.state.is_finished())
+    repeated = sum(t.state.is_finished() for t in trials) - counts.total()
+    return {**counts, "repeated": repeated} if repeated else dict(counts)
+
+
+def failure_counts(trials: list[FrozenTrial]) -> dict[str, int]:
+    """Failed measured trials by their failure kind."""
+    return dict(
+        Counter(
+            store.failure_kind(t).value
+            for t in store.measured(trials)
+            if t.state == TrialState.FAIL and store.has_failure(t)
+        )
+    )
