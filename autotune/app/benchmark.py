@@ -94,10 +94,8 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
 
 
 def _study(session: Session, name: str, storage: str, n_trials: int) -> Session:
-    study = dataclasses.replace(
-        session.config.study, name=name, storage=storage, n_trials=n_trials
-    )
-    return session.with_config(dataclasses.replace(session.config, study=study))
+    study = dataclasses.replace(session.conf.study, name=name, storage=storage, n_trials=n_trials)
+    return session.with_conf(dataclasses.replace(session.conf, study=study))
 
 
 def _rival(kind: str, grid_study: optuna.Study, session: Session) -> list[Finalist]:
@@ -123,7 +121,7 @@ def _measure(
     n_grid = len(session.space.grid())
     n_tuner = max(2, round(chosen.tuner_budget * n_grid))
     # the same lock as python -m autotune: two measuring runs on one host would disturb both
-    with host_lock(Path(session.config.studies_dir)), stoppable(run_one) as (stop, run_one):
+    with host_lock(Path(session.conf.studies_dir)), stoppable(run_one) as (stop, run_one):
         grid = _study(session, f"{scenario}-grid-{stamp}", storage, n_grid)
         grid_study, grid_s = run_grid(Objective(grid, run=run_one), stop)
         if stop.is_set():  # Ctrl-C in the grid: nothing after it is worth starting
@@ -153,7 +151,7 @@ def _measure(
         session=session,
         storage=storage,
         grid_name=grid.config.study.name,
-        tuner_name=tuner.config.study.name,
+        tuner_name=tuner.conf.study.name,
         grid_trials=n_grid,
         tuner_trials=n_tuner,
         grid_s=grid_s,

@@ -142,18 +142,18 @@ def _groups() -> str:
     return "\n".join(lines)
 
 
-def run(config: AutotuneConfig) -> int:
-    """Runs ``config.mode``; returns the exit code."""
-    if config.mode == "report":  # from the storage alone: no session to build
-        return markdown.rebuild(config)
-    if config.mode == "diagnose":
-        pipeline = pipeline_to_diagnose(config)
-        config = dataclasses.replace(config, batch_size=pipeline.batch_size)
-        return run_diagnosis(Session.build(config), pipeline)
-    with progress_silenced(config.quiet):
-        if config.mode == "verify":  # takes the host lock as tune does: it measures
-            return run_verify(Session.build(config))
-        return run_tune(Session.build(config))
+def run(conf: AutotuneConfig) -> int:
+    """Runs ``conf.mode``; returns the exit code."""
+    if conf.mode == "report":  # from the storage alone: no session to build
+        return markdown.rebuild(conf)
+    if conf.mode == "diagnose":
+        pipeline = pipeline_to_diagnose(conf)
+        conf = dataclasses.replace(conf, batch_size=pipeline.batch_size)
+        return run_diagnosis(Session.build(conf), pipeline)
+    with progress_silenced(conf.quiet):
+        if conf.mode == "verify":  # takes the host lock as tune does: it measures
+            return run_verify(Session.build(conf))
+        return run_tune(Session.build(conf))
 
 
 @contextmanager
@@ -170,7 +170,7 @@ def progress_silenced(quiet: bool) -> Iterator[None]:
 
 
 def _describe(session: Session) -> None:
-    config, source = session.config, session.source
+    conf, source = session.conf, session.source
     for note in session.space.notes:
         log.info("search space: %s", note)
     if session.device == "cpu":
@@ -182,9 +182,9 @@ def _describe(session: Session) -> None:
     )
     log.info(
         "study %s: %s, model %s, %d usable CPUs, device %s",
-        config.study.name,
+        conf.study.name,
         what,
-        config.model.name,
+        conf.model.name,
         session.facts.usable_cpus,
         session.device,
     )
@@ -193,7 +193,7 @@ def _describe(session: Session) -> None:
 def run_tune(session: Session) -> int:
     """``mode=tune``: the study, then best.yaml, report.md and the summary printed."""
     result, best = tune_and_export(session)
-    folder = Path(session.config.studies_dir) / result.study_name
+    folder = Path(session.conf.studies_dir) / result.study_name
     if best is None:
         _say(f"no trial of study {result.study_name} finished: nothing to export")
         _say(summary.failures_text(result))
@@ -214,7 +214,7 @@ def tune_and_export(session: Session) -> tuple[StudyResult, Path | None]:
     """The study (under the host lock), then best.yaml and report.md written: the result
     and best.yaml's path (None when no trial finished)."""
     _describe(session)
-    with host_lock(Path(session.config.studies_dir)):
+    with host_lock(Path(session.conf.studies_dir)):
         return tune(session, export=functools.partial(_export, session))
 
 
@@ -222,22 +222,22 @@ def _export(session: Session, result: StudyResult) -> Path | None:
     """best.yaml and report.md into ``studies/<study>/``; None when no trial finished."""
     if result.best is None:
         return None
-    config, source = session.config, session.source
-    folder = Path(config.studies_dir) / result.study_name
+    conf, source = session.conf, session.source
+    folder = Path(conf.studies_dir) / result.study_name
     if result.published is not None:  # another host sharing the study confirmed it
         return export_published(result, folder)
     workload = {
-        "dataset": config.dataset.name,
-        "model": config.model.name,
-        "recipe": asdict(config.recipe),
+        "dataset": conf.dataset.name,
+        "model": conf.model.name,
+        "recipe": asdict(conf.recipe),
         "device": session.device,
         "ranks": session.ranks,
         "images": len(source),
         "skipped_files": len(source.skipped),
         "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
         # where build_loader finds (or makes) the prepared copy ``cache`` names
-        "prepared_dir": str(prepared_root(config)),
-        "epochs": config.study.epochs,
+        "prepared_dir": str(prepared_root(conf)),
+        "epochs": conf.study.epochs,
     }
     if isinstance(source, UserData):  # its names, never its contents
         workload["dataset_target"] = {

@@ -154,24 +154,24 @@ def _run(args: list[str], given: dict[str, Any], instance: Dataset | None) -> Tu
     )
 
 
-def _with_given(config: AutotuneConfig, given: dict[str, Any]) -> AutotuneConfig:
-    """``config`` with the kwargs, study name, storage and studies folder given to ``tune``."""
+def _with_given(conf: AutotuneConfig, given: dict[str, Any]) -> AutotuneConfig:
+    """``conf`` with the kwargs, study name, storage and studies folder given to ``tune``."""
     sections = {}
     for section, kwargs in given["kwargs"].items():
         if kwargs:
-            own = getattr(config, section)
+            own = getattr(conf, section)
             merged = {
                 **own.kwargs,
                 **{key: _plain(value, section) for key, value in kwargs.items()},
             }
             sections[section] = dataclasses.replace(own, kwargs=merged)
     study = {key: value for key, value in given["study"].items() if value is not None}
-    if "storage" not in study and config.study.storage == _sqlite_in(config.studies_dir):
+    if "storage" not in study and conf.study.storage == _sqlite_in(conf.studies_dir):
         study["storage"] = _sqlite_in(given["studies_dir"])  # the default follows the folder
     return dataclasses.replace(
-        config,
+        conf,
         **sections,
-        study=dataclasses.replace(config.study, **study),
+        study=dataclasses.replace(conf.study, **study),
         studies_dir=given["studies_dir"],
     )
 

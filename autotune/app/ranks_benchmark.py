@@ -48,8 +48,8 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
 
 
 def _tuned(session: Session, name: str, storage: str) -> PipelineConfig:
-    study = dataclasses.replace(session.config.study, name=name, storage=storage)
-    result, _ = tune(session.with_config(dataclasses.replace(session.config, study=study)))
+    study = dataclasses.replace(session.conf.study, name=name, storage=storage)
+    result, _ = tune(session.with_conf(dataclasses.replace(session.conf, study=study)))
     if result.interrupted:
         raise KeyboardInterrupt
     if result.best is None:
@@ -64,7 +64,7 @@ def measure(
     holds."""
     storage = f"sqlite:///{(folder / 'benchmark.db').resolve()}"
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    with host_lock(Path(alone.config.studies_dir)), stoppable(run_one) as (stop, run_one):
+    with host_lock(Path(alone.conf.studies_dir)), stoppable(run_one) as (stop, run_one):
         copied = _tuned(alone, f"ranks-1-{stamp}", storage)
         per_rank = _tuned(together, f"ranks-{together.ranks}-{stamp}", storage)
         picked: list[Finalist] = [

@@ -70,11 +70,11 @@ def measure(
     window, which stays inside one pass over the subset."""
     source = alone.source
     assert isinstance(source, Source)
-    subset = _subset(source, alone.config.seed)
+    subset = _subset(source, alone.conf.seed)
     reading = dataclasses.replace(pipeline, decoder=AS_IS)
     workers = max(1, reading.num_workers)
     window = storage_window(
-        alone.config.window,
+        alone.conf.window,
         epoch_batches=len(subset) // reading.batch_size,
         buffered=reading.buffered_batches,
         align=workers,
@@ -91,12 +91,12 @@ def measure(
     per_shard = max(1, len(subset) // (SHARDS_PER_WORKER * workers))
     written = shards.write(subset, folder, samples_per_shard=per_shard, progress=False)
     tars = [str(folder / name) for name in written.shards]
-    recipe = alone.config.recipe
+    recipe = alone.conf.recipe
     kwargs = {"root": str(folder), "recipe": recipe.name, "crop_size": recipe.crop_size}
     stream = UserData.check("autotune.pipeline.shards.Shards", {**kwargs, "shuffle_buffer": 0})
-    timed = dataclasses.replace(alone.config, window=window)
-    as_files = dataclasses.replace(alone.with_config(timed), source=subset)
-    as_shards = dataclasses.replace(alone.with_config(timed), source=stream)
+    timed = dataclasses.replace(alone.conf, window=window)
+    as_files = dataclasses.replace(alone.with_conf(timed), source=subset)
+    as_shards = dataclasses.replace(alone.with_conf(timed), source=stream)
     runs = _rounds(
         run,
         (("loose files", as_files, subset.paths), (f"{len(tars)} shards", as_shards, tars)),

@@ -50,19 +50,19 @@ COPY_BATCHES = 8  # batches drawn to time the copy to the device, however few im
 def run(session: Session, pipeline: PipelineConfig) -> int:
     """``mode=diagnose``: measures, prints the diagnosis and writes it to
     ``studies/<study.name>/diagnosis.md``. Returns the exit code."""
-    config = session.config
+    conf = session.conf
     if not isinstance(session.source, Source):
         raise UsageError(
             "mode=diagnose times an image folder's stages (read, decode, augment): it does "
             "not take dataset._target_ yet; tune your own Dataset with mode=tune"
         )
-    with host_lock(Path(config.studies_dir)):
+    with host_lock(Path(conf.studies_dir)):
         d = diagnose(session, pipeline)
     if d.full is None and d.loader_only is None:
         print("\n".join(["diagnose: no run finished:", *d.failures]), flush=True)
         return 1
-    text = to_markdown(d, config.diagnose.slowest)
-    folder = Path(config.studies_dir) / d.name
+    text = to_markdown(d, conf.diagnose.slowest)
+    folder = Path(conf.studies_dir) / d.name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "diagnosis.md").write_text(text)
     print(text, flush=True)
@@ -70,17 +70,17 @@ def run(session: Session, pipeline: PipelineConfig) -> int:
     return 0
 
 
-def pipeline_to_diagnose(config: AutotuneConfig) -> PipelineConfig:
+def pipeline_to_diagnose(conf: AutotuneConfig) -> PipelineConfig:
     """The pipeline to diagnose: ``pipeline=best.yaml`` (its whole tuned pipeline), or the
     baseline: the pipeline as it is under PyTorch's defaults."""
-    if config.pipeline is None:
-        return PipelineConfig(batch_size=config.batch_size, decoder=AS_IS)
-    pipeline = load_pipeline_config(config.pipeline)
+    if conf.pipeline is None:
+        return PipelineConfig(batch_size=conf.batch_size, decoder=AS_IS)
+    pipeline = load_pipeline_config(conf.pipeline)
     if pipeline.as_is:
         return pipeline
     reason = decoders.DECODERS[pipeline.decoder].unavailable_reason()
     if reason:
-        raise UsageError(f"{config.pipeline}: decoder {pipeline.decoder} {reason}")
+        raise UsageError(f"{conf.pipeline}: decoder {pipeline.decoder} {reason}")
     return pipeline
 
 
@@ -95,7 +95,7 @@ class _Trials:
         self, label: str, session: Session, pipeline: PipelineConfig
     ) -> Measurement | None:
         log.info("diagnose: %s", label)
-        outcome = self.run(session.job(pipeline), timeout_s=session.config.study.trial_timeout)
+        outcome = self.run(session.job(pipeline), timeout_s=session.conf.study.trial_timeout)
         if outcome.measurement is None:
             assert outcome.failure is not None
             self.failures.append(f"{label}: {outcome.failure.kind}: {outcome.failure.message}")
@@ -105,13 +105,13 @@ class _Trials:
 def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial) -> Diagnosis:
     """Runs every measurement of the diagnosis (trials in child processes through ``run``,
     the stage profile here) and returns them, at the pipeline's batch size."""
-    if pipeline.batch_size != session.config.batch_size:
-        session = session.with_config(
-            dataclasses.replace(session.config, batch_size=pipeline.batch_size)
+    if pipeline.batch_size != session.conf.batch_size:
+        session = session.with_conf(
+            dataclasses.replace(session.conf, batch_size=pipeline.batch_size)
         )
-    config, source = session.config, session.source
+    conf, source = session.conf, session.source
     choices = {k.name: k.values() for k in session.space.knobs}
-    recipe = recipes.from_config(config.recipe)
+    recipe = recipes.from_config(conf.recipe)
     trials = _Trials(run)
     copy = session.prepared_copy(pipeline)  # a pipeline with a prepared copy reads only it
     paths = copy.paths if copy is not None else list(source.paths)
@@ -124,7 +124,7 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
     # torch thread and all CPUs
     ceiling = session.measure_ceiling(run=run, failures=trials.failures)
     full = trials(f"full training, {pipeline.short()}", session, pipeline)
-    alone = session.with_config(dataclasses.replace(config, model=ModelConfig(name="none")))
+    alone = session.with_conf(dataclasses.replace(conf, model=ModelConfig(name="none")))
     # the CPU-work bound is above the loader's rate: the window it sizes is long enough
     rate = profile.cpu_work_bound(session.facts.usable_cpus)
     storage = measure_storage(
@@ -135,24 +135,24 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
         files_or_shards = FilesVsShards(
             note=f"not compared: the pipeline reads its {copy.kind} copy"
         )
-    elif config.diagnose.shards:
-        shards_dir = Path(config.studies_dir) / ".diagnose-shards"
+    elif conf.diagnose.shards:
+        shards_dir = Path(conf.studies_dir) / ".diagnose-shards"
         files_or_shards = files_vs_shards.measure(alone, pipeline, rate, trials, shards_dir)
     else:
         files_or_shards = FilesVsShards(note="not compared (diagnose.shards=false)")
     return Diagnosis(
-        name=config.study.name,
+        name=conf.study.name,
         pipeline=pipeline,
         device=session.device,
         usable_cpus=session.facts.usable_cpus,
         images=len(source),
-        model=config.model.name,
+        model=conf.model.name,
         ceiling=ceiling,
         full=full,
         loader_only=loader_only,
         serial=serial,
         profile=profile,
-        copy=time_copy(config, source, recipe, serial_config, session.device, prepared=copy),
+        copy=time_copy(conf, source, recipe, serial_config, session.device, prepared=copy),
         decoders=decoder_profiles,
         storage=storage,
         shards=files_or_shards,
@@ -191,18 +191,16 @@ def _profile(
     """The stages of the pipeline's decoder on ``diagnose.samples`` samples, and of every
     decoder of the space on the same ``diagnose.decoder_samples``: of what the pipeline
     reads (its prepared copy, where it has one: a decoded copy decodes nothing)."""
-    config = session.config
+    conf = session.conf
     source = copy.data() if copy is not None else session.source
     profiled = _cpu_decoder(pipeline.decoder)
-    log.info(
-        "diagnose: timing each stage on %d samples", min(len(source), config.diagnose.samples)
-    )
+    log.info("diagnose: timing each stage on %d samples", min(len(source), conf.diagnose.samples))
     profile = profile_stages(
-        source, recipe, profiled, config.diagnose.samples, pipeline.batch_size, config.seed
+        source, recipe, profiled, conf.diagnose.samples, pipeline.batch_size, conf.seed
     )
     if isinstance(source, DecodedPixels):
         return profile, {}
-    compared = pick(len(source), config.diagnose.decoder_samples, config.seed + 1)
+    compared = pick(len(source), conf.diagnose.decoder_samples, conf.seed + 1)
     names = [n for n in choices.get("decoder", []) if n == _cpu_decoder(n)]
     return profile, {
         name: profile_stages(
@@ -210,7 +208,7 @@ def _profile(
             recipe,
             name,
             batch_size=pipeline.batch_size,
-            seed=config.seed,
+            seed=conf.seed,
             indices=compared,
         )
         for name in dict.fromkeys([profiled, *names])
@@ -218,7 +216,7 @@ def _profile(
 
 
 def time_copy(
-    config: AutotuneConfig,
+    conf: AutotuneConfig,
     source: Source,
     recipe: Recipe,
     serial: PipelineConfig,
@@ -237,14 +235,14 @@ def time_copy(
         range(len(source)),
         replacement=True,
         num_samples=COPY_BATCHES * serial.batch_size,
-        generator=torch.Generator().manual_seed(config.seed),
+        generator=torch.Generator().manual_seed(conf.seed),
     )
     tuned = loader.build(
         source,
         serial,
         recipe=recipe,
         device=torch_device,
-        seed=config.seed,
+        seed=conf.seed,
         sampler=draws,
         prepared=prepared,
     )

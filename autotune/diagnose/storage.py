@@ -143,7 +143,7 @@ def measure_storage(
     facts: dict[str, Any] = {"dataset_bytes": dataset_bytes, "fits_in_cache": fits}
     if not page_cache.evict(paths):
         return Storage(**facts, note="posix_fadvise is not available here: storage not compared")
-    facts.update(_time_reads_and_evict(paths, alone.config.seed))
+    facts.update(_time_reads_and_evict(paths, alone.conf.seed))
     cached = facts["cached_after_eviction"]
     if cached is not None and cached > STILL_CACHED:
         return Storage(
@@ -152,7 +152,7 @@ def measure_storage(
             "file system that ignores posix_fadvise): storage was not compared",
         )
     window = storage_window(
-        alone.config.window,
+        alone.conf.window,
         epoch_batches=len(alone.source) // pipeline.batch_size,
         buffered=pipeline.buffered_batches,
         align=max(1, pipeline.num_workers),
@@ -193,7 +193,7 @@ def _rounds(
 ) -> tuple[tuple[Measurement, ...], tuple[Measurement, ...]]:
     """``STORAGE_ROUNDS`` pairs of runs over ``window``, from storage then from the page
     cache; stops at the first pair with a failed run."""
-    same = alone.with_config(dataclasses.replace(alone.config, window=window))
+    same = alone.with_conf(dataclasses.replace(alone.conf, window=window))
     paths = list(alone.source.paths)
     cold: list[Measurement] = []
     warm: list[Measurement] = []

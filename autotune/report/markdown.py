@@ -198,9 +198,9 @@ def _cell(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def rebuild(config: AutotuneConfig) -> int:
+def rebuild(conf: AutotuneConfig) -> int:
     """``mode=report``: rewrites report.md and its plots from the stored study alone."""
-    storage, name = config.study.storage, config.study.name
+    storage, name = conf.study.storage, conf.study.name
     if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
         raise UsageError(f"no study storage at {storage}: run python -m autotune first")
     names = optuna.get_all_study_names(storage)
@@ -210,7 +210,7 @@ def rebuild(config: AutotuneConfig) -> int:
             f"no study {name!r} in {storage} (studies there: {have}): "
             "pick one with study.name=NAME"
         )
-    path = write_report(storage, name, Path(config.studies_dir) / name)
+    path = write_report(storage, name, Path(conf.studies_dir) / name)
     print(f"report:    {path}", flush=True)
     print(f"dashboard: {dashboard.command(storage)}", flush=True)
     return 0

@@ -64,23 +64,23 @@ def _import_class(target: str) -> Callable[..., nn.Module]:
         ) from None
 
 
-def build_model(cfg: ModelConfig, *, num_classes: int | None) -> nn.Module | None:
+def build_model(model_conf: ModelConfig, *, num_classes: int | None) -> nn.Module | None:
     """The model, randomly initialised (never a download); None for ``model=none``.
     ``num_classes`` is passed where the data knows its classes and the model takes it."""
-    if cfg._target_:
-        factory = _import_class(cfg._target_)
-    elif cfg.name == "none":
+    if model_conf._target_:
+        factory = _import_class(model_conf._target_)
+    elif model_conf.name == "none":
         return None
-    elif cfg.name == "tiny":
+    elif model_conf.name == "tiny":
         factory = TinyCNN
-    elif cfg.name in TORCHVISION_MODELS:
-        factory = getattr(torchvision.models, cfg.name)
+    elif model_conf.name in TORCHVISION_MODELS:
+        factory = getattr(torchvision.models, model_conf.name)
     else:
         raise UsageError(
-            f"unknown model {cfg.name!r}: choose one of {', '.join(BUILTIN_MODELS)}, "
+            f"unknown model {model_conf.name!r}: choose one of {', '.join(BUILTIN_MODELS)}, "
             "or any nn.Module with model._target_=pkg.module.Class"
         )
-    kwargs = dict(cfg.kwargs)
+    kwargs = dict(model_conf.kwargs)
     try:
         params = inspect.signature(factory).parameters
         takes = "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
@@ -90,7 +90,9 @@ def build_model(cfg: ModelConfig, *, num_classes: int | None) -> nn.Module | Non
         pass
     model = factory(**kwargs)
     if not isinstance(model, nn.Module):
-        raise UsageError(f"model {cfg._target_ or cfg.name} did not build an nn.Module")
+        raise UsageError(
+            f"model {model_conf._target_ or model_conf.name} did not build an nn.Module"
+        )
     return model
 
 
@@ -99,14 +101,14 @@ _DEFAULT_KWARGS = {torch.optim.SGD: {"momentum": 0.9}}
 
 
 def build_optimizer(
-    cfg: OptimizerConfig, params: Iterable[nn.Parameter], *, lr: float
+    optimizer_conf: OptimizerConfig, params: Iterable[nn.Parameter], *, lr: float
 ) -> torch.optim.Optimizer:
-    """``cfg._target_(params, lr=lr, **cfg.kwargs)`` (the kwargs' own ``lr`` wins); a target
-    that cannot be imported or built is one line."""
-    where = f"optimizer._target_={cfg._target_}"
+    """``optimizer_conf._target_(params, lr=lr, **optimizer_conf.kwargs)`` (the kwargs' own
+    ``lr`` wins); a target that cannot be imported or built is one line."""
+    where = f"optimizer._target_={optimizer_conf._target_}"
     fix = "give the full path of a torch.optim class, e.g. optimizer._target_=torch.optim.AdamW"
-    factory = imported(cfg._target_, "optimizer._target_", fix, get_class)
-    kwargs = cfg.kwargs or _DEFAULT_KWARGS.get(factory, {})
+    factory = imported(optimizer_conf._target_, "optimizer._target_", fix, get_class)
+    kwargs = optimizer_conf.kwargs or _DEFAULT_KWARGS.get(factory, {})
     try:
         return factory(params, **{"lr": lr, **kwargs})
     except Exception as exc:  # noqa: BLE001 - the kwargs the optimizer refuses
@@ -121,16 +123,16 @@ _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 Loss = Callable[[nn.Module, Any], torch.Tensor]  # (model, batch) -> loss
 
 
-def build_loss(cfg: StepConfig) -> Loss | None:
+def build_loss(step_conf: StepConfig) -> Loss | None:
     """The user's ``(model, batch) -> loss`` named by ``step._target_``; None: the default
     (cross-entropy on ``(inputs, labels)``)."""
-    if not cfg._target_:
+    if not step_conf._target_:
         return None
     fix = (
         "give the full dotted path of a function (model, batch) -> loss, e.g. "
         "step._target_=mytrain.loss"
     )
-    return imported(cfg._target_, "step._target_", fix, get_method)
+    return imported(step_conf._target_, "step._target_", fix, get_method)
 
 
 def is_pair(batch: Any) -> bool:

@@ -12,26 +12,32 @@ from autotune.pipeline.user_data import Data, UserData
 from autotune.schema import DatasetConfig
 
 
-def load_source(cfg: DatasetConfig, instance: Any = None) -> tuple[Data, Any]:
+def load_source(dataset_conf: DatasetConfig, instance: Any = None) -> tuple[Data, Any]:
     """The dataset's samples: the user's own Dataset (checked; with a batch of two of its
     samples; ``instance``: a Dataset object of class ``_target_``), generated (and cached)
     synthetic JPEGs, or an image folder (no batch)."""
-    if cfg._target_:
-        return UserData.inspect(cfg._target_, cfg.kwargs, cfg.collate_fn, instance=instance)
-    return _image_source(cfg), None
-
-
-def _image_source(cfg: DatasetConfig) -> Data:
-    if cfg.kind == "synthetic":
-        size = (cfg.width, cfg.height) if cfg.width and cfg.height else None
-        return sources.synthetic(
-            count=cfg.count,
-            num_classes=cfg.num_classes,
-            size=size,
-            seed=cfg.seed,
-            quality=cfg.quality,
-            uneven=cfg.uneven,
+    if dataset_conf._target_:
+        return UserData.inspect(
+            dataset_conf._target_, dataset_conf.kwargs, dataset_conf.collate_fn, instance=instance
         )
-    if not cfg.root:
+    return _image_source(dataset_conf), None
+
+
+def _image_source(dataset_conf: DatasetConfig) -> Data:
+    if dataset_conf.kind == "synthetic":
+        size = (
+            (dataset_conf.width, dataset_conf.height)
+            if dataset_conf.width and dataset_conf.height
+            else None
+        )
+        return sources.synthetic(
+            count=dataset_conf.count,
+            num_classes=dataset_conf.num_classes,
+            size=size,
+            seed=dataset_conf.seed,
+            quality=dataset_conf.quality,
+            uneven=dataset_conf.uneven,
+        )
+    if not dataset_conf.root:
         raise UsageError("dataset.root is not set: add dataset.root=PATH (class sub-folders)")
-    return sources.scan_imagefolder(Path(cfg.root).expanduser())
+    return sources.scan_imagefolder(Path(dataset_conf.root).expanduser())

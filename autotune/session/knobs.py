@@ -101,7 +101,9 @@ class Knob:
         return list(range(self.low, self.high + 1, self.step))
 
 
-def build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[Knob]) -> Knob:
+def build_knob(
+    name: str, knob_conf: KnobConfig, facts: MachineFacts, declared: list[Knob]
+) -> Knob:
     """The knob ``name`` of the config, checked; ``declared``: the knobs before it, which
     its condition may refer to."""
     where = f"search_space.knobs.{name}"
@@ -109,24 +111,26 @@ def build_knob(name: str, cfg: KnobConfig, facts: MachineFacts, declared: list[K
         raise UsageError(
             f"unknown knob {name!r} in the search space; known: {', '.join(INACTIVE)}"
         )
-    if cfg.type not in TYPES:
-        raise UsageError(f"{where}.type must be one of {', '.join(TYPES)}, got {cfg.type!r}")
-    if cfg.requires is not None and cfg.requires not in FEATURES:
-        raise UsageError(f"{where}.requires must be one of {FEATURES}, got {cfg.requires!r}")
-    when = _condition(cfg.when, where, declared) if cfg.when else None
-    if cfg.type == "fixed":
-        if cfg.value is None and name not in ("prefetch_factor", "main_threads"):
+    if knob_conf.type not in TYPES:
+        raise UsageError(f"{where}.type must be one of {', '.join(TYPES)}, got {knob_conf.type!r}")
+    if knob_conf.requires is not None and knob_conf.requires not in FEATURES:
+        raise UsageError(f"{where}.requires must be one of {FEATURES}, got {knob_conf.requires!r}")
+    when = _condition(knob_conf.when, where, declared) if knob_conf.when else None
+    if knob_conf.type == "fixed":
+        if knob_conf.value is None and name not in ("prefetch_factor", "main_threads"):
             raise UsageError(f"{where}.value must be set for a fixed knob")  # None: torch's
         known = KNOWN_VALUES.get(name)
-        if known is not None and cfg.value not in known:
-            raise UsageError(f"{where}.value {cfg.value!r} is unknown; known: {', '.join(known)}")
-        return Knob(name, "fixed", value=cfg.value, when=when)
-    if cfg.type == "bool":
+        if known is not None and knob_conf.value not in known:
+            raise UsageError(
+                f"{where}.value {knob_conf.value!r} is unknown; known: {', '.join(known)}"
+            )
+        return Knob(name, "fixed", value=knob_conf.value, when=when)
+    if knob_conf.type == "bool":
         return Knob(name, "bool", when=when)
-    if cfg.type == "choice":
-        return Knob(name, "choice", choices=_choices(name, cfg, where), when=when)
-    low, high = _int_range(cfg, facts, where)
-    return Knob(name, "int", low=low, high=high, step=cfg.step, log=cfg.log, when=when)
+    if knob_conf.type == "choice":
+        return Knob(name, "choice", choices=_choices(name, knob_conf, where), when=when)
+    low, high = _int_range(knob_conf, facts, where)
+    return Knob(name, "int", low=low, high=high, step=knob_conf.step, log=knob_conf.log, when=when)
 
 
 def _condition(text: str, where: str, declared: list[Knob]) -> Condition:
@@ -148,8 +152,8 @@ def _condition(text: str, where: str, declared: list[Knob]) -> Condition:
     return when
 
 
-def _choices(name: str, cfg: KnobConfig, where: str) -> tuple[Any, ...]:
-    choices = tuple(cfg.choices or ())
+def _choices(name: str, knob_conf: KnobConfig, where: str) -> tuple[Any, ...]:
+    choices = tuple(knob_conf.choices or ())
     if not choices:
         raise UsageError(f"{where}.choices must list at least one value")
     known = KNOWN_VALUES.get(name)
@@ -161,17 +165,17 @@ def _choices(name: str, cfg: KnobConfig, where: str) -> tuple[Any, ...]:
     return choices
 
 
-def _int_range(cfg: KnobConfig, facts: MachineFacts, where: str) -> tuple[int, int]:
-    low = _resolve_bound(cfg.low, facts, f"{where}.low")
-    high = _resolve_bound(cfg.high, facts, f"{where}.high")
+def _int_range(knob_conf: KnobConfig, facts: MachineFacts, where: str) -> tuple[int, int]:
+    low = _resolve_bound(knob_conf.low, facts, f"{where}.low")
+    high = _resolve_bound(knob_conf.high, facts, f"{where}.high")
     if low > high:
         raise UsageError(f"{where}: `low <= high` must hold, but got ({low=}, {high=})")
-    if cfg.log and low < 1:
+    if knob_conf.log and low < 1:
         raise UsageError(f"{where}: a log range needs low >= 1, got {low=}")
-    if cfg.step < 1:
-        raise UsageError(f"{where}.step must be >= 1, got {cfg.step}")
-    if cfg.log and cfg.step != 1:
-        raise UsageError(f"{where}: a log range cannot have a step (got step={cfg.step})")
+    if knob_conf.step < 1:
+        raise UsageError(f"{where}.step must be >= 1, got {knob_conf.step}")
+    if knob_conf.log and knob_conf.step != 1:
+        raise UsageError(f"{where}: a log range cannot have a step (got step={knob_conf.step})")
     return low, high
 
 

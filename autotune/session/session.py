@@ -1,4 +1,4 @@
-"""The session: what a run is about, built once from the config and handed to every mode.
+"""The session: what a run is about, built once from the conf and handed to every mode.
 
 Machine facts, the device, the source, the search space and the fingerprint that a stored
 study must match: the tuner, ``mode=diagnose`` and the benchmark all take one ``Session``, and
@@ -51,19 +51,19 @@ STEP_KEYS = (
 )
 
 
-def _with_batch_size(config: AutotuneConfig, batch_size: int) -> AutotuneConfig:
-    """``config`` at another batch size, the search space's fixed batch size with it."""
-    knobs = dict(config.search_space.knobs)
+def _with_batch_size(conf: AutotuneConfig, batch_size: int) -> AutotuneConfig:
+    """``conf`` at another batch size, the search space's fixed batch size with it."""
+    knobs = dict(conf.search_space.knobs)
     fixed = knobs.get("batch_size")
     if fixed is not None and fixed.type == "fixed":
         knobs["batch_size"] = dataclasses.replace(fixed, value=batch_size)
-    space = dataclasses.replace(config.search_space, knobs=knobs)
-    return dataclasses.replace(config, batch_size=batch_size, search_space=space)
+    space = dataclasses.replace(conf.search_space, knobs=knobs)
+    return dataclasses.replace(conf, batch_size=batch_size, search_space=space)
 
 
-def prepared_root(config: AutotuneConfig) -> Path:
+def prepared_root(conf: AutotuneConfig) -> Path:
     """Where prepared copies live: beside the studies, shared by all of them."""
-    return Path(config.studies_dir).resolve() / "prepared"
+    return Path(conf.studies_dir).resolve() / "prepared"
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,11 @@ class Session:
     """Everything a mode needs besides its own settings.
 
     Example:
-        >>> session = Session.build(config)
+        >>> session = Session.build(conf)
         >>> outcome = run_trial(session.job(PipelineConfig(num_workers=2)), timeout_s=60)
     """
 
-    config: AutotuneConfig
+    conf: AutotuneConfig
     facts: MachineFacts
     device: str
     source: Data
@@ -91,30 +91,30 @@ class Session:
     )
 
     @classmethod
-    def build(cls, config: AutotuneConfig, *, dataset: Any = None) -> Session:
+    def build(cls, conf: AutotuneConfig, *, dataset: Any = None) -> Session:
         """Detects the machine, loads the source, checks the model, builds the space: every
         bad input fails here, before anything is measured. ``dataset``: a Dataset object of
-        the class ``config.dataset._target_`` names, read as it is (the Python API)."""
-        facts = machine.detect(want_cuda=config.device != "cpu")
-        device = resolve_device(config.device, facts.cuda_available)
-        ranks = resolve_ranks(config.ranks, device, facts)
-        source, example = load_source(config.dataset, dataset)
-        if isinstance(source, UserData) and source.batch_size not in (None, config.batch_size):
+        the class ``conf.dataset._target_`` names, read as it is (the Python API)."""
+        facts = machine.detect(want_cuda=conf.device != "cpu")
+        device = resolve_device(conf.device, facts.cuda_available)
+        ranks = resolve_ranks(conf.ranks, device, facts)
+        source, example = load_source(conf.dataset, dataset)
+        if isinstance(source, UserData) and source.batch_size not in (None, conf.batch_size):
             log.info("batch size %d: the DataModule's train_dataloader()", source.batch_size)
-            config = _with_batch_size(config, source.batch_size)
+            conf = _with_batch_size(conf, source.batch_size)
         # a bad model, optimizer or loss fails now; the user's step is tried on their batch
-        model = build_model(config.model, num_classes=len(source.classes) or None)
+        model = build_model(conf.model, num_classes=len(source.classes) or None)
         step = TrainStep(
             model,
             torch.device("cpu"),
-            lr=config.model.lr,
-            optimizer=config.optimizer,
-            precision=config.precision if device == "cpu" else "fp32",
-            loss=config.step,
+            lr=conf.model.lr,
+            optimizer=conf.optimizer,
+            precision=conf.precision if device == "cpu" else "fp32",
+            loss=conf.step,
         )
         if isinstance(source, UserData):
             step.check(example, dataset=f"dataset._target_={source.target}")
-        recipe = recipes.from_config(config.recipe)  # and so does an unknown recipe
+        recipe = recipes.from_config(conf.recipe)  # and so does an unknown recipe
         # where reads wait, more workers than CPUs: measured on the user's storage
         waits = (
             read_wait.measure(source, recipe, facts)
@@ -126,37 +126,37 @@ class Session:
                 source,
                 recipe,
                 facts,
-                root=prepared_root(config),
-                budget_gb=config.study.memory_budget_gb,
-                epochs=config.study.epochs,
+                root=prepared_root(conf),
+                budget_gb=conf.study.memory_budget_gb,
+                epochs=conf.study.epochs,
             )
-            if isinstance(source, sources.Source) and "cache" in config.search_space.knobs
+            if isinstance(source, sources.Source) and "cache" in conf.search_space.knobs
             else None
         )
         space = SearchSpace.from_config(
-            config.search_space,
+            conf.search_space,
             facts,
             device=device,
-            batch_size=config.batch_size,
+            batch_size=conf.batch_size,
             own_dataset=isinstance(source, UserData),
             ranks=ranks,
             read_wait=waits,
             copy_fit=fit,
         )
-        return cls(config, facts, device, source, space, source.fingerprint(), ranks)
+        return cls(conf, facts, device, source, space, source.fingerprint(), ranks)
 
-    def with_config(self, config: AutotuneConfig) -> Session:
+    def with_conf(self, conf: AutotuneConfig) -> Session:
         """The same machine, data and space under other study or window settings (the
         benchmark's studies, the diagnosis's loader-only runs)."""
         # the ceiling is the train step's: shared only while the step is the same
-        same_step = all(getattr(config, key) == getattr(self.config, key) for key in STEP_KEYS)
-        same_copies = (config.recipe, config.studies_dir) == (
-            self.config.recipe,
-            self.config.studies_dir,
+        same_step = all(getattr(conf, key) == getattr(self.conf, key) for key in STEP_KEYS)
+        same_copies = (conf.recipe, conf.studies_dir) == (
+            self.conf.recipe,
+            self.conf.studies_dir,
         )
         return dataclasses.replace(
             self,
-            config=config,
+            conf=conf,
             _ceiling=self._ceiling if same_step else [],
             _copies=self._copies if same_copies else {},
         )
@@ -164,20 +164,20 @@ class Session:
     @property
     def fingerprint(self) -> str:
         """What a study's numbers depend on; a resumed study must match it."""
-        cfg = self.config
+        conf = self.conf
         parts: dict[str, Any] = {
             "source": self.source_fingerprint,
             "space": self.space.fingerprint(),
             "device": self.device,
-            "model": asdict(cfg.model),
-            "recipe": asdict(cfg.recipe),
-            "window": asdict(cfg.window),
-            "batch_size": cfg.batch_size,
-            "seed": cfg.seed,
-            "optimizer": asdict(cfg.optimizer),
-            "precision": cfg.precision,
-            "step": asdict(cfg.step),
-            "compile": cfg.compile,
+            "model": asdict(conf.model),
+            "recipe": asdict(conf.recipe),
+            "window": asdict(conf.window),
+            "batch_size": conf.batch_size,
+            "seed": conf.seed,
+            "optimizer": asdict(conf.optimizer),
+            "precision": conf.precision,
+            "step": asdict(conf.step),
+            "compile": conf.compile,
         }
         if self.ranks > 1:  # one rank's studies keep the fingerprint they had
             parts["ranks"] = self.ranks
@@ -197,35 +197,35 @@ class Session:
     @property
     def epoch_samples(self) -> int | None:
         """Samples in one epoch of whole batches, when the objective projects an epoch."""
-        cfg = self.config
-        if not cfg.study.epoch_aware:
+        conf = self.conf
+        if not conf.study.epoch_aware:
             return None
-        return len(self.source) // cfg.batch_size * cfg.batch_size
+        return len(self.source) // conf.batch_size * conf.batch_size
 
     def job(
         self, pipeline: PipelineConfig, kind: str = "window", *, ranking: bool = False
     ) -> TrialJob:
         """One measurement of ``pipeline`` on this session's workload; ``ranking``: a run that
         ranks configs (its window may grow to ``window.confirm_max_timed_s``)."""
-        cfg = self.config
-        window = cfg.window
+        conf = self.conf
+        window = conf.window
         if ranking:
             window = dataclasses.replace(window, max_timed_s=window.confirm_max_timed_s)
-        limit = cfg.study.trial_memory_limit_gb
+        limit = conf.study.trial_memory_limit_gb
         copy = self.prepared_copy(pipeline)
         return TrialJob(
             pipeline=pipeline,
             source=self.source,
-            model=cfg.model,
-            recipe=cfg.recipe,
+            model=conf.model,
+            recipe=conf.recipe,
             window=window,
             device=self.device,
-            seed=cfg.seed,
+            seed=conf.seed,
             kind=kind,  # type: ignore[arg-type]
             memory_limit_bytes=int(limit * 2**30) if limit else None,
-            optimizer=cfg.optimizer,
-            precision=cfg.precision,
-            step=cfg.step,
+            optimizer=conf.optimizer,
+            precision=conf.precision,
+            step=conf.step,
             compile_cache=self.compile_cache,
             ranks=self.ranks,
             prepared=copy,
@@ -239,9 +239,9 @@ class Session:
         if pipeline.cache not in self._copies:  # keyed by every file's stat: once
             self._copies[pipeline.cache] = preparation.ensure(
                 self.source,
-                recipes.from_config(self.config.recipe),
+                recipes.from_config(self.conf.recipe),
                 pipeline.cache,
-                prepared_root(self.config),
+                prepared_root(self.conf),
                 processes=self.facts.usable_cpus,
             )
         return self._copies[pipeline.cache]
@@ -250,15 +250,15 @@ class Session:
         """Seconds of ``pipeline``'s prepared copy charged to each epoch: its preparation,
         once, shared by the ``study.epochs`` planned (0 without a copy)."""
         copy = self.prepared_copy(pipeline)
-        return copy.seconds / self.config.study.epochs if copy is not None else 0.0
+        return copy.seconds / self.conf.study.epochs if copy is not None else 0.0
 
     @property
     def compile_cache(self) -> str | None:
         """Where trials keep Inductor's compiled code (``compile=true``): shared by all the
         trials of every study here, so that only the first compiles from scratch."""
-        if not self.config.compile:
+        if not self.conf.compile:
             return None
-        return str((Path(self.config.studies_dir) / ".compile-cache").resolve())
+        return str((Path(self.conf.studies_dir) / ".compile-cache").resolve())
 
     def measure_ceiling(
         self, run: Run = run_trial, failures: list[str] | None = None
@@ -283,15 +283,15 @@ class Session:
                 f"{threads} thread(s)"
             )
             log.info("measuring %s", label)
-            config = PipelineConfig(batch_size=self.config.batch_size, main_threads=threads)
-            outcome = run(self.job(config, "ceiling"), timeout_s=self.config.study.trial_timeout)
+            config = PipelineConfig(batch_size=self.conf.batch_size, main_threads=threads)
+            outcome = run(self.job(config, "ceiling"), timeout_s=self.conf.study.trial_timeout)
             if outcome.measurement is None:
                 assert outcome.failure is not None
                 log.warning("the ceiling could not be measured: %s", outcome.failure)
                 failures.append(f"{label}: {outcome.failure.kind}: {outcome.failure.message}")
                 continue
             measured.append(outcome.measurement)
-            if self.config.compile and outcome.measurement.first_step_s is not None:
+            if self.conf.compile and outcome.measurement.first_step_s is not None:
                 log.info(
                     "compile=true: the first step, compiling, took %.1f s (not timed)",
                     outcome.measurement.first_step_s,

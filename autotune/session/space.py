@@ -66,7 +66,7 @@ class SearchSpace:
     @classmethod
     def from_config(
         cls,
-        cfg: SearchSpaceConfig,
+        space_conf: SearchSpaceConfig,
         facts: MachineFacts,
         *,
         device: str,
@@ -76,7 +76,7 @@ class SearchSpace:
         read_wait: ReadWait | None = None,
         copy_fit: CopyFit | None = None,
     ) -> SearchSpace:
-        """The space of ``cfg`` on this machine; ``own_dataset``: the user's own Dataset,
+        """The space of ``space_conf`` on this machine; ``own_dataset``: the user's own Dataset,
         read as it is, for which only the DataLoader's arguments and threads are tuned;
         ``ranks``: processes that share the CPUs, each with its own loader (``cpus`` is a
         rank's share); ``read_wait``: where reads wait, ``num_workers`` up to ``cpus`` goes
@@ -92,17 +92,18 @@ class SearchSpace:
             )
             facts = dataclasses.replace(facts, usable_cpus=share)
         if own_dataset:
-            cfg = _without_image_pipeline(cfg, notes)
+            space_conf = _without_image_pipeline(space_conf, notes)
         knobs: list[Knob] = []
         left_out: list[Knob] = []  # by `requires`: they keep their inactive value
         features = {"cuda": device == "cuda"}
-        for name, knob_cfg in cfg.knobs.items():
-            knob = build_knob(name, knob_cfg, facts, declared=[*knobs, *left_out])
-            if name == "num_workers" and knob_cfg.high == "cpus" and read_wait and read_wait.waits:
+        reads_wait = read_wait is not None and read_wait.waits
+        for name, knob_conf in space_conf.knobs.items():
+            knob = build_knob(name, knob_conf, facts, declared=[*knobs, *left_out])
+            if name == "num_workers" and knob_conf.high == "cpus" and reads_wait:
                 knob = dataclasses.replace(knob, high=max(1, read_wait.workers // ranks))
                 notes.append(read_wait.note(cpus))
             # what the knob table says it needs, else what the space says
-            needs = "cuda" if name in NEED_CUDA else knob_cfg.requires
+            needs = "cuda" if name in NEED_CUDA else knob_conf.requires
             if needs and not features[needs]:
                 left_out.append(Knob(name, "fixed", value=INACTIVE[name]))
                 continue
@@ -121,7 +122,7 @@ class SearchSpace:
         defaults = (("batch_size", batch_size), *((k.name, k.value) for k in left_out))
         if not any(k.name == "decoder" for k in knobs):  # no decoders named: the pipeline
             defaults = (*defaults, ("decoder", INACTIVE["decoder"]))  # as it is, tuned
-        return cls(name=cfg.name, knobs=tuple(knobs), notes=tuple(notes), defaults=defaults)
+        return cls(name=space_conf.name, knobs=tuple(knobs), notes=tuple(notes), defaults=defaults)
 
     def suggest(self, trial: optuna.Trial) -> PipelineConfig:
         """The trial's point of the space as a ``PipelineConfig``."""
@@ -254,17 +255,17 @@ class SearchSpace:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _without_image_pipeline(cfg: SearchSpaceConfig, notes: list[str]) -> SearchSpaceConfig:
+def _without_image_pipeline(space_conf: SearchSpaceConfig, notes: list[str]) -> SearchSpaceConfig:
     """The space for a Dataset of the user's own: the image-pipeline knobs left out, noted
     once (with no decoder knob, every trial is as it is)."""
-    dropped = [name for name in cfg.knobs if name in IMAGE_PIPELINE]
+    dropped = [name for name in space_conf.knobs if name in IMAGE_PIPELINE]
     if dropped:
         notes.append(
             f"{', '.join(dropped)} left out: your own Dataset is read as it is (only the "
             "DataLoader's arguments and threads are tuned)"
         )
-    kept = {name: knob for name, knob in cfg.knobs.items() if name not in IMAGE_PIPELINE}
-    return dataclasses.replace(cfg, knobs=kept)
+    kept = {name: knob for name, knob in space_conf.knobs.items() if name not in IMAGE_PIPELINE}
+    return dataclasses.replace(space_conf, knobs=kept)
 
 
 def _check_declared_before_its_choices(declared: list[Knob]) -> None:

@@ -65,7 +65,7 @@ def confirm(
     names them in the log. Given a ``deadline`` (``time.monotonic()``), no run starts that
     would end past it at the longest run's length so far: the rest are not measured.
     ``ranking``: runs as long as the ones that name a winner (else a search trial's)."""
-    timeout = session.config.study.trial_timeout
+    timeout = session.conf.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
     longest = 0.0
     for round_index in range(rounds):

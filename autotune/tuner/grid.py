@@ -20,11 +20,11 @@ log = logging.getLogger(__name__)
 
 def run_grid(objective: Objective, stop: threading.Event) -> tuple[optuna.Study, float]:
     """Every grid point of the session's space, one trial each, never pruned, in the study
-    ``objective.session.config.study`` names. Returns the study and its wall time."""
-    cfg = objective.session.config.study
+    ``objective.session.conf.study`` names. Returns the study and its wall time."""
+    study_conf = objective.session.conf.study
     study = optuna.create_study(
-        study_name=cfg.name,
-        storage=cfg.storage,
+        study_name=study_conf.name,
+        storage=study_conf.storage,
         direction="maximize",
         pruner=optuna.pruners.NopPruner(),  # the oracle measures every point in full
     )

@@ -78,7 +78,7 @@ class Objective:
 
     def __init__(self, session: Session, *, run: Run = run_trial) -> None:
         self.session, self.run = session, run
-        crop = session.config.recipe.crop_size
+        crop = session.conf.recipe.crop_size
         self.sample_bytes = 3 * crop * crop  # uint8 CHW crossing from the workers
 
     def __call__(self, trial: optuna.Trial) -> float:
@@ -94,7 +94,7 @@ class Objective:
             trial.report(running_median, index)
             return trial.should_prune()
 
-        study = self.session.config.study
+        study = self.session.conf.study
         outcome = self.run(
             self.session.job(config), timeout_s=study.trial_timeout, should_prune=should_prune
         )
@@ -173,5 +173,5 @@ class Objective:
         if isinstance(trial, optuna.trial.FixedTrial):
             return f"trial {config.short()}"
         done = store.finished_count(trial.study) + 1
-        n_trials = self.session.config.study.n_trials
+        n_trials = self.session.conf.study.n_trials
         return f"[{done:>2}/{n_trials}] trial {trial.number:<3} {config.short():<38}"

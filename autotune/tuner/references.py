@@ -25,19 +25,19 @@ BOUND_PROFILE_SAMPLES = 48  # samples profiled per decoder for the CPU-work boun
 def measure_cpu_work_bound(session: Session) -> dict[str, float]:
     """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
     augment and collate (``runtime.stages``): what no worker count can exceed."""
-    cfg = session.config
+    conf = session.conf
     if not isinstance(session.source, Source):
         log.info("no CPU-work bound: the stages of your own Dataset are its own")
         return {}
     log.info("profiling the loader's stages per decoder: the CPU-work bound")
-    recipe = recipes.from_config(cfg.recipe)
+    recipe = recipes.from_config(conf.recipe)
     names = session.space.choices("decoder") or [AS_IS]  # no decoders: as it is
     bounds = {}
     for name in names:
         if name != AS_IS and decoders.DECODERS[name].on_device:
             continue  # decoded on the device: not a CPU-work bound of the same kind
         profile = profile_stages(
-            session.source, recipe, name, BOUND_PROFILE_SAMPLES, cfg.batch_size, cfg.seed
+            session.source, recipe, name, BOUND_PROFILE_SAMPLES, conf.batch_size, conf.seed
         )
         bounds[name] = round(profile.cpu_work_bound(session.facts.usable_cpus), 1)
     return bounds

@@ -37,10 +37,10 @@ def search(
     A config TPE suggests again is not measured again (``Objective``): the repeat costs no
     budget, and the next trial is that way's next polish step instead.
     """
-    cfg = objective.session.config.study
+    study_conf = objective.session.conf.study
     space = objective.session.space
-    deadline = time.monotonic() + cfg.timeout if cfg.timeout else None
-    polish = round(cfg.n_trials * cfg.polish_fraction)
+    deadline = time.monotonic() + study_conf.timeout if study_conf.timeout else None
+    polish = round(study_conf.n_trials * study_conf.polish_fraction)
     decoders = space.choices("decoder")
     both_ways = len(decoders) > 1  # as_is is always one of them
 
@@ -60,15 +60,15 @@ def search(
         ):
             return
         measured = store.measured(finished)
-        if both_ways and as_is_is_due(measured, cfg.as_is_share):
+        if both_ways and as_is_is_due(measured, study_conf.as_is_share):
             ask_for_as_is(study)
 
     def queue_polish() -> None:
         if not _waiting(study):
             enqueue_polish_step(study, space, both_ways)
 
-    quiet = objective.session.config.quiet
-    with StudyProgress(cfg.n_trials, store.finished_count(study), quiet=quiet) as progress:
+    quiet = objective.session.conf.quiet
+    with StudyProgress(study_conf.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
         def run_one(until: int, queue: Callable[[], None]) -> bool:
             left = time_left()
@@ -76,9 +76,9 @@ def search(
                 return False
             return _run_one(study, objective, leases, until, queue, left, stop, progress)
 
-        while run_one(cfg.n_trials - polish, queue_tpe):
+        while run_one(study_conf.n_trials - polish, queue_tpe):
             pass
-        while run_one(cfg.n_trials, queue_polish):
+        while run_one(study_conf.n_trials, queue_polish):
             pass
 
 
@@ -96,7 +96,7 @@ def _run_one(
     asked for under the lease, measured after it is released."""
     with leases.one_at_a_time(NEXT_TRIAL):
         storage.fail_lost(study)  # a dead host's trial counts, failed, never twice
-        n_trials = objective.session.config.study.n_trials
+        n_trials = objective.session.conf.study.n_trials
         if stop.is_set() or store.spent(study, free_repeats=n_trials) >= until:
             return False
         queue()

@@ -32,9 +32,9 @@ def _constraints(trial: FrozenTrial) -> tuple[float]:
     return (store.trial_attr(trial, TrialKey.CONSTRAINT, 0.0),)
 
 
-def lost_after_s(cfg: StudyConfig) -> float:
+def lost_after_s(study_conf: StudyConfig) -> float:
     """A trial (or a lease) silent for this long belongs to a host that died."""
-    return 3 * cfg.heartbeat_s
+    return 3 * study_conf.heartbeat_s
 
 
 def shown(storage: str) -> str:
@@ -45,12 +45,12 @@ def shown(storage: str) -> str:
         return storage
 
 
-def _storage(cfg: StudyConfig) -> optuna.storages.RDBStorage:
+def _storage(study_conf: StudyConfig) -> optuna.storages.RDBStorage:
     """The study's storage, with heartbeats: a trial running on a host that dies is failed by
     the next host that looks, after ``lost_after_s``."""
-    where = f"study.storage={shown(cfg.storage)}"
+    where = f"study.storage={shown(study_conf.storage)}"
     try:
-        return _open_rdb(cfg)
+        return _open_rdb(study_conf)
     except ImportError:
         raise UsageError(
             f"{where} needs a database driver that is not installed: for PostgreSQL, "
@@ -65,16 +65,16 @@ def _storage(cfg: StudyConfig) -> optuna.storages.RDBStorage:
         raise UsageError(f"cannot open {where}: {reason}") from None
 
 
-def _open_rdb(cfg: StudyConfig, attempts: int = 5) -> optuna.storages.RDBStorage:
+def _open_rdb(study_conf: StudyConfig, attempts: int = 5) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage. Hosts started together on a new database all create its tables
     at once, and PostgreSQL lets one of them in (the others see a duplicate type or table):
     those try again, and find the tables made."""
     for attempt in range(attempts):
         try:
             return optuna.storages.RDBStorage(
-                cfg.storage,
-                heartbeat_interval=cfg.heartbeat_s,
-                grace_period=int(lost_after_s(cfg)),
+                study_conf.storage,
+                heartbeat_interval=study_conf.heartbeat_s,
+                grace_period=int(lost_after_s(study_conf)),
             )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == attempts - 1:
@@ -83,35 +83,37 @@ def _open_rdb(cfg: StudyConfig, attempts: int = 5) -> optuna.storages.RDBStorage
     raise AssertionError("unreachable")
 
 
-def _seed(cfg: StudyConfig) -> int:
+def _seed(study_conf: StudyConfig) -> int:
     """``study.seed`` for a study of one host (SQLite); hosts sharing a server's study each
     mix in their own name, or they would all draw the same random first points."""
-    if cfg.storage.startswith("sqlite"):
-        return cfg.seed
-    return zlib.crc32(f"{cfg.seed} {this_process()}".encode())
+    if study_conf.storage.startswith("sqlite"):
+        return study_conf.seed
+    return zlib.crc32(f"{study_conf.seed} {this_process()}".encode())
 
 
 def open_study(
-    cfg: StudyConfig, fingerprint: str, facts: MachineFacts | None = None
+    study_conf: StudyConfig, fingerprint: str, facts: MachineFacts | None = None
 ) -> optuna.Study:
     """Creates or resumes the study; refuses to resume one whose workload or space changed,
     that an older autotune made, or (given ``facts``) that hosts of another kind measured."""
-    if cfg.storage.startswith("sqlite:///"):
-        Path(cfg.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if study_conf.storage.startswith("sqlite:///"):
+        Path(study_conf.storage.removeprefix("sqlite:///")).parent.mkdir(
+            parents=True, exist_ok=True
+        )
     # multivariate, group, constraints and metric names are "experimental" in Optuna
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(
-            seed=_seed(cfg),
-            n_startup_trials=cfg.n_startup_trials,
+            seed=_seed(study_conf),
+            n_startup_trials=study_conf.n_startup_trials,
             multivariate=True,
             group=True,  # conditional knobs (prefetch only with workers) form groups
-            constraints_func=_constraints if cfg.memory_budget_gb else None,
+            constraints_func=_constraints if study_conf.memory_budget_gb else None,
             constant_liar=True,  # hosts sharing the study: never the point another is running
         )
         study = optuna.create_study(
-            study_name=cfg.name,
-            storage=_storage(cfg),
+            study_name=study_conf.name,
+            storage=_storage(study_conf),
             direction="maximize",
             sampler=sampler,
             pruner=make_pruner(),
@@ -122,7 +124,7 @@ def open_study(
             store.set_study_attr(study, StudyKey.FINGERPRINT, fingerprint)
             store.set_study_attr(study, StudyKey.FORMAT, STUDY_FORMAT)
             study.set_metric_names([METRIC])
-    where = f"study {cfg.name!r} in {shown(cfg.storage)}"
+    where = f"study {study_conf.name!r} in {shown(study_conf.storage)}"
     if facts is not None:  # first: another kind of host is also another search space
         _refuse_another_kind_of_host(study, where, facts)
     if store.study_attr(study, StudyKey.FORMAT) != STUDY_FORMAT:
@@ -135,7 +137,7 @@ def open_study(
             f"{where} was made with another dataset, model, recipe, window or search space: "
             "pick a new study.name=... to start afresh"
         )
-    if cfg.storage.startswith("sqlite"):
+    if study_conf.storage.startswith("sqlite"):
         _fail_stale(study)  # one host: we hold its lock, so no one else runs them
     fail_lost(study)
     return study

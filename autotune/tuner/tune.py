@@ -46,9 +46,11 @@ def tune(
 
     Ctrl-C stops after cleaning up the current trial; the result is then the best so far.
     """
-    cfg = session.config.study
-    study = storage.open_study(cfg, session.fingerprint, session.facts)
-    leases = Leases(cfg.storage, study.study_name, expire_s=storage.lost_after_s(cfg))
+    study_conf = session.conf.study
+    study = storage.open_study(study_conf, session.fingerprint, session.facts)
+    leases = Leases(
+        study_conf.storage, study.study_name, expire_s=storage.lost_after_s(study_conf)
+    )
     baseline_params = session.space.baseline_params(default_threads=session.default_threads)
     with leases.one_at_a_time(NEXT_TRIAL):
         if not study.get_trials(deepcopy=False):
@@ -91,16 +93,16 @@ def _confirmed(
     run: Run,
 ) -> tuple[list[Confirmed], list[str]]:
     """The finalists re-measured interleaved (unless stopped), else the search's figures."""
-    cfg = session.config.study
-    picked = finalists(study, cfg.confirm_top_k, baseline)
+    study_conf = session.conf.study
+    picked = finalists(study, study_conf.confirm_top_k, baseline)
     confirmed: list[Confirmed] = []
-    if not stop.is_set() and cfg.confirm_top_k > 0 and len(picked) > 1:
+    if not stop.is_set() and study_conf.confirm_top_k > 0 and len(picked) > 1:
         log.info(
             "confirming %d finalists against the baseline, %d interleaved rounds",
             len(picked) - 1,
-            cfg.confirm_rounds,
+            study_conf.confirm_rounds,
         )
-        confirmed = confirm(session, picked, rounds=cfg.confirm_rounds, run=run)
+        confirmed = confirm(session, picked, rounds=study_conf.confirm_rounds, run=run)
     if stop.is_set() or not any(c.label != store.BASELINE for c in confirmed):
         confirmed = from_search(study, picked, epoch_samples=session.epoch_samples)
         if confirmed:
@@ -112,7 +114,7 @@ def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
     """What the baseline runs, in one line: the tutorial's pipeline, or the user's Dataset."""
     threads = baseline.main_threads or session.default_threads
     if isinstance(session.source, Source):
-        recipe = recipes.from_config(session.config.recipe)
+        recipe = recipes.from_config(session.conf.recipe)
         return tutorial.describe(recipe, baseline.batch_size, threads)
     order = "" if session.source.iterable else ", shuffle=True"  # a stream orders itself
     return (
@@ -126,7 +128,7 @@ def _prepared_copy_notes(
 ) -> list[str]:
     """What the winner's prepared copy costs and buys; where copies were tried and none won,
     what decided it."""
-    epochs = session.config.study.epochs
+    epochs = session.conf.study.epochs
     copy = session.prepared_copy(winner.config)
     if copy is not None:
         return [n for n in (prepared_copy_note(worth, winner, copy.seconds, epochs),) if n]
@@ -179,7 +181,7 @@ def _result(
         notes += _prepared_copy_notes(session, study, winner, worth)
     result = StudyResult(
         study_name=study.study_name,
-        storage=session.config.study.storage,
+        storage=session.conf.study.storage,
         confirmed=tuple(c.to_dict() for c in confirmed),
         winner_label=winner.label if winner else None,
         as_is_label=as_is_winner.label if as_is_winner else None,
@@ -201,7 +203,7 @@ def _result(
 
 def _published_result(session: Session, study: optuna.Study) -> StudyResult:
     """The result another host confirmed, read from the storage, with its best.yaml."""
-    stored = StudyResult.load(study, storage=session.config.study.storage)
+    stored = StudyResult.load(study, storage=session.conf.study.storage)
     return dataclasses.replace(
         stored, confirmed=(), device=session.device, published=hosts.published(study)
     )

@@ -99,12 +99,12 @@ def _within_budget(
 
     The winner without its prepared copy is measured whatever the budget: what the copy
     buys, and after how many epochs it pays for itself, is the report's to say."""
-    cfg = session.config.study
+    study_conf = session.conf.study
     per_run = _seconds_per_run(study)
-    if per_run is None or cfg.worth_budget <= 0:
+    if per_run is None or study_conf.worth_budget <= 0:
         return None
-    spent_on_search, rounds = search_seconds(study), cfg.worth_rounds
-    allowed = cfg.worth_budget * spent_on_search
+    spent_on_search, rounds = search_seconds(study), study_conf.worth_rounds
+    allowed = study_conf.worth_budget * spent_on_search
     fits = max(0, int(allowed // (rounds * per_run)) - 1)
     if fits == 0 and planned and planned[0].knob == "cache":
         fits, allowed = 1, max(allowed, 1.5 * 2 * rounds * per_run)  # with some slack
@@ -114,7 +114,7 @@ def _within_budget(
             "(%.0f%% of the search's %.0f s at ~%.0f s a run, %d round(s) with the winner)",
             fits,
             len(planned),
-            100 * cfg.worth_budget,
+            100 * study_conf.worth_budget,
             spent_on_search,
             per_run,
             rounds,
@@ -157,7 +157,7 @@ def measure_worth(
     beat it by most (``_queue_the_fastest``); ``run_to_run``: how far two runs of one config
     differ here, which a difference measured in one round must pass to count. None where
     the winner has none, the budget is 0, or the rounds were stopped."""
-    cfg = session.config.study
+    study_conf = session.conf.study
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
     ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
     planned = variants(winner.config, baseline, tuned=tuned, decoders_ranked=ranked)
@@ -168,11 +168,11 @@ def measure_worth(
     spent_on_search = round(search_seconds(study), 1)
     labels = tuple(v.label for v in left_out)
     if not measured:
-        return WorthTable({}, (), labels, 0.0, spent_on_search, cfg.worth_budget)
+        return WorthTable({}, (), labels, 0.0, spent_on_search, study_conf.worth_budget)
     log.info(
         "what each setting is worth: %d variants of the winner, %d interleaved round(s)",
         len(measured),
-        cfg.worth_rounds,
+        study_conf.worth_rounds,
     )
     started = time.monotonic()
     confirmed, ran = _measure(session, winner, measured, started + allowed_s, run)
@@ -190,7 +190,7 @@ def measure_worth(
         (*(v.label for v in measured if v.config not in ran), *labels),
         round(time.monotonic() - started, 1),
         spent_on_search,
-        cfg.worth_budget,
+        study_conf.worth_budget,
         failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
         queued=_queue_the_fastest(session, study, winner, rows),
         run_to_run=round(run_to_run, 3),
@@ -213,7 +213,7 @@ def _measure(
     # runs as long as a search trial, not the confirmation's: a quarter of the search then
     # covers several settings, and a shorter run's wider IQR only makes "no measurable
     # effect" likelier (the rows are read against each other's spread, never ranked)
-    rounds = {"rounds": session.config.study.worth_rounds, "stage": "worth"}
+    rounds = {"rounds": session.conf.study.worth_rounds, "stage": "worth"}
     rows = confirm(session, picked, run=run_and_note, ranking=False, deadline=deadline, **rounds)
     return {c.label: c for c in rows}, ran
 
@@ -245,5 +245,5 @@ def _queue_the_fastest(
     if not any(store.enqueued_params(t) == params for t in waiting):
         step = Step(params, variant.knob, winner.trial_number)
         enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
-    n_trials = store.spent(study, free_repeats=session.config.study.n_trials) + 1
+    n_trials = store.spent(study, free_repeats=session.conf.study.n_trials) + 1
     return {"label": variant.label, "n_trials": n_trials}

@@ -24,23 +24,23 @@ class Checked:
     notes: tuple[str, ...] = ()
 
 
-def best_yaml_path(config: AutotuneConfig) -> Path:
-    return Path(config.studies_dir) / config.study.name / "best.yaml"
+def best_yaml_path(conf: AutotuneConfig) -> Path:
+    return Path(conf.studies_dir) / conf.study.name / "best.yaml"
 
 
 def check(session: Session) -> Checked:
     """Reads the study's best.yaml and checks that it was made here, on this data."""
-    config = session.config
+    conf = session.conf
     if not isinstance(session.source, Source):
         raise UsageError(
             "mode=verify times the tutorial pipeline of an image folder as its baseline: it "
             "does not take dataset._target_ yet"
         )
-    path = best_yaml_path(config)
+    path = best_yaml_path(conf)
     if not path.is_file():
         raise UsageError(
             f"{path} does not exist: run the tune first (python -m autotune "
-            f"study.name={config.study.name} with the same overrides, without mode=verify)"
+            f"study.name={conf.study.name} with the same overrides, without mode=verify)"
         )
     best = best_file.read(path)
     best_file.as_is_of(best, path)  # a file of an older autotune has no claim for it
@@ -68,15 +68,15 @@ def check(session: Session) -> Checked:
 
 def check_workload(path: Path, best: BestFile, session: Session) -> None:
     """The model, recipe and device must be the tune's: else the claim is about another job."""
-    config, workload = session.config, best.workload
+    conf, workload = session.conf, best.workload
     tuned_model = workload.get("model")
-    if tuned_model is not None and tuned_model != config.model.name:
+    if tuned_model is not None and tuned_model != conf.model.name:
         raise UsageError(
             f"{path} was tuned with model {tuned_model}, this run has model "
-            f"{config.model.name}: pass model={tuned_model}"
+            f"{conf.model.name}: pass model={tuned_model}"
         )
     tuned_recipe = workload.get("recipe")
-    if tuned_recipe is not None and not _same_recipe(tuned_recipe, config.recipe):
+    if tuned_recipe is not None and not _same_recipe(tuned_recipe, conf.recipe):
         raise UsageError(
             f"{path} was tuned with another recipe ({tuned_recipe.get('name')}, crop "
             f"{tuned_recipe.get('crop_size')}): pass the tune's recipe overrides"

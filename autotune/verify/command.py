@@ -33,7 +33,7 @@ def run(session: Session, *, run: Run = run_trial) -> int:
     checked = check(session)
     plan = make_plan(session, checked)
     _announce(plan, checked.notes)
-    with host_lock(Path(session.config.studies_dir)), stoppable(run) as (stop, run_stoppable):
+    with host_lock(Path(session.conf.studies_dir)), stoppable(run) as (stop, run_stoppable):
         rounds = run_rounds(plan, run_stoppable, stop)
     verification = summarize(session, checked, plan, rounds)
     _hand_back(session, verification)
@@ -68,4 +68,4 @@ def _hand_back(session: Session, verification: Verification) -> None:
     md, js = write(verification.best_path.parent, verification, text)
     print(text, flush=True)
     print(f"written to {md} and {js}", flush=True)
-    store_on_study(session.config.study, verification)
+    store_on_study(session.conf.study, verification)

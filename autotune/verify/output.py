@@ -165,18 +165,22 @@ def study_attr(v: Verification) -> dict[str, Any]:
     }
 
 
-def store_on_study(cfg: StudyConfig, v: Verification) -> bool:
+def store_on_study(study_conf: StudyConfig, v: Verification) -> bool:
     """Sets the study's ``verify`` attribute; False (with a warning) where the study is not
     in the storage (a best.yaml copied without it)."""
-    sqlite_file = cfg.storage.removeprefix("sqlite:///")
-    if cfg.storage.startswith("sqlite:///") and not Path(sqlite_file).is_file():
-        log.warning("no study storage at %s: the verdict is not stored on the study", cfg.storage)
+    sqlite_file = study_conf.storage.removeprefix("sqlite:///")
+    if study_conf.storage.startswith("sqlite:///") and not Path(sqlite_file).is_file():
+        log.warning(
+            "no study storage at %s: the verdict is not stored on the study", study_conf.storage
+        )
         return False
     try:
-        study = optuna.load_study(study_name=cfg.name, storage=cfg.storage)
+        study = optuna.load_study(study_name=study_conf.name, storage=study_conf.storage)
     except KeyError:
         log.warning(
-            "study %s is not in %s: the verdict is not stored on it", cfg.name, cfg.storage
+            "study %s is not in %s: the verdict is not stored on it",
+            study_conf.name,
+            study_conf.storage,
         )
         return False
     store.set_study_attr(study, STUDY_KEY, study_attr(v))

@@ -89,20 +89,20 @@ def sample_paths(session: Session, samples: int) -> tuple[str, ...] | None:
     source = session.source
     if samples >= len(source):
         return None
-    picked = sorted(random.Random(session.config.seed).sample(range(len(source)), samples))
+    picked = sorted(random.Random(session.conf.seed).sample(range(len(source)), samples))
     return tuple(source.paths[i] for i in picked)
 
 
 def _arms(session: Session, checked: Checked, run: EpochRun) -> tuple[Arm, ...]:
-    config = session.config
-    baseline = PipelineConfig(batch_size=config.batch_size, decoder=AS_IS)
+    conf = session.conf
+    baseline = PipelineConfig(batch_size=conf.batch_size, decoder=AS_IS)
     as_is = best_file.as_is_of(checked.best, checked.path)
     tuned = checked.best.config
     described = (
         (
             "baseline",
             "`ImageFolder(root, transform)`, "
-            f"`DataLoader(ds, batch_size={config.batch_size}, shuffle=True)`",
+            f"`DataLoader(ds, batch_size={conf.batch_size}, shuffle=True)`",
             baseline,
         ),
         ("loader_kwargs", "`DataLoader(ds, shuffle=True, **loader_kwargs(best))`", as_is),
@@ -120,11 +120,11 @@ def _job(session: Session, pipeline: PipelineConfig, run: EpochRun) -> TrialJob:
 
 def make_plan(session: Session, checked: Checked) -> Plan:
     """The arms, the epoch size and the per-run timeout."""
-    config, verify = session.config, session.config.verify
+    conf, verify = session.conf, session.conf.verify
     total = len(session.source)
     per_arm = seconds_per_sample(checked.best)
     per_sample = sum(per_arm) if per_arm else None
-    batch_size = max(config.batch_size, checked.best.config.batch_size)
+    batch_size = max(conf.batch_size, checked.best.config.batch_size)
     if verify.samples is not None:
         samples, sizing = min(verify.samples, total), f"verify.samples={verify.samples}"
     else:
@@ -138,7 +138,7 @@ def make_plan(session: Session, checked: Checked) -> Plan:
         epochs=verify.epochs,
         samples=samples,
         dataset_samples=total,
-        timeout_s=max(config.study.trial_timeout, math.ceil(TIMEOUT_MARGIN * run_s)),
+        timeout_s=max(conf.study.trial_timeout, math.ceil(TIMEOUT_MARGIN * run_s)),
         estimate_s=(
             estimate_s(samples, verify.rounds, verify.epochs, per_sample) if per_sample else None
         ),

@@ -46,7 +46,7 @@ def summarize(session: Session, checked: Checked, plan: Plan, rounds: Rounds) ->
     configs = {arm.name: arm.config for arm in plan.arms}
     claims = tuple(claim_of(arm, figures, configs, checked.best) for arm in CLAIMED_ARMS)
     return Verification(
-        study=session.config.study.name,
+        study=session.conf.study.name,
         best_path=checked.path,
         checked=checked,
         plan=plan,
@@ -54,7 +54,7 @@ def summarize(session: Session, checked: Checked, plan: Plan, rounds: Rounds) ->
         figures=figures,
         claims=tuple(sorted(claims, key=lambda c: list(configs).index(c.arm))),
         notes=(*checked.notes, *_notes(plan, rounds), *_spread_notes(figures)),
-        model=session.config.model.name,
+        model=session.conf.model.name,
         device=session.device,
     )
 

@@ -73,7 +73,7 @@ def test_the_same_keys_in_the_user_s_own_conf_file(tmp_path, monkeypatch) -> Non
     session = Session.build(cli.to_config(cli.compose(overrides)))
     assert isinstance(session.source, UserData) and len(session.source) == 24
     assert session.source.collate_fn == "userdata_example.pad_collate"
-    assert session.config.study.name == "mine-specnet"  # its own name, from its file
+    assert session.conf.study.name == "mine-specnet"  # its own name, from its file
 
 
 @pytest.mark.slow

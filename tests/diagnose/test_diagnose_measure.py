@@ -191,7 +191,7 @@ def test_a_pipeline_with_a_decoded_copy_is_diagnosed_on_its_copy(source, tmp_pat
     """What the loader reads is the copy: no decode in its stages, no decoders to compare,
     no loose files against shards; the copy to the device is timed on the copy too."""
     session = _session(source, batch_size=8)
-    session = session.with_config(dataclasses.replace(session.config, studies_dir=str(tmp_path)))
+    session = session.with_conf(dataclasses.replace(session.conf, studies_dir=str(tmp_path)))
     pipeline = PipelineConfig(batch_size=8, num_workers=1, prefetch_factor=2, cache="decoded")
     d = diagnose.diagnose(session, pipeline, run=_FakeRuns())
     assert d.profile.stages["decode"].cpu_s == 0 and d.profile.stages["augment"].cpu_s > 0

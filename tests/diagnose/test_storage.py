@@ -93,9 +93,9 @@ def test_storage_runs_interleaved_rounds_of_the_same_window(source: Source) -> N
     assert labels[0] == "the loader alone from storage (files evicted), round 1"
     assert labels[1] == "the loader alone from the page cache, round 1"
     # every run has the same fixed window, the loader alone's other settings, and the pipeline
-    windows = [session.config.window for _, session, _ in runs.calls]
+    windows = [session.conf.window for _, session, _ in runs.calls]
     assert all(w == windows[0] for w in windows) and windows[0].min_sub_window_s == 0.0
-    assert {session.config.model.name for _, session, _ in runs.calls} == {"none"}
+    assert {session.conf.model.name for _, session, _ in runs.calls} == {"none"}
     assert all(p is pipeline for _, _, p in runs.calls)
     assert s.note.startswith("each run timed ")
     assert page_cache.resident_fraction(source.paths) == 1.0  # it fits: warmed again

@@ -44,10 +44,10 @@ def test_cuda_is_refused_where_there_is_none() -> None:
 
 def test_the_fingerprint_follows_what_the_numbers_depend_on() -> None:
     session = make_session()
-    same = session.with_config(dataclasses.replace(session.config, quiet=True))
+    same = session.with_conf(dataclasses.replace(session.conf, quiet=True))
     assert same.fingerprint == session.fingerprint
-    window = dataclasses.replace(session.config.window, sub_windows=9)
-    other = session.with_config(dataclasses.replace(session.config, window=window))
+    window = dataclasses.replace(session.conf.window, sub_windows=9)
+    other = session.with_conf(dataclasses.replace(session.conf, window=window))
     assert other.fingerprint != session.fingerprint
 
 
@@ -70,15 +70,15 @@ def test_the_ceiling_is_the_better_thread_count_measured_once_per_train_step() -
     assert calls == list(dict.fromkeys((1, cpus)))
     assert ceiling is not None and ceiling.samples_per_s == 100.0 * cpus
     # other study settings: the same step, the same ceiling, not measured again
-    renamed = session.with_config(
+    renamed = session.with_conf(
         dataclasses.replace(
-            session.config, study=dataclasses.replace(session.config.study, name="other")
+            session.conf, study=dataclasses.replace(session.conf.study, name="other")
         )
     )
     assert renamed.measure_ceiling(_counting_run(calls)) is ceiling
     assert len(calls) == len(dict.fromkeys((1, cpus)))
     # another model is another step: measured afresh
-    alone = session.with_config(dataclasses.replace(session.config, model=ModelConfig("none")))
+    alone = session.with_conf(dataclasses.replace(session.conf, model=ModelConfig("none")))
     alone.measure_ceiling(_counting_run(calls))
     assert len(calls) == 2 * len(dict.fromkeys((1, cpus)))
 
@@ -93,7 +93,7 @@ def test_a_job_carries_the_session_workload() -> None:
     session = make_session(["study.trial_memory_limit_gb=1.5"])
     job = session.job(PipelineConfig(num_workers=2), "ceiling")
     assert job.kind == "ceiling" and job.device == "cpu"
-    assert job.model == session.config.model and job.window == session.config.window
+    assert job.model == session.conf.model and job.window == session.conf.window
     assert job.memory_limit_bytes == int(1.5 * 2**30)
 
 

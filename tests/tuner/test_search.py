@@ -23,7 +23,7 @@ from autotune.tuner.ways import is_as_is
 
 
 def _leases(session: Session) -> Leases:
-    cfg = session.config.study
+    cfg = session.conf.study
     return Leases(cfg.storage, cfg.name, expire_s=storage.lost_after_s(cfg))
 
 
@@ -52,7 +52,7 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
             "study.epoch_aware=false",
         ]
     )
-    study = storage.open_study(session.config.study, session.fingerprint)
+    study = storage.open_study(session.conf.study, session.fingerprint)
     search(study, Objective(session, run=_fake_run), threading.Event(), _leases(session))
     trials = store.measured(study.get_trials())  # a repeat took no measurement
     assert len(trials) == 16
@@ -68,7 +68,7 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
 
 def test_a_stopped_search_starts_no_trial(tmp_path) -> None:
     session = make_session([f"study.storage=sqlite:///{tmp_path}/s.db", "study.name=stop"])
-    study = storage.open_study(session.config.study, session.fingerprint)
+    study = storage.open_study(session.conf.study, session.fingerprint)
     stop = threading.Event()
     stop.set()
     search(study, Objective(session, run=_fake_run), stop, _leases(session))
@@ -87,7 +87,7 @@ def _search_as_a_host(url: str, ready: Any) -> None:
         ]
     )
     ready.wait()  # all hosts at once: opening a new database together, then searching
-    study = storage.open_study(session.config.study, session.fingerprint, session.facts)
+    study = storage.open_study(session.conf.study, session.fingerprint, session.facts)
     search(study, Objective(session, run=_slow_fake_run), threading.Event(), _leases(session))
 
 
@@ -149,7 +149,7 @@ def test_a_config_suggested_again_is_not_measured_again_and_the_search_still_end
         ]
     )
     assert len(session.space.grid()) == 6
-    study = storage.open_study(session.config.study, session.fingerprint)
+    study = storage.open_study(session.conf.study, session.fingerprint)
     search(study, Objective(session, run=counting_run), threading.Event(), _leases(session))
     assert sorted(runs) == sorted(set(runs)) and len(runs) == 6  # each config once
     trials = study.get_trials()

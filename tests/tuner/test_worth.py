@@ -59,7 +59,7 @@ def test_the_table_s_runs_are_as_long_as_a_search_trial_and_counted_so():
     # 400 s of search in trials of 20 s; a quarter, 100 s, is 5 runs: the winner and 4 variants
     worth = measure_worth(session, search_of([20.0] * 20), winner(), BASELINE, run=run)
     assert len(caps) == 5 and len(worth.rows) == 4
-    window = session.config.window
+    window = session.conf.window
     assert set(caps) == {window.max_timed_s} and window.confirm_max_timed_s > window.max_timed_s
 
 
@@ -133,7 +133,7 @@ def test_the_winner_without_its_prepared_copy_is_measured_whatever_the_budget():
     winner = Confirmed("trial 7", 7, cached, (500.0,))
     worth = measure_worth(session, search_of([10.0] * 4), winner, BASELINE, run=run)
     assert worth is not None and [r["label"] for r in worth.rows] == ["cache=none"]
-    assert order == [WINNER, "cache=none"] * session.config.study.worth_rounds
+    assert order == [WINNER, "cache=none"] * session.conf.study.worth_rounds
     assert worth.rows[0]["effect"] == "the winner's cache is worth 2.00x"
     assert "cache=none" not in worth.left_out and worth.left_out
 

@@ -97,7 +97,7 @@ def session(tmp_path, monkeypatch):
 def test_a_verify_writes_the_table_the_json_and_the_study_attribute(session, tmp_path, capsys):
     folder = tmp_path / "studies" / STUDY
     write_best(folder, fingerprint="test", facts=session.facts)
-    study = optuna.create_study(study_name=STUDY, storage=session.config.study.storage)
+    study = optuna.create_study(study_name=STUDY, storage=session.conf.study.storage)
     fake = FakeRun(RATES)
     assert command.run(session, run=fake) == 0
     assert [j.epochs.arm for j in fake.jobs] == ["baseline", "loader_kwargs", "build_loader"] * 2
@@ -112,7 +112,7 @@ def test_a_verify_writes_the_table_the_json_and_the_study_attribute(session, tmp
         "build_loader": "holds",
     }
     assert len(doc["runs"]) == 6 and doc["samples_per_epoch"] == 48
-    stored = optuna.load_study(study_name=STUDY, storage=session.config.study.storage)
+    stored = optuna.load_study(study_name=STUDY, storage=session.conf.study.storage)
     assert stored.user_attrs[STUDY_KEY]["claims"]["build_loader"]["verdict"] == "holds"
     assert study.study_name == STUDY
 

@@ -12,12 +12,12 @@ from autotune.schema import RecipeConfig
 RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (ImagenetTrain, CenterCropEval)}
 
 
-def from_config(cfg: RecipeConfig) -> Recipe:
+def from_config(recipe_conf: RecipeConfig) -> Recipe:
     """A recipe from the ``recipe`` config group."""
-    if cfg.name not in RECIPES:
+    if recipe_conf.name not in RECIPES:
         choices = ", ".join(sorted(RECIPES))
-        raise UsageError(f"unknown recipe {cfg.name!r}: choose one of {choices}")
-    return RECIPES[cfg.name].from_config(cfg)
+        raise UsageError(f"unknown recipe {recipe_conf.name!r}: choose one of {choices}")
+    return RECIPES[recipe_conf.name].from_config(recipe_conf)
 
 
 __all__ = [

@@ -126,14 +126,18 @@ class Recipe(ABC):
         self.std = tuple(std)
 
     @classmethod
-    def from_config(cls, cfg: RecipeConfig) -> Recipe:
+    def from_config(cls, recipe_conf: RecipeConfig) -> Recipe:
         """The recipe with the settings of the ``recipe`` config group; a recipe with settings
         of its own adds them."""
-        return cls(**cls.common_settings(cfg))
+        return cls(**cls.common_settings(recipe_conf))
 
     @staticmethod
-    def common_settings(cfg: RecipeConfig) -> dict[str, Any]:
-        return {"crop_size": cfg.crop_size, "mean": tuple(cfg.mean), "std": tuple(cfg.std)}
+    def common_settings(recipe_conf: RecipeConfig) -> dict[str, Any]:
+        return {
+            "crop_size": recipe_conf.crop_size,
+            "mean": tuple(recipe_conf.mean),
+            "std": tuple(recipe_conf.std),
+        }
 
     def __call__(self, data: bytes, decoder: decoders.Decoder) -> torch.Tensor:
         width, height, orientation = decoders.probe(data)

@@ -27,8 +27,8 @@ class CenterCropEval(Recipe):
         self.resize_size = resize_size or round(crop_size * 256 / 224)
 
     @classmethod
-    def from_config(cls, cfg: RecipeConfig) -> CenterCropEval:
-        return cls(resize_size=cfg.resize_size, **cls.common_settings(cfg))
+    def from_config(cls, recipe_conf: RecipeConfig) -> CenterCropEval:
+        return cls(resize_size=recipe_conf.resize_size, **cls.common_settings(recipe_conf))
 
     def plan(self, width: int, height: int) -> Plan:
         short = min(width, height)

@@ -36,9 +36,14 @@ class ImagenetTrain(Recipe):
         self.scale, self.ratio, self.flip_p = list(scale), list(ratio), flip_p
 
     @classmethod
-    def from_config(cls, cfg: RecipeConfig) -> ImagenetTrain:
-        scale, ratio = (cfg.scale[0], cfg.scale[1]), (cfg.ratio[0], cfg.ratio[1])
-        return cls(scale=scale, ratio=ratio, flip_p=cfg.flip_p, **cls.common_settings(cfg))
+    def from_config(cls, recipe_conf: RecipeConfig) -> ImagenetTrain:
+        scale, ratio = (
+            (recipe_conf.scale[0], recipe_conf.scale[1]),
+            (recipe_conf.ratio[0], recipe_conf.ratio[1]),
+        )
+        return cls(
+            scale=scale, ratio=ratio, flip_p=recipe_conf.flip_p, **cls.common_settings(recipe_conf)
+        )
 
     def plan(self, width: int, height: int) -> Plan:
         # torchvision's own sampler, on a zero-storage stand-in of the full-size image
