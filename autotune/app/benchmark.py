@@ -44,7 +44,7 @@ from typing import Any
 import optuna
 import torch
 
-from autotune.app import cli, ranks_benchmark, slow_storage
+from autotune.app import cli, exit_codes, ranks_benchmark, slow_storage
 from autotune.app.benchmark_scenarios import SCENARIOS, Scenario
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
@@ -150,7 +150,7 @@ def _measure(
     return BenchmarkRun(
         session=session,
         storage=storage,
-        grid_name=grid.config.study.name,
+        grid_name=grid.conf.study.name,
         tuner_name=tuner.conf.study.name,
         grid_trials=n_grid,
         tuner_trials=n_tuner,
@@ -174,13 +174,13 @@ def run(
 ) -> dict[str, Any]:
     """The whole benchmark; returns what results.json holds."""
     chosen = SCENARIOS[scenario]
-    config = cli.to_config(cli.compose([*chosen.overrides, *overrides]))
-    session = Session.build(config)
+    conf = cli.to_config(cli.compose([*chosen.overrides, *overrides]))
+    session = Session.build(conf)
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m autotune.benchmark", f"--scenario {scenario}", *overrides])
     if chosen.ranks > 1:
-        together = Session.build(dataclasses.replace(config, ranks=chosen.ranks))
+        together = Session.build(dataclasses.replace(conf, ranks=chosen.ranks))
         measured = ranks_benchmark.measure(session, together, folder, rounds, run_one)
         return {**measured, "about": chosen.about, "command": command}
     if chosen.latency_ms:
@@ -189,8 +189,8 @@ def run(
             raise UsageError(f"scenario {scenario} reads through slow storage: {why}")
         with slow_storage.mounted(session.source.root, latency_ms=chosen.latency_ms) as mount:
             where = ["dataset=imagefolder", f"dataset.root={mount}", "dataset.name=slow"]
-            config = cli.to_config(cli.compose([*chosen.overrides, *overrides, *where]))
-            measured = _measure(Session.build(config), folder, rounds, run_one, chosen)
+            conf = cli.to_config(cli.compose([*chosen.overrides, *overrides, *where]))
+            measured = _measure(Session.build(conf), folder, rounds, run_one, chosen)
     else:
         measured = _measure(session, folder, rounds, run_one, chosen)
     return results(
@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"results: {folder / 'results.json'}")
         return 0
 
-    return cli.exit_code("autotune.benchmark", body, interrupted="interrupted: no results written")
+    return exit_codes.exit_code(
+        "autotune.benchmark", body, interrupted="interrupted: no results written"
+    )
 
 
 if __name__ == "__main__":

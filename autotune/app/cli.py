@@ -1,7 +1,7 @@
 """``python -m autotune [overrides]``: compose the config, run the mode, map errors to exit codes.
 
 Exit codes: 0 done; 1 no trial finished; 2 bad input (one line on stderr, nothing run or lost);
-130 interrupted before anything finished.
+130 interrupted by Ctrl-C, 143 by SIGTERM (the study is saved: run it again to resume).
 
 The config is composed with Hydra's compose API rather than ``@hydra.main``: Hydra's runner
 reports a bad override as a multi-line trace with exit code 1 and creates output folders; here
@@ -15,7 +15,7 @@ import functools
 import logging
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from importlib import resources
@@ -25,10 +25,10 @@ import optuna
 from hydra import compose as hydra_compose
 from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue
 
+from autotune.app.exit_codes import exit_code
 from autotune.diagnose.measure import pipeline_to_diagnose
 from autotune.diagnose.measure import run as run_diagnosis
 from autotune.errors import UsageError
@@ -36,6 +36,7 @@ from autotune.pipeline.user_data import UserData
 from autotune.report import dashboard, markdown, summary
 from autotune.report.export import export, export_published
 from autotune.runtime.lock import host_lock
+from autotune.runtime.stop import exit_status
 from autotune.schema import AutotuneConfig, register_configs
 from autotune.session import Session
 from autotune.session.session import prepared_root
@@ -118,17 +119,6 @@ def to_config(cfg: DictConfig) -> AutotuneConfig:
     return obj
 
 
-def one_line(exc: BaseException) -> str:
-    """The message (and its cause's first line, where Hydra wraps one) on one line."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-    if cause is not None and str(cause).strip():
-        first = str(cause).strip().splitlines()[0].strip()
-        if first not in lines:
-            lines.append(first)
-    return "; ".join(lines).replace("\t", " ")
-
-
 def _groups() -> str:
     conf = resources.files("autotune.conf")
     lines = []
@@ -198,7 +188,7 @@ def run_tune(session: Session) -> int:
         _say(f"no trial of study {result.study_name} finished: nothing to export")
         _say(summary.failures_text(result))
         _say(f"report:      {markdown.write_report(result.storage, result.study_name, folder)}")
-        return 130 if result.interrupted else 1
+        return exit_status() if result.interrupted else 1
     _say(summary.table(result))
     if result.failures:
         _say(summary.failures_text(result))
@@ -207,7 +197,7 @@ def run_tune(session: Session) -> int:
     _say(f"best config: {best}")
     _say(f"report:      {folder / 'report.md'}")
     _say(f"dashboard:   {dashboard.command(result.storage)}")
-    return 130 if result.interrupted else 0
+    return exit_status() if result.interrupted else 0
 
 
 def tune_and_export(session: Session) -> tuple[StudyResult, Path | None]:
@@ -263,22 +253,6 @@ def start_logging() -> None:
         stream=sys.stdout,
     )
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our progress lines say more
-
-
-def exit_code(prog: str, body: Callable[[], int], *, interrupted: str = "interrupted") -> int:
-    """Runs ``body``: bad input (a UsageError, or Hydra's and OmegaConf's own errors) becomes
-    one line on stderr and exit code 2; Ctrl-C exit code 130."""
-    try:
-        try:
-            return body()
-        except (HydraException, OmegaConfBaseException) as exc:
-            raise UsageError(one_line(exc)) from None
-    except UsageError as exc:
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: {interrupted}", file=sys.stderr)
-        return 130
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 from torch.utils.data import Dataset
 
-from autotune.app import cli
+from autotune.app import cli, exit_codes
 from autotune.errors import UsageError
 from autotune.pipeline import best_file, user_api
 from autotune.pipeline.config import PipelineConfig
@@ -131,16 +131,16 @@ def _run(args: list[str], given: dict[str, Any], instance: Dataset | None) -> Tu
     """The tune mode on ``args`` and the ``given`` values: the study, best.yaml and
     report.md, as the CLI runs it."""
     try:
-        config = _with_given(cli.to_config(cli.compose(args)), given)
+        conf = _with_given(cli.to_config(cli.compose(args)), given)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UsageError(cli.one_line(exc)) from None
+        raise UsageError(exit_codes.one_line(exc)) from None
     cli.start_logging()  # progress lines (unless quiet), unless the caller set logging up
-    with cli.progress_silenced(config.quiet):
-        result, best = cli.tune_and_export(Session.build(config, dataset=instance))
+    with cli.progress_silenced(conf.quiet):
+        result, best = cli.tune_and_export(Session.build(conf, dataset=instance))
     if best is None:
         raise RuntimeError(
             f"no trial of study {result.study_name} finished: see "
-            f"{Path(config.studies_dir) / result.study_name / 'report.md'}"
+            f"{Path(conf.studies_dir) / result.study_name / 'report.md'}"
         )
     written = best_file.read(best)
     return Tuned(

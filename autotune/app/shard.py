@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from autotune.app import cli
+from autotune.app import cli, exit_codes
 from autotune.errors import UsageError
 from autotune.pipeline import shards
 from autotune.session.data import load_source
@@ -31,8 +31,8 @@ def run(args: list[str]) -> int:
     per_shard = own.get("samples_per_shard", "1000")
     if not per_shard.isdigit():
         raise UsageError(f"samples_per_shard must be a whole number, got {per_shard!r}")
-    config = cli.to_config(cli.compose(overrides))
-    data, _ = load_source(config.dataset)
+    conf = cli.to_config(cli.compose(overrides))
+    data, _ = load_source(conf.dataset)
     out = Path(own["out"]).expanduser()
     written = shards.write(
         data, out, samples_per_shard=int(per_shard), progress=sys.stderr.isatty()
@@ -50,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in args):
         print(__doc__)
         return 0
-    return cli.exit_code("autotune.shard", lambda: run(args))
+    return exit_codes.exit_code("autotune.shard", lambda: run(args))

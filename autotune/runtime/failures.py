@@ -60,7 +60,7 @@ _HINTS = {
     FailureKind.INVALID_CONFIG: "fix the search space so that it only yields valid settings",
     FailureKind.HOST_LOST: "the host measuring it stopped sending heartbeats (it died): the "
     "study went on",
-    FailureKind.INTERRUPTED: "stopped by Ctrl-C: run the same command again to resume the study",
+    FailureKind.INTERRUPTED: "stopped (Ctrl-C, SIGTERM): run the same command again to resume",
     FailureKind.ERROR: "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }
 

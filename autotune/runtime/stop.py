@@ -1,4 +1,5 @@
-"""Ctrl-C as a stop request: the current trial is taken down cleanly and the study saved."""
+"""Ctrl-C, and SIGTERM as schedulers send it (Slurm, Kubernetes, torchrun's agent, `timeout`),
+as a stop request: the current trial is taken down cleanly and the study saved."""
 
 from __future__ import annotations
 
@@ -12,36 +13,75 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []  # the stop signals sent during the run in progress, in order
+
+
+def exit_status() -> int:
+    """The exit code of a run a signal stopped: 128 + that signal (130 for Ctrl-C, 143 for
+    SIGTERM), as a shell reports a process the signal ended."""
+    return 128 + (_received[-1] if _received else signal.SIGINT)
+
+
+def _named(signum: int) -> str:
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
 
 @contextmanager
-def ctrl_c_stops(stop: threading.Event) -> Iterator[None]:
-    """While inside, Ctrl-C sets ``stop``: the current trial's processes are taken down, its
-    trial recorded as interrupted, the study saved. A second Ctrl-C raises KeyboardInterrupt.
+def _handled(handler: Callable[[int, object], None], signals: tuple[int, ...]) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a worker thread's run is not stopped
+        return
+    _received.clear()  # a new run: an earlier run's stop is not this one's
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises KeyboardInterrupt where Ctrl-C would: outside a study's
+    trials (``signals_stop``), a stop ends the run as Ctrl-C does, not in mid-write."""
+
+    def handler(signum: int, frame: object) -> None:
+        _received.append(signum)
+        raise KeyboardInterrupt
+
+    with _handled(handler, (signal.SIGTERM,)):
+        yield
+
+
+@contextmanager
+def signals_stop(stop: threading.Event) -> Iterator[None]:
+    """While inside, Ctrl-C or SIGTERM sets ``stop``: the current trial's processes are taken
+    down, its trial recorded as interrupted, the study saved. A second one raises
+    KeyboardInterrupt.
 
     Handled here, not as KeyboardInterrupt: one arriving inside Optuna's storage writes could
     leave a trial RUNNING.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum: int, frame: object) -> None:
+        _received.append(signum)
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        log.warning("Ctrl-C: stopping after cleaning up the current trial (again to force)")
+        log.warning(
+            "%s: stopping after cleaning up the current trial (again to force)", _named(signum)
+        )
 
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
+    with _handled(handler, STOP_SIGNALS):
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
 def stoppable(run: Callable[..., Any]) -> Iterator[tuple[threading.Event, Callable[..., Any]]]:
-    """While inside, Ctrl-C stops ``run`` (a ``run_trial``): yields the stop event and ``run``
-    bound to it, so the trial in flight is taken down and the caller sees the event set."""
+    """While inside, Ctrl-C or SIGTERM stops ``run`` (a ``run_trial``): yields the stop event
+    and ``run`` bound to it, so the trial in flight is taken down and the caller sees the
+    event set."""
     stop = threading.Event()
-    with ctrl_c_stops(stop):
+    with signals_stop(stop):
         yield stop, functools.partial(run, stop=stop)

@@ -168,7 +168,7 @@ def _supervise(
             next_sample = now + MEMORY_SAMPLE_INTERVAL_S
         if stop is not None and stop.is_set():
             return TrialOutcome(
-                "failed", failure=Failure(FailureKind.INTERRUPTED, "stopped by Ctrl-C")
+                "failed", failure=Failure(FailureKind.INTERRUPTED, "stopped (Ctrl-C or SIGTERM)")
             )
         if now - start > timeout_s:
             return TrialOutcome(
@@ -180,6 +180,8 @@ def _supervise(
             if outcome is not None:
                 return outcome
         elif not child.is_alive():
+            if stop is not None and stop.is_set():
+                continue  # a stop sent to every process (a scheduler's) ended it: interrupted
             return _death(child.exitcode)
 
 

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from autotune.runtime.lock import host_lock
-from autotune.runtime.stop import stoppable
+from autotune.runtime.stop import exit_status, stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 def run(session: Session, *, run: Run = run_trial) -> int:
     """``mode=verify``; returns the exit code: 0 done, 1 a claim could not be measured, 130
-    interrupted (the finished rounds are kept). Bad input raises ``UsageError`` before
-    anything is written."""
+    (Ctrl-C) or 143 (SIGTERM) interrupted, the finished rounds kept. Bad input raises
+    ``UsageError`` before anything is written."""
     checked = check(session)
     plan = make_plan(session, checked)
     _announce(plan, checked.notes)
@@ -43,7 +43,7 @@ def run(session: Session, *, run: Run = run_trial) -> int:
             "again for all of them",
             rounds.finished,
         )
-        return 130
+        return exit_status()
     return 1 if any(c.verdict == NOT_MEASURED for c in verification.claims) else 0
 
 
