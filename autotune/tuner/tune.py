@@ -51,6 +51,19 @@ def tune(
     leases = Leases(
         study_conf.storage, study.study_name, expire_s=storage.lost_after_s(study_conf)
     )
+    try:
+        result, best = _search_and_confirm(session, study, leases, export)
+    finally:
+        leases.dispose()  # its engine's connections, however the run ended
+    if result.interrupted:
+        log.warning("interrupted: the study is saved; run the same command again to resume")
+    return result, best
+
+
+def _search_and_confirm(
+    session: Session, study: optuna.Study, leases: Leases, export: Export
+) -> tuple[StudyResult, Path | None]:
+    """The search, then the confirmation here (or another host's result, published)."""
     baseline_params = session.space.baseline_params(default_threads=session.default_threads)
     with leases.one_at_a_time(NEXT_TRIAL):
         if not study.get_trials(deepcopy=False):
@@ -78,11 +91,7 @@ def tune(
             outcome.append((published, export(published)))
         elif where == "stopped":  # Ctrl-C: this host's figures from the search
             confirm_here()
-    leases.dispose()
-    result, best = outcome[0]
-    if result.interrupted:
-        log.warning("interrupted: the study is saved; run the same command again to resume")
-    return result, best
+    return outcome[0]
 
 
 def _confirmed(

@@ -1,0 +1,24 @@
+"""Tests for autotune.tuner.tune: what the study's run leaves behind however it ends."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_session
+
+from autotune.tuner import tune as tune_module
+from autotune.tuner.lease import Leases
+
+
+def test_the_lease_engine_is_disposed_when_the_run_fails(tmp_path, monkeypatch) -> None:
+    session = make_session([f"study.storage=sqlite:///{tmp_path}/a.db", "study.name=s"])
+    disposed = []
+    real_dispose = Leases.dispose
+    monkeypatch.setattr(Leases, "dispose", lambda self: disposed.append(real_dispose(self)))
+
+    def broken(*args, **kwargs):  # the fault: the references' run raises
+        raise RuntimeError("the ceiling's run broke")
+
+    monkeypatch.setattr(tune_module, "reference_points", broken)
+    with pytest.raises(RuntimeError, match="ceiling's run broke"):
+        tune_module.tune(session)
+    assert len(disposed) == 1
