@@ -3,6 +3,7 @@ reads its own share, and a stream read again and again for a timed window."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,14 +11,34 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from autotune.errors import UsageError, one_line
 
+# An epoch not ended after this long (or this many samples) is read as an endless stream.
+ENDLESS_AFTER_S = 300.0
+ENDLESS_AFTER_SAMPLES = 50_000_000
 
-def epoch_length(where: str, dataset: IterableDataset) -> int:
+
+class _Endless(Exception):
+    """An epoch that did not end within the caps."""
+
+
+def epoch_length(
+    where: str, dataset: IterableDataset, *, endless_after_s: float = ENDLESS_AFTER_S
+) -> int:
     """An iterable's samples per epoch, from ``__len__`` or ``samples`` (else as counted),
     after one epoch read by two DataLoader workers is checked against one read without: an
     iterable that does not split its stream by ``get_worker_info()`` yields every sample once
-    per worker."""
-    one = _count(dataset, workers=0)
-    two = _count(dataset, workers=2)
+    per worker. A stream whose epoch does not end (within its stated length, else within
+    ``endless_after_s``) is refused: its epochs cannot be timed or compared."""
+    stated = _stated_length(dataset)
+    limit = stated if stated is not None else ENDLESS_AFTER_SAMPLES
+    try:
+        one = _count(dataset, workers=0, limit=limit, within_s=endless_after_s)
+        two = _count(dataset, workers=2, limit=2 * limit, within_s=endless_after_s)
+    except _Endless as endless:
+        raise UsageError(
+            f"{where} did not end an epoch ({endless}): autotune times and compares epochs, so "
+            "a stream must end; end __iter__ after one pass over the data (or state its "
+            "length as __len__ or a `samples` attribute, if it is longer than it says)"
+        ) from None
     if two > one:
         raise UsageError(
             f"{where} yields its samples once per DataLoader worker (two workers read "
@@ -25,7 +46,6 @@ def epoch_length(where: str, dataset: IterableDataset) -> int:
             "share, e.g. itertools.islice(samples, info.id, None, info.num_workers) with "
             "info = torch.utils.data.get_worker_info() (None: no workers, read all)"
         )
-    stated = _stated_length(dataset)
     return stated if stated is not None else one
 
 
@@ -42,16 +62,29 @@ def _stated_length(dataset: IterableDataset) -> int | None:
     return None
 
 
-def _count(dataset: IterableDataset, *, workers: int) -> int:
-    """Samples in one epoch of ``dataset`` read by ``workers`` DataLoader workers."""
+def _count(dataset: IterableDataset, *, workers: int, limit: int, within_s: float) -> int:
+    """Samples in one epoch of ``dataset`` read by ``workers`` DataLoader workers; more than
+    ``limit``, or still reading after ``within_s``, is an endless epoch."""
     loader = DataLoader(dataset, batch_size=None, num_workers=workers, collate_fn=_keep)
+    deadline, count = time.monotonic() + within_s, 0
+    samples = iter(loader)
     try:
-        return sum(1 for _ in loader)
+        for _ in samples:
+            count += 1
+            if count > limit:
+                raise _Endless(f"more than {limit} samples")
+            if time.monotonic() > deadline:
+                raise _Endless(f"{count} samples in {within_s:.0f} s and no end")
+    except _Endless:
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's __iter__, in this process or a worker
         raise UsageError(
             f"reading an epoch of {type(dataset).__name__} with {workers} worker(s) failed: "
             f"{one_line(exc)}"
         ) from None
+    finally:
+        del samples  # shuts the workers down, ended or not
+    return count
 
 
 def _keep(sample: Any) -> None:

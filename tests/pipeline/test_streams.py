@@ -1,0 +1,52 @@
+"""Tests for autotune.pipeline.streams: an iterable's epoch length, read by real DataLoader
+workers, and the streams refused in one line (read once per worker, or never ending)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from autotune.errors import UsageError
+from autotune.pipeline.streams import epoch_length
+
+
+class Split(IterableDataset):
+    """Each worker reads its own share of ``count`` samples."""
+
+    def __init__(self, count: int, stated: int | None = None) -> None:
+        self.count, self.stated = count, stated
+
+    def __iter__(self):
+        info = get_worker_info()
+        share = range(self.count)
+        if info is not None:
+            share = itertools.islice(share, info.id, None, info.num_workers)
+        return (torch.tensor(i) for i in share)
+
+    def __len__(self) -> int:
+        if self.stated is None:
+            raise TypeError("no length")
+        return self.stated
+
+
+class Endless(IterableDataset):
+    def __iter__(self):
+        return (torch.tensor(i) for i in itertools.count())
+
+
+def test_an_epoch_is_counted_or_its_stated_length() -> None:
+    assert epoch_length("data", Split(10)) == 10
+    assert epoch_length("data", Split(10, stated=10)) == 10
+
+
+def test_an_endless_stream_is_refused_in_one_line_not_read_forever() -> None:
+    with pytest.raises(UsageError, match=r"data did not end an epoch \(\d+ samples in 1 s"):
+        epoch_length("data", Endless(), endless_after_s=1.0)
+
+
+def test_a_stream_longer_than_it_says_is_refused() -> None:
+    with pytest.raises(UsageError, match="did not end an epoch .more than 5 samples"):
+        epoch_length("data", Split(8, stated=5))
