@@ -172,9 +172,7 @@ def _loader_alone(
         if storage.warm
         else trials("the loader alone (model none)", alone, pipeline)
     )
-    serial_config = dataclasses.replace(
-        pipeline, num_workers=0, prefetch_factor=None, persistent_workers=False, main_threads=1
-    )
+    serial_config = pipeline.without_workers(main_threads=1)
     if serial_config == pipeline:
         return loader_only, loader_only, serial_config
     label = "the loader alone, num_workers=0, one thread (the stages' sum)"

@@ -8,6 +8,7 @@ one field here, its search-space YAML lines, and tests.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +189,12 @@ class PipelineConfig:
         if self.num_workers == 0:
             return 0
         return self.num_workers * (self.prefetch_factor or 2)
+
+    def without_workers(self, **changes: Any) -> PipelineConfig:
+        """This config read in the training process (``num_workers=0``), every setting that
+        needs workers back at its inactive value, with ``changes``."""
+        idle = {name: KNOBS[name].inactive for name in NEED_WORKERS}
+        return dataclasses.replace(self, **{**idle, **changes, "num_workers": 0})
 
     def loader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments ``torch.utils.data.DataLoader`` accepts as they stand."""

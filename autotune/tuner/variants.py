@@ -125,7 +125,7 @@ def reduces(decoder: str) -> bool:
 
 
 def _with(config: PipelineConfig, **changes: Any) -> PipelineConfig:
-    """``config`` with ``changes``; no workers: no prefetch factor or persistence either."""
+    """``config`` with ``changes``; no workers: none of the settings that need them either."""
     if changes.get("num_workers") == 0:
-        changes.update(prefetch_factor=None, persistent_workers=False)
+        return config.without_workers(**changes)
     return dataclasses.replace(config, **changes)

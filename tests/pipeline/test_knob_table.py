@@ -100,3 +100,12 @@ def test_a_labelled_knob_shows_in_the_progress_line_when_it_changes(name: str) -
 def test_an_unknown_decoder_is_refused_by_the_config() -> None:
     with pytest.raises(UsageError, match="decoder must be one of .*got 'nope'"):
         PipelineConfig(decoder="nope")
+
+
+def test_a_config_without_workers_puts_every_worker_knob_back() -> None:
+    config = PipelineConfig(
+        num_workers=2, prefetch_factor=4, persistent_workers=True, in_order=False, main_threads=2
+    )
+    serial = config.without_workers(main_threads=1)
+    assert (serial.num_workers, serial.main_threads) == (0, 1)
+    assert all(getattr(serial, name) == KNOBS[name].inactive for name in NEED_WORKERS)

@@ -96,3 +96,12 @@ def test_a_prepared_copy_is_put_back_first():
     assert cached.decoder == "pil"  # decoded pixels: every decoder is one config, pil's
     assert out[0].label == "cache=none"  # decoded with pil, as the copy was made
     assert _changed(out[0].config, cached) == {"cache"} and not out[0].also_changed
+
+
+def test_a_winner_out_of_order_is_put_back_in_order_and_without_workers_in_order_too():
+    winner = dataclasses.replace(WINNER_CONFIG, in_order=False)
+    out = variants(winner, BASELINE, tuned=[*TUNED, "in_order"], decoders_ranked=[])
+    rows = {v.label: v for v in out}
+    assert _changed(rows["in_order=True"].config, winner) == {"in_order"}
+    assert rows["num_workers=0"].config.in_order is True  # DataLoader's only value without
+    assert "in_order" in rows["num_workers=0"].also_changed
