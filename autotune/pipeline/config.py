@@ -117,27 +117,28 @@ class PipelineConfig:
     # fmt: on
 
     def __post_init__(self) -> None:
-        for name, traits in KNOBS.items():
-            value = getattr(self, name)
-            if traits.values is not None and value not in traits.values:
-                raise UsageError(f"{name} must be one of {traits.values}, got {value!r}")
+        for name, values in _CLOSED_SETS:
+            if getattr(self, name) not in values:
+                raise UsageError(f"{name} must be one of {values}, got {getattr(self, name)!r}")
         if self.as_is:
             for name, value in AS_IS_FIXED.items():
                 object.__setattr__(self, name, value)
-        if self.cache == "decoded" and not (self.as_is or self.replaces_loader):
+        own_loader = self.replaces_loader
+        if self.cache == "decoded" and not (self.as_is or own_loader):
             # nothing left to decode: one name for every decoder (refused with DALI below)
             object.__setattr__(self, "decoder", decoders.PilDecoder.name)
         # a device decoder hands the device whole images: augmentation can only follow there,
         # and device-side augmentation needs the uint8 images, not normalized floats
         if self.decodes_on_device:
             object.__setattr__(self, "augment_on", "gpu")
-        for name, traits in KNOBS.items():
-            if traits.own_loader_default is not None:
-                own = self.replaces_loader and getattr(self, name) is None
-                value = traits.own_loader_default if own else getattr(self, name)
-                object.__setattr__(self, name, value if self.replaces_loader else None)
-            elif traits.replaced_by_loader and self.replaces_loader:
-                object.__setattr__(self, name, traits.inactive)  # its own loader's instead
+        for name, default in _OWN_LOADER_DEFAULTS:  # a setting of the loader's replacement
+            value = getattr(self, name)
+            object.__setattr__(
+                self, name, (default if value is None else value) if own_loader else None
+            )
+        if own_loader:  # the DataLoader's machinery: its replacement brings its own
+            for name, inactive in _REPLACED_BY_LOADER:
+                object.__setattr__(self, name, inactive)
         if self.augment_on == "gpu":
             object.__setattr__(self, "transfer", "uint8")
         if self.cache == "decoded" and self.replaces_loader:
@@ -245,5 +246,11 @@ NEED_CUDA = tuple(n for n, t in KNOBS.items() if t.needs_cuda)
 AS_IS_FIXED = {n: t.as_is for n, t in KNOBS.items() if t.as_is is not TUNED}
 # settings of a decoder that replaces the loader (DALI's threads and queue)
 OWN_LOADER_SETTINGS = tuple(n for n, t in KNOBS.items() if t.own_loader_default is not None)
+# what __post_init__ reads for every config, worked out once
+_CLOSED_SETS = tuple((n, t.values) for n, t in KNOBS.items() if t.values is not None)
+_OWN_LOADER_DEFAULTS = tuple(
+    (n, t.own_loader_default) for n, t in KNOBS.items() if t.own_loader_default is not None
+)
+_REPLACED_BY_LOADER = tuple((n, t.inactive) for n, t in KNOBS.items() if t.replaced_by_loader)
 # the knobs a search space may name, and the value each takes where its condition fails
 INACTIVE = {n: t.inactive for n, t in KNOBS.items() if t.searched}

@@ -393,7 +393,15 @@ def test_the_pipeline_as_it_is_keeps_its_own_choices(
 ) -> None:
     """As it is, only the loader's settings and threads vary: the tuner's pipeline choices
     are not trial parameters, not grid points and not polish neighbours."""
-    space = build(default_cfg, facts4, device="cuda")
+    # every knob of the default space, each worker and thread count at one or two values: the
+    # grid stays small enough to walk, and every pipeline choice stays in it
+    narrow = {
+        "num_workers": KnobConfig(type="int", low=0, high=1),
+        "prefetch_factor": KnobConfig(type="int", low=2, high=2, when="num_workers > 0"),
+        "main_threads": KnobConfig(type="int", low=1, high=1),
+    }
+    cfg = dataclasses.replace(default_cfg, knobs={**default_cfg.knobs, **narrow})
+    space = build(cfg, facts4, device="cuda")
     kept = {"augment_on", "transfer", "device_prefetch", "channels_last"}
     grid = space.grid()
     as_is_points = [p for p in grid if p["decoder"] == "as_is"]
