@@ -4,14 +4,38 @@ and a real PostgreSQL server, started for the session, with a fresh database per
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
-import postgres
-import pytest
-import torch
-from helpers import QUICK, run_cli
+# torch's OpenMP threads sleep when they wait instead of spinning. On a shared machine (two
+# test runs at once, a busy CI host) spinning threads fight over the cores and a test of half
+# a second can take ten. Set before torch loads OpenMP; the processes the tests start (real
+# studies) inherit it. Tests check behaviour, never figures; a user's own runs are untouched.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import subprocess  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import postgres  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from helpers import QUICK, WORTH, run_cli  # noqa: E402
+
+SLOW_CALL_S = 5.0  # a test not marked slow whose call takes longer is listed at the end
+_slow_unmarked: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Notes each test not marked slow whose call took over ``SLOW_CALL_S``."""
+    if report.when == "call" and report.duration > SLOW_CALL_S and "slow" not in report.keywords:
+        _slow_unmarked.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Lists them (it reports, it never fails the run): mark them slow or make them quick."""
+    if _slow_unmarked:
+        terminalreporter.section(f"not marked slow, over {SLOW_CALL_S:g} s")
+        for seconds, nodeid in sorted(_slow_unmarked, reverse=True):
+            terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,9 +58,10 @@ def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 def quick_study(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """A finished quick study: (working directory, completed CLI process)."""
+    """A finished quick study, its worth table too: (working directory, completed CLI
+    process)."""
     cwd = tmp_path_factory.mktemp("quick_study")
-    result = run_cli(QUICK, cwd)
+    result = run_cli([*QUICK, *WORTH], cwd)
     assert result.returncode == 0, result.stderr[-3000:]
     return cwd, result
 

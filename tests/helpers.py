@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,8 +38,10 @@ QUICK = [
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",
     "study.confirm_rounds=1",
-    "study.worth_budget=2",  # what each setting is worth: measured even in a short search
+    "study.worth_budget=0",  # no worth table: a test that checks it adds WORTH
 ]
+# what each setting is worth: measured even in a short search (the table takes seconds)
+WORTH = ["study.worth_budget=2"]
 
 
 def run_cli(
@@ -58,11 +60,18 @@ def run_cli(
 
 
 def interrupt_cli(
-    args: list[str], cwd: Path, *, after: str, wait_s: float = 180
+    args: list[str],
+    cwd: Path,
+    *,
+    after: str,
+    wait_s: float = 180,
+    signum: int = signal.SIGINT,
+    before_signal: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> tuple[int, str, str]:
-    """``python -m autotune ARGS`` in ``cwd``, Ctrl-C once a line of its output contains
-    ``after`` (or ``wait_s`` passed): the exit code, what it printed before the Ctrl-C and
-    what it printed after (stdout, then stderr)."""
+    """``python -m autotune ARGS`` in ``cwd``, Ctrl-C (or ``signum``) once a line of its output
+    contains ``after`` (or ``wait_s`` passed), ``before_signal`` called on the process just
+    before: the exit code, what it printed before the signal and what it printed after
+    (stdout, then stderr)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "autotune", *args],
         cwd=cwd,
@@ -78,7 +87,9 @@ def interrupt_cli(
         lines.append(line)
         if after in line or time.monotonic() > deadline:
             break
-    proc.send_signal(signal.SIGINT)
+    if before_signal is not None:
+        before_signal(proc)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     return proc.returncode, "".join(lines), out + err
 

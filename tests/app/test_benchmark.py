@@ -32,6 +32,8 @@ TINY = [
     "study.n_startup_trials=1",
     "study.confirm_top_k=1",
     "study.confirm_rounds=1",
+    "study.worth_budget=0",  # the worth table is tune's, tested there
+    "diagnose.shards=false",  # files against shards: tested in tests/diagnose
 ]
 
 
@@ -178,7 +180,11 @@ def test_the_storage_scenario_reads_through_slow_storage_against_the_best_capped
 def test_the_cached_scenario_plans_90_epochs_against_the_best_config_without_a_copy(
     tmp_path: Path,
 ) -> None:
-    small = ["search_space.knobs.num_workers.high=1", "search_space.knobs.main_threads.high=1"]
+    small = [
+        "search_space.knobs.num_workers.high=1",
+        "search_space.knobs.main_threads.high=1",
+        "search_space.knobs.prefetch_factor.high=2",  # a grid of 4: copy or not, w0 or w1
+    ]
     space = [a for a in TINY if a != "search_space=quick"]  # the scenario's own, made small
     result = _benchmark(["--scenario", "cached", "--rounds", "1", *space, *small], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -20,6 +20,7 @@ OWN = [
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",
     "study.confirm_rounds=1",
+    "study.worth_budget=0",  # no worth table: not what these tests check
     "batch_size=8",
     "dataset._target_=userdata_example.Spectrograms",
     "dataset.kwargs.count=48",  # no "+": kwargs take any key

@@ -84,6 +84,9 @@ def test_diagnosis_reports_every_stage_and_the_tail(diagnosed: tuple[int, str, s
         # as it is on a CPU device, the tutorial's .to("cpu") moves nothing: no time
         assert float(match.group(2)) > 0 or row == "host→device copy", row
     assert re.search(r"^p50 [\d.]+ ms · p90 [\d.]+ ms · p99 [\d.]+ ms$", report, re.M)
+    # diagnose.shards on (the default): files against shards is run and written (the
+    # benchmark's tests turn it off; its measuring is test_files_vs_shards's job)
+    assert "## Loose files vs shards" in report and "diagnose.shards=false" not in report
     listed = re.findall(r"^\| (/\S+\.jpg) \|", report, re.M)
     assert len(listed) == 10 and all(Path(p).is_file() for p in listed)
     # the accounting line is there; whether it adds up is test_stages's job

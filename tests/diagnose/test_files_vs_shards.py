@@ -36,9 +36,7 @@ def test_the_same_samples_are_read_as_files_and_as_shards_cold_and_warm(
     overrides = ["window=quick", "recipe.crop_size=48", "batch_size=4", f"studies_dir={tmp_path}"]
     facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=2)
     session = make_session(overrides, source=source, facts=facts)
-    alone = session.with_conf(
-        dataclasses.replace(session.conf, model=ModelConfig(name="none"))
-    )
+    alone = session.with_conf(dataclasses.replace(session.conf, model=ModelConfig(name="none")))
     pipeline = PipelineConfig(batch_size=4, num_workers=2, prefetch_factor=2, decoder="pil")
     trials = _Trials(run_trial)
     folder = tmp_path / ".diagnose-shards"

@@ -52,6 +52,7 @@ def test_eval_on_the_device_matches_the_workers(small_set: Source, decoder: str)
 # --- the train recipe: random, so the distributions must agree ------------------------------
 
 
+@pytest.mark.slow  # a search of its own / a statistical sample: seconds
 def test_train_crop_distributions_match() -> None:
     recipe = recipes.ImagenetTrain(crop_size=112)
     height, width = 375, 500
@@ -74,6 +75,7 @@ def test_train_crop_distributions_match() -> None:
     )
 
 
+@pytest.mark.slow  # a search of its own / a statistical sample: seconds
 def test_train_flip_rates_match() -> None:
     # a full-image "crop" of an image whose left and right halves differ: a flip shows
     recipe = recipes.ImagenetTrain(crop_size=8, scale=(1.0, 1.0), ratio=(1.0, 1.0), flip_p=0.5)

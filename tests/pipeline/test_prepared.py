@@ -58,6 +58,7 @@ def test_a_decoded_copy_gives_the_eval_recipes_pixels_and_a_resized_one_within_j
     assert resized.nbytes < sum(Path(p).stat().st_size for p in source.paths)
 
 
+@pytest.mark.slow  # a search of its own / a statistical sample: seconds
 def test_the_train_recipe_draws_the_same_crops_from_a_prepared_copy(tmp_path: Path) -> None:
     hd = sources.synthetic(count=6, num_classes=1, size=(1920, 1080), cache_dir=tmp_path)
     copy = preparation.ensure(hd, TRAIN, "decoded", tmp_path / "prepared", processes=2)

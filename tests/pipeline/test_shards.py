@@ -18,6 +18,7 @@ import yaml
 from helpers import QUICK, TESTS, run_cli, torchrun
 from torch.utils.data import DataLoader
 
+from autotune.app import shard
 from autotune.errors import UsageError
 from autotune.pipeline import recipes, sources
 from autotune.pipeline.shards import MANIFEST, Shards, write
@@ -104,25 +105,27 @@ def test_two_ranks_of_two_workers_read_disjoint_shares_covering_every_sample_eac
 
 
 @pytest.mark.slow
-def test_the_shard_command_writes_shards_and_refuses_bad_input_in_one_line(tmp_path):
-    def shard(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "autotune.shard", "dataset.count=12", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": str(TESTS)},
-        )
-
-    done = shard("out=out", "samples_per_shard=5")
+def test_the_shard_command_writes_shards_and_refuses_bad_input_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    done = subprocess.run(  # the real command, as a user runs it
+        [sys.executable, "-m", "autotune.shard", "dataset.count=12"]
+        + ["out=out", "samples_per_shard=5"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+    )
     assert done.returncode == 0, done.stderr
     assert "wrote 12 samples in 3 shards" in done.stdout
     assert len(Shards(tmp_path / "out")) == 12
+    # its bad input, through the same main() in this process (no interpreter to start)
+    monkeypatch.chdir(tmp_path)
     for bad, says in (([], "out is not set"), (["out=out"], "is not empty")):
-        refused = shard(*bad)
-        assert refused.returncode == 2 and says in refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1
+        assert shard.main(["dataset.count=12", *bad]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

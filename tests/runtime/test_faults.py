@@ -34,12 +34,15 @@ def _folder_with_bad_files(root: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_bad_files_are_skipped_counted_and_named(tmp_path):
+def test_own_image_folder_with_bad_files_and_a_torchvision_model(tmp_path):
+    """A folder of the user's own: its bad files skipped, counted and named; the model one
+    of torchvision's (resnet18)."""
     data = _folder_with_bad_files(tmp_path / "data")
     args = [
         *QUICK,
         "dataset=mine",
         f"dataset.root={data}",
+        "model=resnet18",
         "study.n_trials=3",
         "recipe.crop_size=32",
         "batch_size=4",
@@ -48,8 +51,9 @@ def test_bad_files_are_skipped_counted_and_named(tmp_path):
     result = run_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "skipped 3 unreadable files" in result.stdout
-    best = yaml.safe_load((tmp_path / "studies" / "mine-tiny" / "best.yaml").read_text())
+    best = yaml.safe_load((tmp_path / "studies" / "mine-resnet18" / "best.yaml").read_text())
     assert best["workload"]["images"] == 22 and best["workload"]["skipped_files"] == 3
+    assert best["workload"]["model"] == "resnet18"
     reasons = "\n".join(best["workload"]["skipped"])
     assert "truncated.jpg: truncated JPEG" in reasons
     assert "notes.jpg: not an image" in reasons and "empty.png: empty file" in reasons
@@ -57,9 +61,9 @@ def test_bad_files_are_skipped_counted_and_named(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
-    args = [*QUICK, "study.n_trials=6", "study.name=interrupted"]
+    args = [*QUICK, "study.n_trials=4", "study.name=interrupted"]
     # wait until two trials are done, then press Ctrl-C
-    code, before, after = interrupt_cli(args, tmp_path, after="[ 2/6]")
+    code, before, after = interrupt_cli(args, tmp_path, after="[ 2/4]")
     assert code == 130, before + after
     assert "interrupted" in after
     storage = f"sqlite:///{tmp_path}/studies/autotune.db"
@@ -73,7 +77,7 @@ def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
     again = run_cli(args, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     study = optuna.load_study(study_name="interrupted", storage=storage)
-    assert len(store.measured(study.trials)) == 6  # resumed up to n_trials, not restarted
+    assert len(store.measured(study.trials)) == 4  # resumed up to n_trials, not restarted
     assert study.trials[0].params["num_workers"] == 0  # the baseline, from the first run
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 
 import optuna
 import psutil
 import pytest
-from helpers import QUICK, TESTS
+from helpers import QUICK, interrupt_cli
 
 from autotune.runtime.stop import exit_status, signals_stop, sigterm_interrupts
 
@@ -41,25 +40,17 @@ def test_sigterm_mid_study_stops_it_as_ctrl_c_leaving_no_process_and_no_running_
 ) -> None:
     """As a scheduler (or `timeout`) stops a job: SIGTERM to the CLI alone, mid-trial."""
     args = [*QUICK, "study.n_trials=6", "study.name=terminated"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    running: list[psutil.Process] = []  # its trial, the trial's workers...
+
+    def note_the_processes(proc: subprocess.Popen[str]) -> None:
+        running.extend(psutil.Process(proc.pid).children(recursive=True))
+
+    # the first trial is done: the second is starting or running
+    code, before, after = interrupt_cli(
+        args, tmp_path, after="[ 1/6]", signum=signal.SIGTERM, before_signal=note_the_processes
     )
-    assert proc.stdout is not None
-    before = []
-    for line in proc.stdout:  # the first trial is done: the second is starting or running
-        before.append(line)
-        if "[ 1/6]" in line:
-            break
-    running = psutil.Process(proc.pid).children(recursive=True)  # its trial, the workers...
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, "".join(before) + out + err
-    assert "SIGTERM: stopping after cleaning up the current trial" in out + err
+    assert code == 143, before + after
+    assert "SIGTERM: stopping after cleaning up the current trial" in after
     _, alive = psutil.wait_procs(running, timeout=10)  # returns as soon as all are gone
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     storage = f"sqlite:///{tmp_path}/studies/autotune.db"

@@ -37,6 +37,7 @@ def _fake_run(job, *, timeout_s, should_prune=lambda i, v: False):
     return TrialOutcome("ok", measurement=m, wall_s=0.0)
 
 
+@pytest.mark.slow  # a search of its own / a statistical sample: seconds
 def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_ways(
     tmp_path,
 ) -> None:
@@ -123,6 +124,7 @@ def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a
     assert len({t.user_attrs["host"] for t in trials}) == 3
 
 
+@pytest.mark.slow  # a search of its own / a statistical sample: seconds
 def test_a_config_suggested_again_is_not_measured_again_and_the_search_still_ends(
     tmp_path,
 ) -> None:
