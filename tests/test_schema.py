@@ -167,9 +167,9 @@ def test_ranks_are_a_whole_number_or_auto_and_only_tuned() -> None:
 
 
 def test_the_worth_table_s_old_key_names_are_read_with_a_deprecation_note() -> None:
-    with pytest.warns(
-        FutureWarning, match="study.ablation_budget is deprecated: use study.worth_budget"
-    ):
+    budget = "study.ablation_budget is deprecated: use study.worth_budget"
+    rounds = "study.ablation_rounds is deprecated: use study.worth_rounds"
+    with pytest.warns(FutureWarning, match=budget), pytest.warns(FutureWarning, match=rounds):
         cfg = load("study.ablation_budget=0", "study.ablation_rounds=2")
     assert (cfg.study.worth_budget, cfg.study.worth_rounds) == (0, 2)
     assert load("study.worth_budget=0.5").study.worth_budget == 0.5
