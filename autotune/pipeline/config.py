@@ -131,7 +131,7 @@ class PipelineConfig:
         # and device-side augmentation needs the uint8 images, not normalized floats
         if self.decodes_on_device:
             object.__setattr__(self, "augment_on", "gpu")
-        for name, default in _OWN_LOADER_DEFAULTS:  # a setting of the loader's replacement
+        for name, default in _OWN_LOADER_DEFAULTS.items():  # a setting of the loader's replacement
             value = getattr(self, name)
             object.__setattr__(
                 self, name, (default if value is None else value) if own_loader else None
@@ -141,7 +141,7 @@ class PipelineConfig:
                 object.__setattr__(self, name, inactive)
         if self.augment_on == "gpu":
             object.__setattr__(self, "transfer", "uint8")
-        if self.cache == "decoded" and self.replaces_loader:
+        if self.cache == "decoded" and own_loader:
             raise UsageError(
                 f"cache=decoded hands pixels to the workers, and decoder={self.decoder} reads "
                 f"files itself: use cache=resized with decoder={self.decoder}"
@@ -150,11 +150,11 @@ class PipelineConfig:
             raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_workers < 0:
             raise UsageError(f"num_workers must be >= 0, got {self.num_workers}")
-        idle = [n for n in NEED_WORKERS if getattr(self, n) != KNOBS[n].inactive]
+        idle = [n for n, inactive in _WORKERS_IDLE.items() if getattr(self, n) != inactive]
         if self.num_workers == 0 and idle:
             got = ", ".join(f"{n}={getattr(self, n)!r}" for n in idle)
             raise UsageError(f"{', '.join(NEED_WORKERS)} need num_workers > 0 (got {got})")
-        for name in ("prefetch_factor", "main_threads", *OWN_LOADER_SETTINGS):
+        for name in ("prefetch_factor", "main_threads", *_OWN_LOADER_DEFAULTS):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"{name} must be >= 1, got {value}")
@@ -194,8 +194,7 @@ class PipelineConfig:
     def without_workers(self, **changes: Any) -> PipelineConfig:
         """This config read in the training process (``num_workers=0``), every setting that
         needs workers back at its inactive value, with ``changes``."""
-        idle = {name: KNOBS[name].inactive for name in NEED_WORKERS}
-        return dataclasses.replace(self, **{**idle, **changes, "num_workers": 0})
+        return dataclasses.replace(self, **{**_WORKERS_IDLE, **changes, "num_workers": 0})
 
     def loader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments ``torch.utils.data.DataLoader`` accepts as they stand."""
@@ -244,13 +243,12 @@ NEED_WORKERS = tuple(n for n, t in KNOBS.items() if t.needs_workers)
 NEED_CUDA = tuple(n for n, t in KNOBS.items() if t.needs_cuda)
 # what "as it is" holds: the Dataset's own output crosses as it comes, copied with .to(device)
 AS_IS_FIXED = {n: t.as_is for n, t in KNOBS.items() if t.as_is is not TUNED}
-# settings of a decoder that replaces the loader (DALI's threads and queue)
-OWN_LOADER_SETTINGS = tuple(n for n, t in KNOBS.items() if t.own_loader_default is not None)
 # what __post_init__ reads for every config, worked out once
+_WORKERS_IDLE = {n: KNOBS[n].inactive for n in NEED_WORKERS}  # each worker knob, without them
 _CLOSED_SETS = tuple((n, t.values) for n, t in KNOBS.items() if t.values is not None)
-_OWN_LOADER_DEFAULTS = tuple(
-    (n, t.own_loader_default) for n, t in KNOBS.items() if t.own_loader_default is not None
-)
+_OWN_LOADER_DEFAULTS = {  # a loader-replacing decoder's settings (DALI's threads, queue)
+    n: t.own_loader_default for n, t in KNOBS.items() if t.own_loader_default is not None
+}
 _REPLACED_BY_LOADER = tuple((n, t.inactive) for n, t in KNOBS.items() if t.replaced_by_loader)
 # the knobs a search space may name, and the value each takes where its condition fails
 INACTIVE = {n: t.inactive for n, t in KNOBS.items() if t.searched}
