@@ -5,9 +5,12 @@ Three arms, each what a user would write:
 
 - ``baseline``: the PyTorch tutorial pipeline: ``torchvision.datasets.ImageFolder(root)`` with
   its default PIL loader, a ``transforms.v2.Compose`` of the study's recipe, and
-  ``DataLoader(ds, batch_size, shuffle=True)``; torch's default thread count.
+  ``DataLoader(ds, batch_size, shuffle=True)``; torch's default thread count. Of the user's
+  own Dataset: that Dataset and its collate, ``DataLoader(ds, batch_size, shuffle=True,
+  collate_fn=...)`` (a stream is not shuffled: it orders itself).
 - ``loader_kwargs``: the same Dataset, ``DataLoader(ds, shuffle=True, **loader_kwargs(best))``.
-- ``build_loader``: ``build_loader(source, best)``, the whole tuned pipeline.
+- ``build_loader``: ``build_loader(source, best)``, the whole tuned pipeline (image folders
+  only: the user's own Dataset is read as it is).
 
 An epoch is a full shuffled pass from a fresh iterator: its start (workers spawned, or
 refilled when they persist) and its tail are inside its time.
@@ -22,13 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from autotune.pipeline import batches, recipes
 from autotune.pipeline.batches import samples_in
 from autotune.pipeline.sources import Source
 from autotune.pipeline.tutorial import tutorial_dataset
 from autotune.pipeline.user_api import build_loader, loader_kwargs
+from autotune.pipeline.user_data import UserData
 from autotune.runtime.job import EpochRun, TrialJob
 from autotune.runtime.workload import job_step
 
@@ -93,14 +97,15 @@ def time_epoch(
     )
 
 
-def subset_source(source: Source, sample_paths: Iterable[str] | None) -> Source:
-    """The source restricted to ``sample_paths`` (in its own order)."""
-    if sample_paths is None:
+def subset_source(source: Source, subset: Iterable[int] | None) -> Source:
+    """The source restricted to the samples at ``subset`` (in its own order)."""
+    if subset is None:
         return source
-    keep = set(sample_paths)
-    pairs = [(p, label) for p, label in zip(source.paths, source.labels, strict=True) if p in keep]
+    keep = sorted(set(subset))
     return dataclasses.replace(
-        source, paths=tuple(p for p, _ in pairs), labels=tuple(label for _, label in pairs)
+        source,
+        paths=tuple(source.paths[i] for i in keep),
+        labels=tuple(source.labels[i] for i in keep),
     )
 
 
@@ -120,22 +125,42 @@ def _already_there(batch: Batch) -> Batch:
 def arm_loader(job: TrialJob, spec: EpochRun) -> tuple[Iterable[Batch], ToDevice, Any]:
     """The arm's loader, what each batch needs to reach the device, and the Dataset read."""
     device = torch.device(job.device)
+    if spec.arm not in ARMS:
+        raise ValueError(f"unknown arm {spec.arm!r}: one of {', '.join(ARMS)}")
     if spec.arm != "baseline" and spec.best_path is None:
         raise ValueError(f"arm {spec.arm} needs the best.yaml it loads")
+    source = job.source
     if spec.arm == "build_loader":
-        tuned = build_loader(
-            subset_source(job.source, spec.sample_paths), spec.best_path, device=device
-        )
+        if not isinstance(source, Source):
+            raise ValueError("arm build_loader reads image folders: your own Dataset is as is")
+        tuned = build_loader(subset_source(source, spec.subset), spec.best_path, device=device)
         return tuned, _already_there, getattr(tuned, "dataloader", tuned)
-    recipe = recipes.from_config(job.recipe)
-    dataset = tutorial_dataset(job.source, recipe, spec.sample_paths)
+    dataset, collate_fn = _as_it_is(job, spec)
+    # a stream orders itself: DataLoader refuses shuffle for it
+    order = {} if isinstance(dataset, IterableDataset) else {"shuffle": True}
     if spec.arm == "baseline":
-        loader = DataLoader(dataset, batch_size=job.pipeline.batch_size, shuffle=True)
-    elif spec.arm == "loader_kwargs":
-        loader = DataLoader(dataset, shuffle=True, **loader_kwargs(spec.best_path))
+        settings = {"batch_size": job.pipeline.batch_size}
     else:
-        raise ValueError(f"unknown arm {spec.arm!r}: one of {', '.join(ARMS)}")
+        settings = loader_kwargs(spec.best_path)
+    loader = DataLoader(dataset, collate_fn=collate_fn, **order, **settings)
     return loader, _copy_to(device), loader
+
+
+def _as_it_is(job: TrialJob, spec: EpochRun) -> tuple[Dataset, Callable[[list[Any]], Any] | None]:
+    """What the as-it-is arms read, restricted to ``spec.subset``: the user's own Dataset and
+    collate, or a folder through the tutorial's ImageFolder and DataLoader's default collate."""
+    source = job.source
+    if isinstance(source, Source):
+        wanted = None if spec.subset is None else [source.paths[i] for i in spec.subset]
+        return tutorial_dataset(source, recipes.from_config(job.recipe), wanted), None
+    if not isinstance(source, UserData):
+        raise ValueError(f"an epochs job reads a folder or your own Dataset, not {source!r}")
+    dataset, collate_fn = source.open()
+    if spec.subset is not None:
+        if isinstance(dataset, IterableDataset):
+            raise ValueError("a stream cannot be read in part: verify reads all of it")
+        dataset = Subset(dataset, list(spec.subset))
+    return dataset, collate_fn
 
 
 def read_dataset(read_from: Any) -> Any:
@@ -152,8 +177,10 @@ def describe_dataset(dataset: Any) -> tuple[str, str, str]:
     reader = getattr(dataset, "loader", None)
     if callable(reader):
         how = f"{reader.__module__}.{reader.__qualname__}"
-    else:
-        how = f"decoder {getattr(dataset, 'decoder_name', 'unknown')}"
+    elif hasattr(dataset, "decoder_name"):
+        how = f"decoder {dataset.decoder_name}"
+    else:  # the user's own: it reads as its own code says
+        how = f"its own {'__iter__' if isinstance(dataset, IterableDataset) else '__getitem__'}"
     transform = getattr(dataset, "transform", None)
     steps = getattr(transform, "transforms", [transform] if transform else [])
     names = ", ".join(type(t).__name__ for t in steps)
@@ -172,7 +199,7 @@ def measure_epochs(job: TrialJob) -> EpochTimes:
     num_classes = max(len(job.source.classes), len(getattr(dataset, "classes", ())))
     step = job_step(
         job,
-        num_classes=num_classes,
+        num_classes=num_classes or None,  # a Dataset without classes: the model's own
         channels_last=spec.arm == "build_loader" and job.pipeline.channels_last,
     )
     kind, reader, transform = describe_dataset(dataset)

@@ -20,7 +20,9 @@ class EpochRun:
     arm: str  # baseline | loader_kwargs | build_loader
     epochs: int
     best_path: str | None = None  # the best.yaml the tuned arms load, as a user does
-    sample_paths: tuple[str, ...] | None = None  # a seeded subset of the source; None: all
+    # a seeded subset: indices of the samples read (a folder's i-th file, a Dataset's index
+    # i), in order; None: all
+    subset: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

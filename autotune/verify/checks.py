@@ -10,7 +10,6 @@ from pathlib import Path
 from autotune.errors import UsageError
 from autotune.pipeline import best_file
 from autotune.pipeline.best_file import BestFile
-from autotune.pipeline.sources import Source
 from autotune.schema import AutotuneConfig, RecipeConfig
 from autotune.session import Session
 
@@ -31,11 +30,6 @@ def best_yaml_path(conf: AutotuneConfig) -> Path:
 def check(session: Session) -> Checked:
     """Reads the study's best.yaml and checks that it was made here, on this data."""
     conf = session.conf
-    if not isinstance(session.source, Source):
-        raise UsageError(
-            "mode=verify times the tutorial pipeline of an image folder as its baseline: it "
-            "does not take dataset._target_ yet"
-        )
     path = best_yaml_path(conf)
     if not path.is_file():
         raise UsageError(

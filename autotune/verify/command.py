@@ -1,8 +1,9 @@
 """``python -m autotune mode=verify``: checks best.yaml's figures in real epochs.
 
-Three arms, each what a user runs (``runtime.epochs``): the PyTorch tutorial pipeline, the
-same Dataset with ``loader_kwargs(best)``, and ``build_loader(source, best)``; each run in a
-fresh process, interleaved over ``verify.rounds`` rounds of ``verify.epochs`` epochs. Writes
+The arms, each what a user runs (``runtime.epochs``): the PyTorch tutorial pipeline (or the
+user's own Dataset and collate in a plain DataLoader), the same Dataset with
+``loader_kwargs(best)``, and, of an image folder, ``build_loader(source, best)``; each run in
+a fresh process, interleaved over ``verify.rounds`` rounds of ``verify.epochs`` epochs. Writes
 ``studies/<study>/verify.md`` and ``verify.json`` and sets the study's ``verify`` attribute.
 """
 

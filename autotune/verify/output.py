@@ -59,7 +59,7 @@ def table(v: Verification) -> list[str]:
 def _claim_line(claim: Claim) -> str:
     if claim.measured is None:
         return f"- {claim.arm}: {claim.verdict}"
-    measured = f"{claim.measured.value:.2f}x the tutorial baseline over real epochs"
+    measured = f"{claim.measured.value:.2f}x the baseline over real epochs"
     if claim.verdict == NO_CLAIM:
         return f"- {claim.arm}: {NO_CLAIM}; measured {measured}"
     claimed = f"best.yaml claims {claim.claimed:.2f}x"

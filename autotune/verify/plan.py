@@ -1,4 +1,5 @@
-"""The three arms of ``mode=verify`` and how big an epoch is.
+"""The arms of ``mode=verify`` (three of a folder, two of the user's own Dataset) and how big
+an epoch is.
 
 Epochs run over every sample unless that would make verify take more than about five minutes
 at the epoch rates best.yaml measured (the baseline's, ``loader_kwargs``' and the whole
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from autotune.pipeline import best_file
 from autotune.pipeline.best_file import BestFile
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.sources import Source
+from autotune.pipeline.user_data import UserData
 from autotune.runtime.job import EpochRun, TrialJob
 from autotune.session import Session
 from autotune.verify.checks import Checked
@@ -47,71 +50,85 @@ class Plan:
     sizing: str  # how the epoch size was chosen, in words
 
 
-def seconds_per_sample(best: BestFile) -> tuple[float, ...] | None:
+def seconds_per_sample(best: BestFile, arms: tuple[str, ...]) -> tuple[float, ...] | None:
     """Each arm's seconds per sample at best.yaml's measured epoch rates; None without a
     rate."""
     measured = best.measured
     baseline = measured.get("baseline_samples_per_s") or measured.get("samples_per_s")
-    as_is = best.as_is_measured.get("samples_per_s") or baseline
-    tuned = measured.get("samples_per_s") or baseline
-    if not baseline or not as_is or not tuned:
+    rates = {
+        "baseline": baseline,
+        "loader_kwargs": best.as_is_measured.get("samples_per_s") or baseline,
+        "build_loader": measured.get("samples_per_s") or baseline,
+    }
+    if not all(rates[arm] for arm in arms):
         return None
-    return (1 / baseline, 1 / as_is, 1 / tuned)
+    return tuple(1 / rates[arm] for arm in arms)
 
 
-def estimate_s(samples: int, rounds: int, epochs: int, per_sample: float) -> float:
+def estimate_s(
+    samples: int, rounds: int, epochs: int, per_sample: float, *, arms: int = 3
+) -> float:
     """Seconds the whole verify takes (``per_sample``: the arms' seconds per sample, summed)."""
-    return rounds * (3 * RUN_OVERHEAD_S + epochs * samples * per_sample)
+    return rounds * (arms * RUN_OVERHEAD_S + epochs * samples * per_sample)
 
 
 def epoch_size(
-    total: int, rounds: int, epochs: int, per_sample: float | None, batch_size: int
+    total: int,
+    rounds: int,
+    epochs: int,
+    per_sample: float | None,
+    batch_size: int,
+    *,
+    arms: int = 3,
 ) -> tuple[int, str]:
     """Samples per epoch when ``verify.samples`` is not set, and why (``per_sample``: the
     arms' seconds per sample, summed)."""
     if per_sample is None:
         size = min(total, FALLBACK_SAMPLES)
         return size, f"best.yaml has no measured rates: at most {FALLBACK_SAMPLES} samples"
-    budget = BUDGET_S - rounds * 3 * RUN_OVERHEAD_S
+    budget = BUDGET_S - rounds * arms * RUN_OVERHEAD_S
     fits = int(budget / (rounds * epochs * per_sample)) // batch_size * batch_size
     if fits >= total:
         return total, "all samples"
     size = min(total, max(fits, MIN_BATCHES * batch_size))
-    all_s = estimate_s(total, rounds, epochs, per_sample)
+    all_s = estimate_s(total, rounds, epochs, per_sample, arms=arms)
     return size, (
         f"all {total} would take about {all_s / 60:.0f} min at best.yaml's rates: a seeded "
         f"subset for about {BUDGET_S / 60:.0f} min in all (verify.samples=N to choose)"
     )
 
 
-def sample_paths(session: Session, samples: int) -> tuple[str, ...] | None:
-    """A seeded subset of the source's samples, in the source's order; None for all."""
-    source = session.source
-    if samples >= len(source):
+def sample_subset(session: Session, samples: int) -> tuple[int, ...] | None:
+    """A seeded subset of the source's samples (their indices, in order); None for all."""
+    total = len(session.source)
+    if samples >= total:
         return None
-    picked = sorted(random.Random(session.conf.seed).sample(range(len(source)), samples))
-    return tuple(source.paths[i] for i in picked)
+    return tuple(sorted(random.Random(session.conf.seed).sample(range(total), samples)))
 
 
-def _arms(session: Session, checked: Checked, run: EpochRun) -> tuple[Arm, ...]:
-    conf = session.conf
+def _described(session: Session, checked: Checked) -> list[tuple[str, str, PipelineConfig]]:
+    """Each arm's name, what the user's script does, and its loader settings: the folder's
+    three arms; of the user's own Dataset, read as it is, the first two."""
+    conf, source = session.conf, session.source
     baseline = PipelineConfig(batch_size=conf.batch_size, decoder=AS_IS)
     as_is = best_file.as_is_of(checked.best, checked.path)
-    tuned = checked.best.config
-    described = (
+    if isinstance(source, Source):
+        dataset, order, collate = "`ImageFolder(root, transform)`", ", shuffle=True", ""
+    else:
+        dataset = f"`{source.describe()}`"
+        order = "" if source.iterable else ", shuffle=True"  # a stream orders itself
+        collate = ", collate_fn=collate" if source.collate_fn else ""
+    described = [
         (
             "baseline",
-            "`ImageFolder(root, transform)`, "
-            f"`DataLoader(ds, batch_size={conf.batch_size}, shuffle=True)`",
+            f"{dataset}, `DataLoader(ds, batch_size={conf.batch_size}{order}{collate})`",
             baseline,
         ),
-        ("loader_kwargs", "`DataLoader(ds, shuffle=True, **loader_kwargs(best))`", as_is),
-        ("build_loader", "`build_loader(source, best)`", tuned),
-    )
-    return tuple(
-        Arm(name, what, pipeline, _job(session, pipeline, dataclasses.replace(run, arm=name)))
-        for name, what, pipeline in described
-    )
+        ("loader_kwargs", f"`DataLoader(ds{order}{collate}, **loader_kwargs(best))`", as_is),
+    ]
+    if isinstance(source, Source):
+        described.append(("build_loader", "`build_loader(source, best)`", checked.best.config))
+    return described
 
 
 def _job(session: Session, pipeline: PipelineConfig, run: EpochRun) -> TrialJob:
@@ -121,26 +138,37 @@ def _job(session: Session, pipeline: PipelineConfig, run: EpochRun) -> TrialJob:
 def make_plan(session: Session, checked: Checked) -> Plan:
     """The arms, the epoch size and the per-run timeout."""
     conf, verify = session.conf, session.conf.verify
+    described = _described(session, checked)
     total = len(session.source)
-    per_arm = seconds_per_sample(checked.best)
+    per_arm = seconds_per_sample(checked.best, tuple(name for name, _, _ in described))
     per_sample = sum(per_arm) if per_arm else None
-    batch_size = max(conf.batch_size, checked.best.config.batch_size)
-    if verify.samples is not None:
+    batch_size = max(config.batch_size for _, _, config in described)
+    arms = len(described)
+    if isinstance(session.source, UserData) and session.source.iterable:
+        samples, sizing = total, "a stream is read whole: it cannot be read in part"
+    elif verify.samples is not None:
         samples, sizing = min(verify.samples, total), f"verify.samples={verify.samples}"
     else:
-        samples, sizing = epoch_size(total, verify.rounds, verify.epochs, per_sample, batch_size)
-    run = EpochRun("", verify.epochs, str(checked.path.resolve()), sample_paths(session, samples))
+        samples, sizing = epoch_size(
+            total, verify.rounds, verify.epochs, per_sample, batch_size, arms=arms
+        )
+    run = EpochRun("", verify.epochs, str(checked.path.resolve()), sample_subset(session, samples))
     slowest = max(per_arm) if per_arm else 1 / FALLBACK_RATE
     run_s = RUN_OVERHEAD_S + verify.epochs * samples * slowest
     return Plan(
-        arms=_arms(session, checked, run),
+        arms=tuple(
+            Arm(name, what, config, _job(session, config, dataclasses.replace(run, arm=name)))
+            for name, what, config in described
+        ),
         rounds=verify.rounds,
         epochs=verify.epochs,
         samples=samples,
         dataset_samples=total,
         timeout_s=max(conf.study.trial_timeout, math.ceil(TIMEOUT_MARGIN * run_s)),
         estimate_s=(
-            estimate_s(samples, verify.rounds, verify.epochs, per_sample) if per_sample else None
+            estimate_s(samples, verify.rounds, verify.epochs, per_sample, arms=arms)
+            if per_sample
+            else None
         ),
         sizing=sizing,
     )

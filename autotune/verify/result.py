@@ -44,7 +44,9 @@ def summarize(session: Session, checked: Checked, plan: Plan, rounds: Rounds) ->
         for arm in plan.arms
     }
     configs = {arm.name: arm.config for arm in plan.arms}
-    claims = tuple(claim_of(arm, figures, configs, checked.best) for arm in CLAIMED_ARMS)
+    claims = tuple(
+        claim_of(arm, figures, configs, checked.best) for arm in CLAIMED_ARMS if arm in configs
+    )
     return Verification(
         study=session.conf.study.name,
         best_path=checked.path,

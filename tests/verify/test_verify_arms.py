@@ -1,6 +1,7 @@
-"""The three arms are what they say: the baseline and the kwargs arm read through torchvision's
-ImageFolder with its default loader and the tutorial's transforms, never the tuner's decode;
-build_loader reads through the tuned pipeline; epochs are timed from ``iter()``."""
+"""The arms are what they say: the baseline and the kwargs arm read through torchvision's
+ImageFolder with its default loader and the tutorial's transforms, never the tuner's decode,
+or through the user's own Dataset and collate; build_loader reads through the tuned pipeline;
+epochs are timed from ``iter()``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from helpers import count_reads
 from PIL import Image
 from torch.utils.data import Subset
 from torchvision.datasets import DatasetFolder, ImageFolder
+from userdata_example import Spectrograms
 from verify_data import write_best
 
 from autotune.pipeline import recipes
@@ -17,6 +19,7 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader import EncodedImageDataset
 from autotune.pipeline.sources import scan_imagefolder, synthetic
 from autotune.pipeline.tutorial import tutorial_dataset
+from autotune.pipeline.user_data import UserData
 from autotune.runtime.epochs import (
     EpochTimes,
     measure_epochs,
@@ -58,7 +61,7 @@ def reads(monkeypatch):
     return count_reads(monkeypatch, imagefolder=DatasetFolder, tuner=EncodedImageDataset)
 
 
-def job(source, arm, best=None, *, epochs=1, sample_paths=None, batch_size=4):
+def job(source, arm, best=None, *, epochs=1, subset=None, batch_size=4):
     return TrialJob(
         pipeline=PipelineConfig(batch_size=batch_size),
         source=source,
@@ -67,7 +70,7 @@ def job(source, arm, best=None, *, epochs=1, sample_paths=None, batch_size=4):
         window=WindowConfig(),
         device="cpu",
         kind="epochs",
-        epochs=EpochRun(arm, epochs, str(best) if best else None, sample_paths),
+        epochs=EpochRun(arm, epochs, str(best) if best else None, subset),
     )
 
 
@@ -110,15 +113,16 @@ def test_build_loader_reads_through_the_tuned_pipeline(source, best, reads):
 
 
 def test_every_arm_reads_the_same_subset(source, best, reads):
-    chosen = source.paths[2:9]
-    baseline = measure_epochs(job(source, "baseline", sample_paths=chosen))
-    tuned = measure_epochs(job(source, "build_loader", best, sample_paths=chosen))
+    chosen = tuple(range(2, 9))
+    baseline = measure_epochs(job(source, "baseline", subset=chosen))
+    tuned = measure_epochs(job(source, "build_loader", best, subset=chosen))
     assert baseline.epochs[0].samples == tuned.epochs[0].samples == 7
     assert reads == {"imagefolder": 7, "tuner": 7}
-    dataset = tutorial_dataset(source, recipes.from_config(RECIPE), chosen)
+    paths = source.paths[2:9]
+    dataset = tutorial_dataset(source, recipes.from_config(RECIPE), paths)
     assert isinstance(dataset, Subset)
-    assert [dataset.dataset.samples[i][0] for i in dataset.indices] == list(chosen)
-    assert subset_source(source, chosen).paths == chosen
+    assert [dataset.dataset.samples[i][0] for i in dataset.indices] == list(paths)
+    assert subset_source(source, chosen).paths == paths
 
 
 def test_an_epoch_is_timed_from_iter_to_the_last_step():
@@ -162,3 +166,51 @@ def test_a_class_folder_without_images_does_not_stop_the_tutorial_arms(tmp_path)
     assert source.classes == ("dog",)
     measured = measure_epochs(job(source, "baseline"))
     assert measured.epochs[0].samples == 4  # ImageFolder's label 1 fits the model's classes
+
+
+def own_job(arm, best=None, *, target="Spectrograms", subset=None, **kwargs):
+    """An epochs job over the tests' own Dataset (padded clips of varying length)."""
+    data = UserData.check(
+        f"userdata_example.{target}", {"count": 10, **kwargs}, "userdata_example.pad_collate"
+    )
+    return TrialJob(
+        pipeline=PipelineConfig(batch_size=4, decoder="as_is"),
+        source=data,
+        model=ModelConfig(_target_="userdata_example.SpecNet"),
+        recipe=RECIPE,
+        window=WindowConfig(),
+        device="cpu",
+        kind="epochs",
+        epochs=EpochRun(arm, 1, str(best) if best else None, subset),
+    )
+
+
+def test_the_user_s_own_dataset_is_read_by_both_arms_with_its_collate(best, monkeypatch):
+    write_best(
+        best.parent,
+        fingerprint="test",
+        as_is=PipelineConfig(batch_size=3, decoder="as_is", main_threads=1),
+        recipe=RECIPE,
+    )
+    jobs = own_job("baseline", vary=True), own_job("loader_kwargs", best, vary=True)
+    reads = count_reads(monkeypatch, own=Spectrograms)  # what the arms read, not the check
+    baseline, tuned = (measure_epochs(job) for job in jobs)
+    assert reads == {"own": 20}  # every sample once per arm, in this process
+    assert baseline.dataset == tuned.dataset == "userdata_example.Spectrograms"
+    assert baseline.reader == "its own __getitem__" and baseline.transform == ""
+    # the baseline's batch of 4 and loader_kwargs' 3, the last partial batch kept
+    assert [len(baseline.epochs[0].step_done_s), len(tuned.epochs[0].step_done_s)] == [3, 4]
+    assert baseline.epochs[0].samples == tuned.epochs[0].samples == 10
+
+
+def test_a_subset_of_the_user_s_own_dataset_and_a_stream_read_whole(monkeypatch):
+    job = own_job("baseline", subset=(1, 4, 5, 8, 9))
+    reads = count_reads(monkeypatch, own=Spectrograms)
+    measured = measure_epochs(job)
+    assert measured.epochs[0].samples == 5 and reads == {"own": 5}
+    stream = measure_epochs(own_job("baseline", target="ToneStream"))
+    assert stream.epochs[0].samples == 10 and stream.reader == "its own __iter__"
+    with pytest.raises(ValueError, match="cannot be read in part"):
+        measure_epochs(own_job("baseline", target="ToneStream", subset=(1, 2)))
+    with pytest.raises(ValueError, match="reads image folders"):
+        measure_epochs(own_job("build_loader", "best.yaml"))
