@@ -5,14 +5,16 @@ Pure: a ``Diagnosis`` in, markdown out.
 
 from __future__ import annotations
 
+from autotune.diagnose.diagnosis import READ_WAIT, Diagnosis, fmt_rate, fmt_size
 from autotune.diagnose.files_vs_shards import FASTER, FilesVsShards
 from autotune.diagnose.storage import IO_MARGIN, Storage
-from autotune.diagnose.verdict import READ_WAIT, Diagnosis, fmt_rate, fmt_size, readers, verdict
+from autotune.diagnose.verdict import OWN_READ_WORDS, readers, verdict
 from autotune.runtime.measurement import Measurement
-from autotune.runtime.stages import StageProfile
+from autotune.runtime.stages import OWN_READ, StageProfile
 
 BINDS = "**binds**"
-STAGE_NAMES = {"read": "read bytes", "augment": "augment"}  # decode is named with its decoder
+# decode is named with its decoder
+STAGE_NAMES = {"read": "read bytes", "augment": "augment", OWN_READ: OWN_READ_WORDS}
 
 
 def to_markdown(d: Diagnosis, slowest: int = 10) -> str:
@@ -22,7 +24,8 @@ def to_markdown(d: Diagnosis, slowest: int = 10) -> str:
         "",
         f"**Verdict.** {verdict(d)}",
         "",
-        f"Pipeline `{d.pipeline.short()}` on {d.device}, model `{d.model}`, {d.images} images, "
+        f"Pipeline `{d.pipeline.short()}` on {d.device}, model `{d.model}`, {d.images} "
+        f"{'samples' if d.profile.own_dataset else 'images'}, "
         f"{d.usable_cpus} usable CPUs."
         + (
             f" It reads its {d.pipeline.cache} copy: the stages below are the copy's."
@@ -227,17 +230,25 @@ def shards_lines(fs: FilesVsShards) -> list[str]:
 def tail_lines(profile: StageProfile, slowest: int) -> list[str]:
     """The latency tail: percentiles of the per-sample load time, and the slowest files."""
     q = profile.load_percentiles((50, 90, 99))
+    own = profile.own_dataset
+    what = OWN_READ_WORDS if own else "read + decode + augment"
     lines = [
-        f"## Latency tail (read + decode + augment per sample, {len(profile.samples)} samples)",
+        f"## Latency tail ({what} per sample, {len(profile.samples)} samples)",
         "",
         f"p50 {_ms(q[50])} ms · p90 {_ms(q[90])} ms · p99 {_ms(q[99])} ms",
         "",
-        "| slowest files | ms | size | pixels |",
-        "|---|---:|---:|---:|",
+        *(
+            ["| slowest samples | ms |", "|---|---:|"]
+            if own
+            else ["| slowest files | ms | size | pixels |", "|---|---:|---:|---:|"]
+        ),
     ]
     for s in profile.slowest(slowest):
-        size = fmt_size(s.size_bytes)
-        lines.append(f"| {s.path} | {_ms(s.load_s)} | {size} | {s.width}x{s.height} |")
+        if own:
+            lines.append(f"| {s.path} | {_ms(s.load_s)} |")
+        else:
+            size = fmt_size(s.size_bytes)
+            lines.append(f"| {s.path} | {_ms(s.load_s)} | {size} | {s.width}x{s.height} |")
     if profile.skipped:
         shown = ", ".join(profile.skipped[:5])
         more = f" and {len(profile.skipped) - 5} more" if len(profile.skipped) > 5 else ""

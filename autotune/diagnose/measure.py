@@ -4,8 +4,9 @@ Measured, never guessed: the ceiling, the full training rate and the loader alon
 the tuner's own child-process trials; the per-stage times from an instrumented run of the same
 pieces in this process (``autotune.runtime.stages``); storage against CPU from the same
 loader-only run with the files evicted from the page cache and cached
-(``autotune.diagnose.storage``). ``autotune.diagnose.verdict`` judges the figures and
-``autotune.diagnose.markdown`` writes them up.
+(``autotune.diagnose.storage``). ``autotune.diagnose.diagnosis`` and ``.verdict`` judge the
+figures and ``autotune.diagnose.markdown`` writes them up. Of the user's own Dataset, its read
+and collate are the stages (``autotune.runtime.own_stages``), and storage is not compared.
 """
 
 from __future__ import annotations
@@ -20,20 +21,21 @@ import torch
 from torch.utils.data import RandomSampler
 
 from autotune.diagnose import files_vs_shards, page_cache
+from autotune.diagnose.diagnosis import Diagnosis
 from autotune.diagnose.files_vs_shards import FilesVsShards
 from autotune.diagnose.markdown import to_markdown
 from autotune.diagnose.storage import Storage, measure_storage
-from autotune.diagnose.verdict import Diagnosis
 from autotune.errors import UsageError
 from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.pipeline.prepared import DecodedPixels, PreparedCopy
 from autotune.pipeline.recipes import Recipe
-from autotune.pipeline.sources import Source
 from autotune.pipeline.user_api import load_pipeline_config
+from autotune.pipeline.user_data import Data, UserData
 from autotune.runtime.copy_profile import profile_copy
 from autotune.runtime.lock import host_lock
 from autotune.runtime.measurement import Measurement
+from autotune.runtime.own_stages import profile_own
 from autotune.runtime.stages import StageProfile, StageTime, pick, profile_stages
 from autotune.runtime.threads import threads
 from autotune.runtime.trial import run_trial
@@ -44,6 +46,10 @@ from autotune.session.session import Run
 log = logging.getLogger(__name__)
 
 CACHE_SHARE = 0.5  # warm the page cache only with a dataset under this share of free RAM
+OWN_FILES = (
+    "not compared: autotune does not know which files your Dataset reads; whether its reads "
+    "wait shows in its read's wall time against its CPU time (above)"
+)
 COPY_BATCHES = 8  # batches drawn to time the copy to the device, however few images
 
 
@@ -51,11 +57,6 @@ def run(session: Session, pipeline: PipelineConfig) -> int:
     """``mode=diagnose``: measures, prints the diagnosis and writes it to
     ``studies/<study.name>/diagnosis.md``. Returns the exit code."""
     conf = session.conf
-    if not isinstance(session.source, Source):
-        raise UsageError(
-            "mode=diagnose times an image folder's stages (read, decode, augment): it does "
-            "not take dataset._target_ yet; tune your own Dataset with mode=tune"
-        )
     with host_lock(Path(conf.studies_dir)):
         d = diagnose(session, pipeline)
     if d.full is None and d.loader_only is None:
@@ -114,7 +115,8 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
     recipe = recipes.from_config(conf.recipe)
     trials = _Trials(run)
     copy = session.prepared_copy(pipeline)  # a pipeline with a prepared copy reads only it
-    paths = copy.paths if copy is not None else list(source.paths)
+    own = isinstance(source, UserData)  # its files, if any, are its own business
+    paths = [] if own else copy.paths if copy is not None else list(source.paths)
     dataset_bytes = page_cache.total_bytes(paths)
     fits = dataset_bytes <= CACHE_SHARE * session.facts.memory_available_bytes
     if fits:
@@ -127,19 +129,13 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
     alone = session.with_conf(dataclasses.replace(conf, model=ModelConfig(name="none")))
     # the CPU-work bound is above the loader's rate: the window it sizes is long enough
     rate = profile.cpu_work_bound(session.facts.usable_cpus)
-    storage = measure_storage(
-        alone, pipeline, rate, trials, dataset_bytes=dataset_bytes, fits=fits, paths=paths
-    )
-    loader_only, serial, serial_config = _loader_alone(alone, pipeline, storage, trials)
-    if copy is not None:
-        files_or_shards = FilesVsShards(
-            note=f"not compared: the pipeline reads its {copy.kind} copy"
-        )
-    elif conf.diagnose.shards:
-        shards_dir = Path(conf.studies_dir) / ".diagnose-shards"
-        files_or_shards = files_vs_shards.measure(alone, pipeline, rate, trials, shards_dir)
+    if own:
+        storage = Storage(note=OWN_FILES)
     else:
-        files_or_shards = FilesVsShards(note="not compared (diagnose.shards=false)")
+        storage = measure_storage(
+            alone, pipeline, rate, trials, dataset_bytes=dataset_bytes, fits=fits, paths=paths
+        )
+    loader_only, serial, serial_config = _loader_alone(alone, pipeline, storage, trials)
     return Diagnosis(
         name=conf.study.name,
         pipeline=pipeline,
@@ -155,10 +151,29 @@ def diagnose(session: Session, pipeline: PipelineConfig, *, run: Run = run_trial
         copy=time_copy(conf, source, recipe, serial_config, session.device, prepared=copy),
         decoders=decoder_profiles,
         storage=storage,
-        shards=files_or_shards,
+        shards=_files_or_shards(alone, pipeline, rate, trials, copy),
         choices=choices,
         failures=tuple(trials.failures),
     )
+
+
+def _files_or_shards(
+    alone: Session,
+    pipeline: PipelineConfig,
+    rate: float,
+    trials: _Trials,
+    copy: PreparedCopy | None,
+) -> FilesVsShards:
+    """The same samples as loose files and as shards, where that can be compared."""
+    conf = alone.conf
+    if isinstance(alone.source, UserData):
+        return FilesVsShards(note="not compared: your own Dataset is read as it is")
+    if copy is not None:
+        return FilesVsShards(note=f"not compared: the pipeline reads its {copy.kind} copy")
+    if not conf.diagnose.shards:
+        return FilesVsShards(note="not compared (diagnose.shards=false)")
+    shards_dir = Path(conf.studies_dir) / ".diagnose-shards"
+    return files_vs_shards.measure(alone, pipeline, rate, trials, shards_dir)
 
 
 def _loader_alone(
@@ -190,6 +205,10 @@ def _profile(
     decoder of the space on the same ``diagnose.decoder_samples``: of what the pipeline
     reads (its prepared copy, where it has one: a decoded copy decodes nothing)."""
     conf = session.conf
+    if isinstance(session.source, UserData):
+        log.info("diagnose: timing your Dataset's read and collate on its samples")
+        own = profile_own(session.source, conf.diagnose.samples, pipeline.batch_size, conf.seed)
+        return own, {}
     source = copy.data() if copy is not None else session.source
     profiled = _cpu_decoder(pipeline.decoder)
     log.info("diagnose: timing each stage on %d samples", min(len(source), conf.diagnose.samples))
@@ -215,7 +234,7 @@ def _profile(
 
 def time_copy(
     conf: AutotuneConfig,
-    source: Source,
+    source: Data,
     recipe: Recipe,
     serial: PipelineConfig,
     device: str,
@@ -228,7 +247,8 @@ def time_copy(
     torch_device = torch.device(device)
     if getattr(decoders.DECODERS.get(serial.decoder), "replaces_loader", False):  # DALI
         serial = dataclasses.replace(serial, decoder="pil")
-    # enough batches for the timing, however few images there are
+    # enough batches for the timing, however few samples there are (a stream: read again)
+    stream = isinstance(source, UserData) and source.iterable
     draws = RandomSampler(
         range(len(source)),
         replacement=True,
@@ -241,7 +261,8 @@ def time_copy(
         recipe=recipe,
         device=torch_device,
         seed=conf.seed,
-        sampler=draws,
+        sampler=None if stream else draws,
+        repeat=stream,
         prepared=prepared,
     )
     sync = torch.cuda.synchronize if torch_device.type == "cuda" else (lambda: None)

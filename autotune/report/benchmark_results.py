@@ -7,7 +7,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.diagnose.verdict import Diagnosis
+from autotune.diagnose.diagnosis import Diagnosis
 from autotune.pipeline.config import PipelineConfig
 from autotune.session import Session
 from autotune.tuner.metrics import Confirmed, speedup

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -27,9 +27,9 @@ SampleStages = Callable[[Any, "StageClock"], tuple[torch.Tensor, int, int]]
 class StageClock:
     """Adds the CPU and wall seconds since the last ``lap`` (or ``reset``) to a stage."""
 
-    def __init__(self) -> None:
-        self.cpu: dict[str, float] = dict.fromkeys(LOADER_STAGES, 0.0)
-        self.wall: dict[str, float] = dict.fromkeys(LOADER_STAGES, 0.0)
+    def __init__(self, stages: Sequence[str] = LOADER_STAGES) -> None:
+        self.cpu: dict[str, float] = dict.fromkeys(stages, 0.0)
+        self.wall: dict[str, float] = dict.fromkeys(stages, 0.0)
         self.reset()
 
     def reset(self) -> None:
@@ -37,7 +37,7 @@ class StageClock:
 
     def add(self, other: StageClock) -> None:
         """Adds the stage times ``other`` has charged."""
-        for stage in LOADER_STAGES:
+        for stage in self.cpu:
             self.cpu[stage] += other.cpu[stage]
             self.wall[stage] += other.wall[stage]
 

@@ -35,6 +35,7 @@ from autotune.runtime.sample_stages import (
 from autotune.runtime.threads import threads
 
 UNREADABLE = (OSError, ValueError, RuntimeError)  # what the loader skips a file for
+OWN_READ = "getitem"  # the stage of the user's own Dataset's read: its own code, whole
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,19 @@ class StageTime:
 class SampleTime:
     """One sample's way through read, decode and augment (wall seconds)."""
 
-    path: str
+    path: str  # of the user's own Dataset: which sample, in words
     size_bytes: int
     width: int
     height: int
     read_s: float
     decode_s: float
     augment_s: float
+    own_s: float = 0.0  # the user's own Dataset's whole read of the sample, its own code
 
     @property
     def load_s(self) -> float:
         """What a worker spends on this sample before the batch is collated."""
-        return self.read_s + self.decode_s + self.augment_s
+        return self.read_s + self.decode_s + self.augment_s + self.own_s
 
 
 @dataclass(frozen=True)
@@ -73,19 +75,26 @@ class StageProfile:
     """
 
     decoder: str
-    stages: dict[str, StageTime]  # LOADER_STAGES, seconds per sample
+    # seconds per sample of each stage: LOADER_STAGES, or of the user's own Dataset,
+    # OWN_STAGES (``autotune.runtime.own_stages``)
+    stages: dict[str, StageTime]
     samples: tuple[SampleTime, ...]
     skipped: tuple[str, ...] = ()  # files that could not be decoded
 
-    def cpu_s(self, stages: Sequence[str] = LOADER_STAGES) -> float:
-        """CPU seconds per sample of ``stages``."""
-        return sum(self.stages[name].cpu_s for name in stages)
+    @property
+    def own_dataset(self) -> bool:
+        """Whether these are the stages of the user's own Dataset (its read is one stage)."""
+        return OWN_READ in self.stages
 
-    def wall_s(self, stages: Sequence[str] = LOADER_STAGES) -> float:
+    def cpu_s(self, stages: Sequence[str] | None = None) -> float:
+        """CPU seconds per sample of ``stages`` (None: all of them)."""
+        return sum(self.stages[name].cpu_s for name in stages or self.stages)
+
+    def wall_s(self, stages: Sequence[str] | None = None) -> float:
         """Wall seconds per sample of ``stages`` run one after the other (``num_workers=0``)."""
-        return sum(self.stages[name].wall_s for name in stages)
+        return sum(self.stages[name].wall_s for name in stages or self.stages)
 
-    def cpu_work_bound(self, usable_cpus: int, stages: Sequence[str] = LOADER_STAGES) -> float:
+    def cpu_work_bound(self, usable_cpus: int, stages: Sequence[str] | None = None) -> float:
         """The most samples/s any worker count can deliver: every usable CPU busy with
         ``stages`` and nothing else."""
         if usable_cpus < 1:
@@ -93,13 +102,14 @@ class StageProfile:
         cpu = self.cpu_s(stages)
         return usable_cpus / cpu if cpu > 0 else math.inf
 
-    def cpu_share(self, stage: str, stages: Sequence[str] = LOADER_STAGES) -> float:
+    def cpu_share(self, stage: str, stages: Sequence[str] | None = None) -> float:
         """``stage``'s share of the CPU time of ``stages``."""
         total = self.cpu_s(stages)
         return self.stages[stage].cpu_s / total if total > 0 else 0.0
 
     def load_percentiles(self, percents: Sequence[float] = (50, 90, 99)) -> dict[float, float]:
-        """Per-sample load time (read + decode + augment, wall seconds) at ``percents``."""
+        """Per-sample load time (read + decode + augment, or the own Dataset's read; wall
+        seconds) at ``percents``."""
         loads = [s.load_s for s in self.samples]
         return {p: float(np.percentile(loads, p)) for p in percents}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from autotune.diagnose.diagnosis import Diagnosis
 from autotune.diagnose.storage import Storage
-from autotune.diagnose.verdict import Diagnosis
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.stages import SampleTime, StageProfile, StageTime

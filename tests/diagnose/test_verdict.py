@@ -11,7 +11,7 @@ from autotune.diagnose.storage import Storage
 from autotune.diagnose.verdict import suggestions, verdict
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
-from autotune.runtime.stages import StageTime
+from autotune.runtime.stages import SampleTime, StageProfile, StageTime
 
 
 def test_verdict_when_the_cpu_work_bound_binds() -> None:
@@ -152,3 +152,39 @@ def test_shards_that_read_faster_from_storage_are_named_in_the_verdict() -> None
     once = FilesVsShards(files, files, (measured(250.0), measured(112.0)), files, 512, 8)
     assert not once.shards_pay  # one round alone: not enough
     assert "shards" not in verdict(diagnosis(shards=once))
+
+
+def own_profile(read_cpu_ms: float, read_wall_ms: float) -> StageProfile:
+    """The user's own Dataset: its read as one stage, then its collate."""
+    stages = {
+        "getitem": StageTime(read_cpu_ms * MS, read_wall_ms * MS),
+        "collate": StageTime(0.2 * MS, 0.2 * MS),
+    }
+    samples = tuple(
+        SampleTime(f"index {i}", 0, 0, 0, 0.0, 0.0, 0.0, own_s=(read_wall_ms + i) * MS)
+        for i in range(3)
+    )
+    return StageProfile("as_is", stages, samples)
+
+
+def test_the_user_s_own_dataset_is_judged_on_its_read_and_collate() -> None:
+    own = {"profile": own_profile(4.0, 4.0), "decoders": {}, "choices": {"num_workers": [0, 2]}}
+    d = diagnosis(**own, pipeline=PipelineConfig(decoder="as_is"), loader_only=measured(200.0))
+    assert d.worker_stages == ("getitem", "collate")
+    assert d.cpu_work_bound == pytest.approx(2 / 4.2e-3)
+    text = verdict(d)
+    assert "not storage-bound: a sample of your Dataset takes 4.2 ms in a worker" in text
+    assert "your Dataset's read is 95% of per-sample CPU time" in text
+    assert text.endswith("Try num_workers=2.")
+    report = to_markdown(d)
+    assert "| your Dataset's read | 4.00 | 4.00 | 95% |" in report
+    assert "## Latency tail (your Dataset's read per sample, 3 samples)" in report
+    assert "| slowest samples | ms |\n|---|---:|\n| index 2 | 6.00 |" in report
+    assert "slowest files" not in report and "100 samples" in report
+    # a read that waits (its wall time far above its CPU time) asks for more workers
+    own["profile"] = own_profile(1.0, 20.0)
+    waiting = diagnosis(**own, pipeline=PipelineConfig(decoder="as_is"))
+    assert waiting.storage_bound and waiting.read_wait_bound == pytest.approx(1 / 20.2e-3)
+    assert "storage-bound: a sample of your Dataset takes 20.2 ms in a worker for 1.2 ms" in (
+        verdict(waiting)
+    )
