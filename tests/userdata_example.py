@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+import wave
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -50,6 +53,50 @@ class Spectrograms(Dataset):
         wave = wave + 0.3 * torch.randn(samples, generator=generator)
         spec = torch.stft(wave, 512, 128, window=self.window, return_complex=True)
         return spec.abs().log1p().unsqueeze(0), label
+
+
+class WavFiles(Dataset):
+    """Clips read from 16-bit WAV files in class folders under ``root`` (``write_wavs``), with
+    the standard library's ``wave``, on every read; each read computes its log spectrogram
+    as ``Spectrograms`` does."""
+
+    def __init__(self, root: str) -> None:
+        self.paths = sorted(Path(root).glob("*/*.wav"))
+        if not self.paths:
+            raise FileNotFoundError(f"no .wav files in class folders under {root}")
+        self.classes = sorted({path.parent.name for path in self.paths})
+        self.window = torch.hann_window(512)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path = self.paths[index]
+        with wave.open(str(path), "rb") as clip:
+            frames = clip.readframes(clip.getnframes())
+        wave_ = torch.frombuffer(bytearray(frames), dtype=torch.int16).float() / 32768
+        spec = torch.stft(wave_, 512, 128, window=self.window, return_complex=True)
+        return spec.abs().log1p().unsqueeze(0), self.classes.index(path.parent.name)
+
+
+def write_wavs(root: Path, count: int, *, vary: bool = True) -> Path:
+    """``count`` of ``Spectrograms``' clips as WAV files in a folder per class under ``root``."""
+    clips = Spectrograms(count=count, vary=vary)
+    for index in range(count):
+        label = index % len(clips.classes)
+        generator = torch.Generator().manual_seed(index)
+        seconds = clips.seconds * (0.5 + torch.rand(1, generator=generator).item() if vary else 1)
+        t = torch.arange(int(seconds * clips.rate)) / clips.rate
+        tone = torch.sin(2 * math.pi * (200 + 150 * label) * t) * 0.6
+        pcm = (tone + 0.2 * torch.randn(len(t), generator=generator)).clamp(-1, 1)
+        folder = root / clips.classes[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        with wave.open(str(folder / f"{index:04d}.wav"), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(clips.rate)
+            out.writeframes((pcm * 32767).to(torch.int16).numpy().tobytes())
+    return root
 
 
 def pad_collate(samples: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,6 +163,18 @@ class ToneStream(IterableDataset):
             indices = indices[info.id :: info.num_workers]
         for index in indices:
             yield self.clips[index]
+
+
+class WaitingReads(Spectrograms):
+    """Each read first waits ``wait_ms``, as a read from slow storage waits, off the CPU."""
+
+    def __init__(self, count: int = 16, wait_ms: float = 20.0) -> None:
+        super().__init__(count=count)
+        self.wait_s = wait_ms / 1000
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        time.sleep(self.wait_s)
+        return super().__getitem__(index)
 
 
 class Locked(Spectrograms):

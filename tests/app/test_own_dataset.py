@@ -1,14 +1,17 @@
-"""A Dataset of the user's own, named on the command line alone, tuned end to end from the
-user's working directory: real CPU work in its ``__getitem__``, a padding collate, a model by
-``_target_``."""
+"""A Dataset of the user's own, named on the command line alone, tuned, verified and diagnosed
+end to end from the user's working directory: real files and real CPU work in its
+``__getitem__``, a padding collate, a model by ``_target_``."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import pytest
 import torch
 import yaml
 from helpers import run_cli
-from userdata_example import Spectrograms, pad_collate
+from userdata_example import WavFiles, pad_collate, write_wavs
 
 from autotune.app import cli
 from autotune.pipeline.user_data import UserData
@@ -22,44 +25,69 @@ OWN = [
     "study.confirm_rounds=1",
     "study.worth_budget=0",  # no worth table: not what these tests check
     "batch_size=8",
-    "dataset._target_=userdata_example.Spectrograms",
-    "dataset.kwargs.count=48",  # no "+": kwargs take any key
-    "dataset.kwargs.vary=true",
+    "dataset._target_=userdata_example.WavFiles",  # dataset.kwargs.root: where it wrote them
     "dataset.collate_fn=userdata_example.pad_collate",
     "model._target_=userdata_example.SpecNet",
 ]
 
 
 @pytest.mark.slow
-def test_a_dataset_of_the_user_s_own_is_tuned_as_it_is(tmp_path) -> None:
-    result = run_cli(OWN, tmp_path)
+def test_a_dataset_of_the_user_s_own_is_tuned_verified_and_diagnosed(tmp_path) -> None:
+    """WAV files read by the user's own Dataset: tuned, then ``mode=verify`` and
+    ``mode=diagnose`` with the same overrides, on the same study."""
+    clips = write_wavs(tmp_path / "clips", 48)
+    own = [*OWN, f"dataset.kwargs.root={clips}"]
+    result = run_cli(own, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "48 samples of userdata_example.Spectrograms(count=48, vary=True)" in out
+    assert f"48 samples of userdata_example.WavFiles(root='{clips}')" in out
     assert "left out: your own Dataset is read as it is" in out
-    best = yaml.safe_load(
-        (tmp_path / "studies" / "spectrograms-specnet" / "best.yaml").read_text()
-    )
+    folder = tmp_path / "studies" / "wavfiles-specnet"
+    best = yaml.safe_load((folder / "best.yaml").read_text())
     # its names recorded, never its contents
     assert best["workload"]["dataset_target"] == {
-        "_target_": "userdata_example.Spectrograms",
-        "kwargs": {"count": 48, "vary": True},
+        "_target_": "userdata_example.WavFiles",
+        "kwargs": {"root": str(clips)},
         "collate_fn": "userdata_example.pad_collate",
     }
     assert best["baseline"].startswith(
-        "userdata_example.Spectrograms(count=48, vary=True), "
-        "collate_fn=userdata_example.pad_collate as it is; DataLoader(dataset, batch_size=8"
+        f"userdata_example.WavFiles(root='{clips}'), collate_fn=userdata_example.pad_collate "
+        "as it is; DataLoader(dataset, batch_size=8"
     )
     assert best["pipeline"]["decoder"] == "as_is"  # nothing of the tuner's to decode
     loader = torch.utils.data.DataLoader(
-        Spectrograms(count=48, vary=True),
-        shuffle=True,
-        collate_fn=pad_collate,
-        **best["loader_kwargs"]["loader"],
+        WavFiles(clips), shuffle=True, collate_fn=pad_collate, **best["loader_kwargs"]["loader"]
     )
     specs, labels = next(iter(loader))
     assert specs.shape[0] == labels.shape[0] == 8
     assert best["loader_kwargs"]["measured"]["speedup_vs_baseline"] >= 1.0
+
+    verified = run_cli([*own, "mode=verify", "verify.rounds=2", "verify.epochs=1"], tmp_path)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    report = json.loads((folder / "verify.json").read_text())
+    assert list(report["arms"]) == ["baseline", "loader_kwargs"]  # no build_loader: as it is
+    assert report["arms"]["baseline"]["what"].startswith("`userdata_example.WavFiles(root=")
+    (claim,) = report["claims"]
+    assert claim["arm"] == "loader_kwargs" and claim["verdict"] in ("holds", "differs")
+    assert claim["claimed"] == best["loader_kwargs"]["measured"]["speedup_vs_baseline"]
+    ran = {run["arm"]: run["times"] for run in report["runs"]}
+    assert (
+        ran["baseline"]["dataset"]
+        == ran["loader_kwargs"]["dataset"]
+        == ("userdata_example.WavFiles")
+    )
+    assert all(times["epochs"][0]["samples"] == 48 for times in ran.values())
+
+    diagnosed = run_cli([*own, "mode=diagnose", "diagnose.samples=24"], tmp_path)
+    assert diagnosed.returncode == 0, diagnosed.stderr[-3000:]
+    text = (folder / "diagnosis.md").read_text()
+    verdict = next(line for line in text.splitlines() if line.startswith("**Verdict.**"))
+    assert verdict in diagnosed.stdout
+    assert re.search(r"(data|compute)-bound: the model waits (only )?\d+% of each step", verdict)
+    assert re.search(r"\((ceiling|CPU-work bound|waiting reads) binds\)", verdict)
+    for row in ("your Dataset's read", "collate", "train step"):
+        assert re.search(rf"^\| {re.escape(row)}[^|]* \| [\d.]+ \| [\d.]+ \|", text, re.M), row
+    assert "| slowest samples | ms |" in text
 
 
 def test_the_same_keys_in_the_user_s_own_conf_file(tmp_path, monkeypatch) -> None:

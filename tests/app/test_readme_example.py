@@ -27,6 +27,9 @@ QUICK = [
 ]
 
 
+SMALL = [*QUICK, "dataset.kwargs.count=64"]
+
+
 def _section() -> str:
     """The page from its title to its first ``## `` heading (or its end)."""
     text = PAGE.read_text()
@@ -42,10 +45,22 @@ def _write_project(folder: Path) -> None:
         (folder / path).write_text(body)
 
 
-def _command() -> list[str]:
-    block = re.search(r"```bash\n(python -m autotune .*?)```", _section(), flags=re.S)
-    assert block is not None
-    return shlex.split(block.group(1).replace("\\\n", " "))[3:]
+def _commands() -> list[list[str]]:
+    """The overrides of each ``python -m autotune`` command of the page's bash blocks."""
+    blocks = re.findall(r"```bash\n(python -m autotune .*?)```", _section(), flags=re.S)
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    return [shlex.split(line)[3:] for line in lines]
+
+
+def _command(mode: str = "") -> list[str]:
+    """The page's command of ``mode=MODE`` (""): the tune."""
+    found = [
+        c
+        for c in _commands()
+        if (f"mode={mode}" in c if mode else not any("mode=" in a for a in c))
+    ]
+    assert len(found) == 1, _commands()
+    return found[0]
 
 
 def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -56,6 +71,8 @@ def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_readme_project_s_files_and_command_are_there() -> None:
     assert _command()[:2] == ["dataset=clips", "model._target_=spectro.SpecNet"]
+    for mode in ("verify", "diagnose"):  # the same overrides, and the mode
+        assert _command(mode) == [*_command(), f"mode={mode}"]
     files = re.findall(r"```\w+ (\S+)\n", _section())
     assert files == ["spectro.py", "conf/dataset/clips.yaml", "train.py", "tune_clips.py"]
 
@@ -63,13 +80,20 @@ def test_the_readme_project_s_files_and_command_are_there() -> None:
 @pytest.mark.slow
 def test_the_readme_project_is_tuned_and_its_result_trains(tmp_path) -> None:
     _write_project(tmp_path)
-    result = run_cli([*_command(), *QUICK, "dataset.kwargs.count=64"], tmp_path)
+    result = run_cli([*_command(), *SMALL], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     best = yaml.safe_load((tmp_path / "studies" / "clips-specnet" / "best.yaml").read_text())
     assert best["workload"]["dataset_target"]["_target_"] == "spectro.Clips"
     assert best["loader_kwargs"]["measured"]["speedup_vs_baseline"] >= 1.0
     trained = _python("train.py", tmp_path)  # the training script, with best.yaml's kwargs
     assert trained.returncode == 0, trained.stderr[-3000:]
+    # the claim checked in real epochs, and where the time goes, on the same study
+    verified = run_cli([*_command("verify"), *SMALL, "verify.rounds=2"], tmp_path)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    assert re.search(r"^- loader_kwargs: (holds|differs): best.yaml claims", verified.stdout, re.M)
+    diagnosed = run_cli([*_command("diagnose"), *SMALL, "diagnose.samples=32"], tmp_path)
+    assert diagnosed.returncode == 0, diagnosed.stderr[-3000:]
+    assert "| your Dataset's read |" in diagnosed.stdout and "**Verdict.**" in diagnosed.stdout
 
     script = tmp_path / "tune_clips.py"
     quick = f'dataset_kwargs={{"count": 64}}, study_name="clips-api", overrides={QUICK[1:]!r},'
