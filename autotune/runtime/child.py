@@ -198,6 +198,7 @@ def _time_window(
         # sampler ahead on its own: no passes known there)
         pass_batches=sampler.pass_batches if makes_epochs else None,
         peers=peers,
+        compiles=step.compiled_graphs,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

@@ -33,6 +33,9 @@ class Measurement:
     # the run's first step, after the first batch: its one-off warm-up (allocations; with
     # compile=true, compiling the model), never inside the start-up or the timed windows
     first_step_s: float | None = None
+    # graphs torch.compile built inside the timed sub-windows (a batch of a shape it had not
+    # seen, past the warm-up): their compile time is in the rate; 0 without compile=true
+    timed_compiles: int = 0
     # the last set: ``sub_windows`` spans of equal length, each ``grouped`` consecutive
     # sub-windows (uneven data groups them until they agree); empty: all the sub-windows
     settled_samples_per_s: tuple[float, ...] = ()

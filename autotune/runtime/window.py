@@ -43,6 +43,7 @@ def run_window(
     max_timed_s: float = math.inf,
     pass_batches: int | None = None,
     peers: Peers = ALONE,
+    compiles: Callable[[], int] = lambda: 0,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then timed sub-windows (at least
     ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of ``align``
@@ -51,7 +52,8 @@ def run_window(
     ``max_timed_s`` ends it (``timed_spans``); then, given ``end_epoch``, an epoch boundary
     timed. ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
     ``WindowStopped``); ``gpu`` samples the GPU; ``count(batch)``: its samples; ``peers``:
-    the other ranks, who agree on each decision and meet at each span (``runtime.peers``)."""
+    the other ranks, who agree on each decision and meet at each span (``runtime.peers``);
+    ``compiles()``: graphs torch.compile has built so far, counted across the timed part."""
     it = iter(batches)
     sync = _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
@@ -65,7 +67,9 @@ def run_window(
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
     sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
+    compiled_before = compiles()
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
+    timed_compiles = compiles() - compiled_before
     epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=tally.rate,
@@ -82,6 +86,7 @@ def run_window(
         grouped=grouped,
         whole_passes=shape.whole_passes,
         timed_s=tally.elapsed,
+        timed_compiles=timed_compiles,
     )
 
 

@@ -26,6 +26,16 @@ class TrialFailed(Exception):
     """A trial that did not produce a measurement; its reason is on the trial."""
 
 
+def compiled_while_timed(compiles: int) -> str:
+    """The trial line's note where torch.compile compiled inside the timed windows."""
+    if not compiles:
+        return ""
+    return (
+        f" [{compiles} graph(s) compiled while timed: batches of a shape the warm-up had not "
+        "seen; the compile time is in this rate]"
+    )
+
+
 def precheck(
     config: PipelineConfig,
     facts: MachineFacts,
@@ -125,12 +135,13 @@ class Objective:
         value = epoch_rate(m.samples_per_s, startup, epoch_samples=self.session.epoch_samples)
         store.set_trial_attr(trial, TrialKey.EPOCH, round(value, 1))
         log.info(
-            "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)%s",
+            "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)%s%s",
             head,
             value,
             m.samples_per_s,
             100 * m.spread,
             100 * m.data_wait_fraction,
+            compiled_while_timed(m.timed_compiles),
             best_so_far(trial, value),
         )
         return value

@@ -49,6 +49,7 @@ class TrialKey:
     # each epoch's share of preparing the config's prepared copy (charged in its value)
     PREPARATION = "preparation_per_epoch_s"
     FIRST_STEP = "first_step_s"  # the run's first step: its warm-up (compiling, if asked)
+    TIMED_COMPILES = "timed_compiles"  # graphs torch.compile built inside the timed windows
     WARMUP_BATCHES = "warmup_batches"
     GPU_PEAK_MEMORY_MB = "gpu_peak_memory_mb"
     GPU_UTILIZATION = "gpu_utilization_pct"
@@ -158,6 +159,8 @@ def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOu
             attrs[TrialKey.EPOCH_START] = round(m.epoch_start_s, 3)
         if m.first_step_s is not None:
             attrs[TrialKey.FIRST_STEP] = round(m.first_step_s, 3)
+        if m.timed_compiles:
+            attrs[TrialKey.TIMED_COMPILES] = m.timed_compiles
         if m.gpu_peak_memory_bytes is not None:
             attrs[TrialKey.GPU_PEAK_MEMORY_MB] = round(m.gpu_peak_memory_bytes / 2**20, 1)
         if m.gpu_utilization_pct is not None:  # None without a GPU

@@ -436,3 +436,27 @@ def test_the_ranks_shape_their_sub_windows_for_the_slowest_warm_up() -> None:
     together, _ = window(buffered=2, min_sub_window_s=6, peers=OtherRankLengthens())
     # 6 s at this rank's 4/3 batches/s: 8 batches; at the other's 0.5: 3, so the 4 asked
     assert alone.timed_batches == 3 * 8 and together.timed_batches == 3 * 4
+
+
+def test_graphs_compiled_inside_the_timed_windows_are_counted_not_those_before() -> None:
+    """A batch of a new shape compiles again: counted where it lands in the timed part."""
+    compiled = []
+
+    def compiles_at(*batches: int) -> Callable[[], int]:
+        return lambda: sum(1 for b in batches if b < len(compiled))
+
+    clock = FakeClock()
+    loader = FakeLoader(clock, prefetching(8))
+    step = make_step(clock)
+
+    def counting_step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        compiled.append(True)  # one more batch stepped
+        step(batch)
+
+    warmup = warmup_batches(8, 4)
+    options = {"warmup": warmup, "sub_windows": 3, "batches_per_window": 4, "clock": clock}
+    # one graph in the first step (the start-up), one in the warm-up, one while timed
+    m = run_window(loader, counting_step, compiles=compiles_at(0, 2, warmup + 3), **options)
+    assert m.timed_compiles == 1
+    compiled.clear()
+    assert run_window(loader, counting_step, **options).timed_compiles == 0  # not compiled

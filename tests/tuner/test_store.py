@@ -13,6 +13,7 @@ from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.schema import StudyConfig
 from autotune.tuner import storage, store
+from autotune.tuner.objective import compiled_while_timed
 from autotune.tuner.store import TrialKey
 from studies import study_with
 
@@ -30,6 +31,16 @@ def test_a_trial_records_what_it_measured_and_reads_it_back() -> None:
     assert store.pipeline_of(frozen) == CONFIG
     assert store.setting_of(frozen, "decoder") == "opencv"
     assert store.setting_of(frozen, "num_workers") == 2  # the record, not the params
+    assert TrialKey.TIMED_COMPILES not in attrs  # nothing compiled while timed
+
+
+def test_graphs_compiled_while_timed_are_on_the_trial_and_its_line() -> None:
+    trial = optuna.trial.FixedTrial({})
+    m = Measurement(400.0, (400.0,), 0.25, 0.5, 8, 16, timed_compiles=2)
+    store.record_outcome(trial, CONFIG, TrialOutcome("ok", m))
+    assert trial.user_attrs[TrialKey.TIMED_COMPILES] == 2
+    assert compiled_while_timed(2).startswith(" [2 graph(s) compiled while timed")
+    assert compiled_while_timed(0) == ""
 
 
 def test_a_failure_and_a_skip_are_recorded_with_their_reason() -> None:
