@@ -72,6 +72,12 @@ class UntilEnded(Sampler[int]):
         return ENDLESS
 
 
+def compiled_graphs() -> int:
+    """Graphs torch.compile has built in this process so far: a batch of a new shape
+    compiles anew (after the second shape, Dynamo marks the dimension dynamic)."""
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
 def measure(job: TrialJob, report: Report, peers: Peers = ALONE) -> Measurement | EpochTimes:
     """The job's window (or ceiling, or epochs); ``report`` sees each sub-window of a window as
     it ends (it may raise ``WindowStopped``). ``peers``: the other ranks of a trial of
@@ -198,7 +204,7 @@ def _time_window(
         # sampler ahead on its own: no passes known there)
         pass_batches=sampler.pass_batches if makes_epochs else None,
         peers=peers,
-        compiles=step.compiled_graphs,
+        compiles=compiled_graphs if job.compile_cache is not None else lambda: 0,
     )
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)

@@ -46,16 +46,13 @@ def run_window(
     compiles: Callable[[], int] = lambda: 0,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then timed sub-windows (at least
-    ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of ``align``
-    workers, whole passes of ``pass_batches`` where they fit: ``window_length``), until
-    ``sub_windows`` equal spans of them agree within ``target_spread`` (0: at once) or
-    ``max_timed_s`` ends it (``timed_spans``); then, given ``end_epoch``, an epoch boundary
-    timed. ``on_sub_window(index, rate_so_far)`` sees each sub-window end (a pruner may raise
-    ``WindowStopped``); ``gpu`` samples the GPU; ``count(batch)``: its samples; ``peers``:
-    the other ranks, who agree on each decision and meet at each span (``runtime.peers``);
-    ``compiles()``: graphs torch.compile has built so far, counted across the timed part."""
-    it = iter(batches)
-    sync = _with_peers(sync, peers)
+    ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of ``align`` workers,
+    whole passes of ``pass_batches`` where they fit: ``window_length``), until ``sub_windows``
+    equal spans agree within ``target_spread`` (0: at once) or ``max_timed_s`` ends it
+    (``timed_spans``); then, given ``end_epoch``, an epoch boundary timed. ``on_sub_window``
+    sees each sub-window end (a pruner may raise ``WindowStopped``); ``gpu`` samples the GPU;
+    ``count(batch)``: its samples; ``peers``: the other ranks; ``compiles()``: graphs built."""
+    it, sync = iter(batches), _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _slowest(peers, _warm_up(it, step, warmup, sync=sync, clock=clock))
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
@@ -67,10 +64,8 @@ def run_window(
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
     sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
-    compiled_before = compiles()
+    compiled = compiles()
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
-    timed_compiles = compiles() - compiled_before
-    epoch_start_s = _next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock)
     return Measurement(
         samples_per_s=tally.rate,
         sub_window_samples_per_s=tuple(tally.rates),
@@ -80,13 +75,13 @@ def run_window(
         timed_batches=tally.batches,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
-        epoch_start_s=epoch_start_s,
+        epoch_start_s=_next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock),
         first_step_s=first_step_s,
         settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
         grouped=grouped,
         whole_passes=shape.whole_passes,
         timed_s=tally.elapsed,
-        timed_compiles=timed_compiles,
+        timed_compiles=compiles() - compiled,  # in the sub-windows and the epoch boundary
     )
 
 

@@ -177,7 +177,7 @@ class TrainStep:
         compile: bool = False,
         distributed: bool = False,
     ) -> None:
-        self.device, self.compiled = device, compile and model is not None
+        self.device = device
         if model is not None:
             # NHWC weights to match NHWC batches (channels_last): else every conv converts
             memory_format = torch.channels_last if channels_last else torch.preserve_format
@@ -265,13 +265,6 @@ class TrainStep:
         """Waits for queued device work: timed spans must end when the work does."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-
-    def compiled_graphs(self) -> int:
-        """Graphs torch.compile has built in this process so far: a batch of a new shape
-        compiles anew (after the second shape, Dynamo marks the dimension dynamic)."""
-        if not self.compiled:  # Dynamo not loaded: nothing compiled
-            return 0
-        return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
 def _distributed(model: nn.Module, device: torch.device) -> nn.Module:
