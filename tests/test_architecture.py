@@ -67,6 +67,7 @@ LEAF_MODULES = {"errors", "schema", "machine"}  # autotune/<name>.py
 ENTRY_SHIMS = {
     "autotune.__main__",
     "autotune.benchmark",
+    "autotune.selfcheck",
     "autotune.shard",
     "autotune.slow_storage",
 }
