@@ -248,8 +248,13 @@ def _tree_memory(pid: int) -> int:
 
 
 def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    """Kills the child's process group; a child stopped so early that it has no group of its
+    own yet (nor workers) is killed alone."""
+    try:
         os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _death(exitcode: int | None) -> TrialOutcome:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import signal
+import subprocess
 import time
 
 import psutil
@@ -142,6 +143,16 @@ def test_pruning_stops_the_window(source):
     outcome = run_trial(job(source), timeout_s=60, should_prune=lambda i, v: True)
     assert outcome.status == "pruned" and outcome.pruned_at == 0
     assert len(outcome.intermediate) == 1
+
+
+def test_a_child_stopped_before_it_has_a_group_of_its_own_is_killed_alone() -> None:
+    """A stop in the trial's first instant finds the child not yet in a process group of its
+    own (nor with workers): it is killed by itself, not left to run on."""
+    early = subprocess.Popen(["sleep", "60"])  # in this process's group, as the child is then
+    with pytest.raises(ProcessLookupError):
+        os.killpg(early.pid, 0)  # no group of its own to kill
+    trial._kill_group(early.pid)
+    assert early.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_the_fork_server_preloads_the_childs_code() -> None:
