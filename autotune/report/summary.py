@@ -10,7 +10,7 @@ import optuna
 
 from autotune.runtime.failures import FailureKind
 from autotune.tuner.metrics import ties
-from autotune.tuner.result import StudyResult
+from autotune.tuner.result import STUDY_PHASES, StudyResult
 
 UNIT = "samples/s"
 Row = dict[str, Any]  # a Confirmed.to_dict(): label, config, samples_per_s, steady, iqr
@@ -223,7 +223,17 @@ def table(result: StudyResult) -> str:
         lines += ["", "what each setting of the winner is worth:"]
         lines += _aligned([WORTH_HEADER, *worth])
     lines += summary.worth_lines()
-    return "\n".join(lines)
+    spent = time_line(result.time_split)
+    return "\n".join([*lines, spent] if spent else lines)
+
+
+def time_line(split: dict[str, float]) -> str:
+    """Where the run's time went, phase by phase, in minutes; "" where nothing was timed."""
+    phases = [(p, split[p]) for p in STUDY_PHASES if p in split]
+    if not phases:
+        return ""
+    each = ", ".join(f"{phase} {seconds / 60:.1f}" for phase, seconds in phases)
+    return f"time: {each} min; {sum(s for _, s in phases) / 60:.1f} min in all"
 
 
 def failure_table(failures: dict[str, int]) -> list[tuple[str, int, str]]:

@@ -21,6 +21,10 @@ from autotune.tuner import store
 from autotune.tuner.metrics import speedup
 from autotune.tuner.store import BASELINE, StudyKey, role_of
 
+# a study's phases, in the order they run: the reference points (ceiling, stage profile), the
+# search (TPE and polish), the confirmation of the finalists, the worth table
+STUDY_PHASES = ("references", "search", "confirmation", "worth")
+
 # A confirmed finalist as the study keeps it (``Confirmed.to_dict()``): label, trial_number,
 # config (its label), pipeline, samples_per_s, steady, iqr, rounds, spread, peak_memory_mb
 Row = dict[str, Any]
@@ -49,7 +53,9 @@ class StudyResult:
     device: str | None = None
     workload: dict[str, Any] | None = None
     machine: dict[str, Any] | None = None
-    search_wall_s: float = 0.0  # this run's search (TPE and polish), not the confirmation
+    # where this run's time went, in seconds: each of STUDY_PHASES that ran (a resumed study:
+    # this run's share)
+    time_split: dict[str, float] = field(default_factory=dict)
     interrupted: bool = False
     # another host sharing the study confirmed it: its best.yaml, as it wrote it
     published: str | None = None
@@ -80,6 +86,11 @@ class StudyResult:
         return self.speedup_of(self.winner_label)
 
     @property
+    def search_wall_s(self) -> float:
+        """This run's search (TPE and polish), not the confirmation."""
+        return self.time_split.get("search", 0.0)
+
+    @property
     def complete_trials(self) -> int:
         return self.counts.get("complete", 0)
 
@@ -91,6 +102,7 @@ class StudyResult:
         store.set_study_attr(study, StudyKey.AS_IS_WINNER, self.as_is_label)
         store.set_study_attr(study, StudyKey.BASELINE, self.baseline_text)
         store.set_study_attr(study, StudyKey.NOTES, list(self.notes))
+        store.set_study_attr(study, StudyKey.TIME_SPLIT, self.time_split)
 
     @classmethod
     def load(cls, study: optuna.Study, *, storage: str) -> StudyResult:
@@ -122,6 +134,7 @@ class StudyResult:
             device=(workload or {}).get("device"),
             workload=workload,
             machine=attrs.get(StudyKey.MACHINE),
+            time_split=attrs.get(StudyKey.TIME_SPLIT) or {},
         )
 
 

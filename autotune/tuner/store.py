@@ -80,6 +80,7 @@ class StudyKey:
     MACHINE = "machine"  # best_file.machine_section(): the hosts of the study are all alike
     BEST_FILE = "best_yaml"  # best.yaml as the host that confirmed wrote it, for every host
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
+    TIME_SPLIT = "time_split_s"  # the last run's seconds per phase (result.STUDY_PHASES)
 
 
 BASELINE = "baseline"

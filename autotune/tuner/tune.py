@@ -3,11 +3,12 @@ confirmation, and the result."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
@@ -60,6 +61,23 @@ def tune(
     return result, best
 
 
+class Stopwatch:
+    """Seconds spent in each named phase: ``with spent("search"): ...``."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds: dict[str, float] = {}
+        self.clock = clock
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = self.clock()
+        try:
+            yield
+        finally:
+            elapsed = self.clock() - started
+            self.seconds[phase] = round(self.seconds.get(phase, 0.0) + elapsed, 1)
+
+
 def _search_and_confirm(
     session: Session, study: optuna.Study, leases: Leases, export: Export
 ) -> tuple[StudyResult, Path | None]:
@@ -68,18 +86,18 @@ def _search_and_confirm(
     with leases.one_at_a_time(NEXT_TRIAL):
         if not study.get_trials(deepcopy=False):
             store.enqueue(study, baseline_params, {store.TrialKey.ROLE: store.BASELINE})
+    spent = Stopwatch()
     with stoppable(run_trial) as (stop, run):
-        reference_points(session, study, run, leases)
-        started = time.monotonic()
-        search(study, Objective(session, run=run), stop, leases)
-        search_wall_s = time.monotonic() - started
+        with spent("references"):
+            reference_points(session, study, run, leases)
+        with spent("search"):
+            search(study, Objective(session, run=run), stop, leases)
         baseline = session.space.suggest(optuna.trial.FixedTrial(baseline_params))
         hosts.wait_for_trials_elsewhere(study, stop)
         outcome: list[tuple[StudyResult, Path | None]] = []
 
         def confirm_here() -> Path | None:
-            result = _result(session, study, baseline, stop, run)
-            result = dataclasses.replace(result, search_wall_s=search_wall_s)
+            result = _result(session, study, baseline, stop, run, spent)
             outcome.append((result, export(result)))
             return outcome[-1][1]
 
@@ -169,10 +187,13 @@ def _result(
     baseline: PipelineConfig,
     stop: threading.Event,
     run: Run,
+    spent: Stopwatch,
 ) -> StudyResult:
-    """Confirms the finalists (unless stopped), names the winner and stores it."""
+    """Confirms the finalists (unless stopped), names the winner and stores it, with where
+    the run's time went."""
     trials = study.get_trials(deepcopy=False)
-    confirmed, notes = _confirmed(session, study, baseline, stop, run)
+    with spent("confirmation"):
+        confirmed, notes = _confirmed(session, study, baseline, stop, run)
     interrupted = stop.is_set()
     notes = [*session.space.notes, *notes]
     winner = as_is_winner = worth = None
@@ -182,7 +203,8 @@ def _result(
         notes += winner_notes
         if not stop.is_set() and winner.label != store.BASELINE:
             noise = run_to_run(confirmed)  # a one-round row must differ by more
-            worth = measure_worth(session, study, winner, baseline, run=run, run_to_run=noise)
+            with spent("worth"):
+                worth = measure_worth(session, study, winner, baseline, run=run, run_to_run=noise)
             interrupted = stop.is_set()
         if worth is not None:
             said = (reduced_decode_note(worth, winner.config), faster_note(worth))
@@ -203,6 +225,7 @@ def _result(
         counts=trial_counts(trials),
         failures=failure_counts(trials),
         device=session.device,
+        time_split=spent.seconds,
         interrupted=interrupted,
     )
     if confirmed:  # what report.md is rebuilt from (mode=report): the storage alone

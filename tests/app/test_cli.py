@@ -41,6 +41,12 @@ def test_quick_study_writes_a_usable_best_yaml(quick_study):
     assert "loader_kwargs(best.yaml), your pipeline as it is" in result.stdout
     assert "optuna-dashboard sqlite:///studies/autotune.db" in result.stdout
     assert "baseline" in result.stdout and "ceiling" in result.stdout
+    # where the run's time went; QUICK has no worth table
+    assert re.search(
+        r"^time: references [\d.]+, search [\d.]+, confirmation [\d.]+ min; [\d.]+ min in all$",
+        result.stdout,
+        re.M,
+    )
 
 
 @pytest.mark.slow

@@ -3,6 +3,8 @@ it alone, each way's pick and the ratios between them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
 from autotune.tuner.result import StudyResult, trial_of_row
@@ -31,11 +33,14 @@ def test_a_result_saved_on_the_study_reads_back_the_same() -> None:
         {"label": "baseline", "trial_number": None, "samples_per_s": 100.0},
         {"label": "trial 2", "trial_number": 2, "samples_per_s": 300.0},
     )
+    spent = {"references": 40.0, "search": 400.0, "confirmation": 460.0}
     saved = StudyResult(
         "s", "mem", rows, "trial 2", "baseline", PICKED, baseline_text="tutorial", notes=("n",)
     )
+    saved = dataclasses.replace(saved, time_split=spent)
     saved.save(study)
     loaded = StudyResult.load(study, storage="mem")
+    assert loaded.time_split == spent and loaded.search_wall_s == 400.0
     assert loaded.confirmed == rows and loaded.best == PICKED
     assert (loaded.winner_label, loaded.as_is_label) == ("trial 2", "baseline")
     assert (loaded.baseline_text, loaded.notes) == ("tutorial", ("n",))
