@@ -152,6 +152,7 @@ class StudyConfig:
     n_startup_trials: int = 6  # TPE's random start, after the enqueued baseline
     polish_fraction: float = 0.25  # last trials: the best's unmeasured one-knob neighbours
     as_is_share: float = 0.3  # of the search's trials, on the pipeline as it is (loader_kwargs)
+    step_bound_wait: float = 0.05  # a best waiting less for data ends TPE early: the step binds
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
     worth_budget: float = 0.25  # what each setting is worth: at most this share of the search
@@ -165,10 +166,8 @@ class StudyConfig:
 
     def __post_init__(self) -> None:
         _require(self.n_trials >= 1, f"study.n_trials must be >= 1, got {self.n_trials}")
-        _require(
-            self.timeout is None or self.timeout > 0,
-            f"study.timeout must be a positive number of seconds, got {self.timeout}",
-        )
+        timeout_ok = self.timeout is None or self.timeout > 0
+        _require(timeout_ok, f"study.timeout must be > 0 seconds, got {self.timeout}")
         _require(self.trial_timeout > 0, "study.trial_timeout must be > 0 seconds")
         _require(self.heartbeat_s >= 1, "study.heartbeat_s must be >= 1 second")
         if self.storage.startswith("postgresql://") and not importlib.util.find_spec("psycopg2"):
@@ -176,6 +175,7 @@ class StudyConfig:
         _require(self.confirm_top_k >= 0, "study.confirm_top_k must be >= 0")
         _require(0 <= self.polish_fraction <= 1, "study.polish_fraction must be in [0, 1]")
         _require(0 <= self.as_is_share <= 1, "study.as_is_share must be in [0, 1]")
+        _require(0 <= self.step_bound_wait < 1, "study.step_bound_wait must be in [0, 1)")
         _require(self.confirm_rounds >= 1, "study.confirm_rounds must be >= 1")
         _require(self.worth_budget >= 0, "study.worth_budget must be >= 0 (0: none)")
         _require(self.worth_rounds >= 1, "study.worth_rounds must be >= 1")

@@ -3,6 +3,8 @@ polish of each way's best so far."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -10,12 +12,17 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
+from autotune.schema import StudyConfig
+from autotune.session import SearchSpace
 from autotune.tuner import storage, store
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.polish import enqueue_instead_of_repeat, enqueue_polish_step
 from autotune.tuner.progress import StudyProgress
+from autotune.tuner.store import TrialKey
 from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is
+
+log = logging.getLogger(__name__)
 
 NEXT_TRIAL = "next trial"  # the lease that starts trials one at a time across hosts
 
@@ -25,10 +32,11 @@ def search(
     objective: Objective,
     stop: threading.Event,
     leases: Leases,
-) -> None:
+) -> str | None:
     """TPE for most of the budget, ``study.as_is_share`` of its trials on the pipeline as it
     is; then a polish (``polish``): from each way's best so far, its unmeasured one-knob
-    neighbours, the ways in turn, so a step TPE missed is not left on the table.
+    neighbours, the ways in turn, so a step TPE missed is not left on the table. Returns why
+    TPE ended early (``step_binds``), or None.
 
     Hosts sharing the study start their trials one at a time (``NEXT_TRIAL``): each counts
     the trials started anywhere, queues the next step and asks for its trial under the
@@ -47,26 +55,8 @@ def search(
     def time_left() -> float | None:
         return None if deadline is None else deadline - time.monotonic()
 
-    def queue_tpe() -> None:
-        if _waiting(study):
-            return
-        finished = study.get_trials(deepcopy=False, states=store.FINISHED)
-        if (
-            finished
-            and store.is_repeat(finished[-1])
-            and enqueue_instead_of_repeat(
-                study, space, as_is=both_ways and is_as_is(finished[-1].params)
-            )
-        ):
-            return
-        measured = store.measured(finished)
-        if both_ways and as_is_is_due(measured, study_conf.as_is_share):
-            ask_for_as_is(study)
-
-    def queue_polish() -> None:
-        if not _waiting(study):
-            enqueue_polish_step(study, space, both_ways)
-
+    queue_tpe = functools.partial(_queue_tpe, study, space, both_ways, study_conf.as_is_share)
+    queue_polish = functools.partial(_queue_polish, study, space, both_ways)
     quiet = objective.session.conf.quiet
     with StudyProgress(study_conf.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
@@ -76,10 +66,63 @@ def search(
                 return False
             return _run_one(study, objective, leases, until, queue, left, stop, progress)
 
-        while run_one(study_conf.n_trials - polish, queue_tpe):
+        binds = None
+        while binds is None and run_one(study_conf.n_trials - polish, queue_tpe):
+            binds = step_binds(study, study_conf)
+        # ended early: the polish's share of trials from here, not the rest of the budget
+        polish_until = study_conf.n_trials
+        if binds is not None:
+            log.info("%s", binds)
+            spent = store.spent(study, free_repeats=study_conf.n_trials)
+            polish_until = min(polish_until, spent + polish)
+        while run_one(polish_until, queue_polish):
             pass
-        while run_one(study_conf.n_trials, queue_polish):
-            pass
+    return binds
+
+
+def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: float) -> None:
+    """What TPE's next trial is, where it is not TPE's pick: the nearest unmeasured neighbour
+    after a repeat, or a trial of the pipeline as it is when that way is due its ``share``."""
+    if _waiting(study):
+        return
+    finished = study.get_trials(deepcopy=False, states=store.FINISHED)
+    if (
+        finished
+        and store.is_repeat(finished[-1])
+        and enqueue_instead_of_repeat(
+            study, space, as_is=both_ways and is_as_is(finished[-1].params)
+        )
+    ):
+        return
+    if both_ways and as_is_is_due(store.measured(finished), share):
+        ask_for_as_is(study)
+
+
+def _queue_polish(study: optuna.Study, space: SearchSpace, both_ways: bool) -> None:
+    if not _waiting(study):
+        enqueue_polish_step(study, space, both_ways)
+
+
+def step_binds(study: optuna.Study, study_conf: StudyConfig) -> str | None:
+    """Why TPE can end now, or None: after its random start, the best trial so far waits
+    less than ``study.step_bound_wait`` of each step for data. The step binds: more workers
+    or buffers give it little, as the loader already keeps up."""
+    threshold = study_conf.step_bound_wait
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    measured = store.measured(complete)
+    if threshold <= 0 or len(measured) <= study_conf.n_startup_trials:
+        return None
+    best = max(measured, key=lambda t: t.value or 0.0)
+    waited = store.trial_attr(best, TrialKey.DATA_WAIT)
+    if waited is None or waited >= threshold:
+        return None
+    return (
+        f"the step binds: the best so far, trial {best.number} "
+        f"({store.trial_attr(best, TrialKey.CONFIG)}), waits {waited:.0%} of each step for "
+        f"data (under study.step_bound_wait={threshold:.0%}): the loader has little left to "
+        f"win, so the search ended after {len(measured)} of {study_conf.n_trials} trials and "
+        "a polish"
+    )
 
 
 def _run_one(

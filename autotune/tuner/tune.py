@@ -91,13 +91,14 @@ def _search_and_confirm(
         with spent("references"):
             reference_points(session, study, run, leases)
         with spent("search"):
-            search(study, Objective(session, run=run), stop, leases)
+            ended_early = search(study, Objective(session, run=run), stop, leases)
         baseline = session.space.suggest(optuna.trial.FixedTrial(baseline_params))
         hosts.wait_for_trials_elsewhere(study, stop)
         outcome: list[tuple[StudyResult, Path | None]] = []
 
         def confirm_here() -> Path | None:
-            result = _result(session, study, baseline, stop, run, spent)
+            said = (ended_early,) if ended_early else ()
+            result = _result(session, study, baseline, stop, run, spent, said)
             outcome.append((result, export(result)))
             return outcome[-1][1]
 
@@ -188,14 +189,15 @@ def _result(
     stop: threading.Event,
     run: Run,
     spent: Stopwatch,
+    search_notes: tuple[str, ...] = (),
 ) -> StudyResult:
     """Confirms the finalists (unless stopped), names the winner and stores it, with where
-    the run's time went."""
+    the run's time went and what the search said (``search_notes``)."""
     trials = study.get_trials(deepcopy=False)
     with spent("confirmation"):
         confirmed, notes = _confirmed(session, study, baseline, stop, run)
     interrupted = stop.is_set()
-    notes = [*session.space.notes, *notes]
+    notes = [*search_notes, *session.space.notes, *notes]
     winner = as_is_winner = worth = None
     baseline_text = _baseline_text(session, baseline)
     if confirmed:

@@ -3,6 +3,7 @@ repeats that cost nothing, a stop that starts nothing, and hosts sharing one stu
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 import time
@@ -65,6 +66,52 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
     assert [t.user_attrs["polished_as_is"] for t in polish] == [False, False, True, False]
     assert all(is_as_is(t.params) for t in polish if t.user_attrs["polished_as_is"])
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)  # none pruned
+
+
+def _binding_step_run(job, *, timeout_s, should_prune=lambda i, v: False):
+    """As ``_fake_run``, but the step binds: the loader keeps up, data wait 1 %."""
+    outcome = _fake_run(job, timeout_s=timeout_s, should_prune=should_prune)
+    m = dataclasses.replace(outcome.measurement, data_wait_fraction=0.01)
+    return dataclasses.replace(outcome, measurement=m)
+
+
+@pytest.mark.slow  # a search of its own: seconds
+def test_a_step_that_binds_ends_the_search_after_the_random_start_and_a_polish(
+    tmp_path,
+) -> None:
+    session = make_session(
+        [
+            "study.n_trials=16",
+            "study.n_startup_trials=3",
+            f"study.storage=sqlite:///{tmp_path}/s.db",
+            "study.name=binds",
+            "study.epoch_aware=false",
+        ]
+    )
+    study = storage.open_study(session.conf.study, session.fingerprint)
+    run = _binding_step_run
+    said = search(study, Objective(session, run=run), threading.Event(), _leases(session))
+    trials = store.measured(study.get_trials())
+    polish = [t for t in trials if store.role_of(t) == store.POLISH]
+    # the baseline and the random start (4 > 3), then the polish's 4: not the 16
+    assert (len(trials), len(polish)) == (8, 4)
+    assert said.startswith("the step binds: the best so far, trial ")
+    assert "waits 1% of each step for data (under study.step_bound_wait=5%)" in said
+    assert "the search ended after 4 of 16 trials and a polish" in said
+    # turned off, the same search spends its whole budget
+    off = make_session(
+        [
+            "study.n_trials=6",
+            "study.n_startup_trials=3",
+            "study.step_bound_wait=0",
+            f"study.storage=sqlite:///{tmp_path}/s.db",
+            "study.name=binds-off",
+            "study.epoch_aware=false",
+        ]
+    )
+    study = storage.open_study(off.conf.study, off.fingerprint)
+    assert search(study, Objective(off, run=run), threading.Event(), _leases(off)) is None
+    assert len(store.measured(study.get_trials())) == 6
 
 
 def test_a_stopped_search_starts_no_trial(tmp_path) -> None:
