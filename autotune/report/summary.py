@@ -103,7 +103,7 @@ class Summary:
             return "the input pipeline limits"
         if bound and winner["steady"] >= 0.8 * bound:
             return "the input pipeline's decode and augmentation limit"
-        alone = f" (decode + augment alone: {bound:.0f} {UNIT} on all cores)" if bound else ""
+        alone = f" (the loader's CPU work alone: {bound:.0f} {UNIT} on all cores)" if bound else ""
         return f"the shared cores limit: on a CPU device the step and the loader share them{alone}"
 
     def worth_rows(self) -> list[tuple[str, str, str, str, str, str, str]]:
@@ -189,7 +189,7 @@ class Summary:
             on_device = "train step on a batch already on the device"
             out.append(("", "ceiling", f"{self.result.ceiling:.1f}", "", on_device, ""))
         for label, value in self.bounds():
-            decode = "decode + augment on all usable CPUs"
+            decode = "the loader's CPU work on all usable CPUs"
             out.append(("", label, f"{value:.1f}", "", decode, ""))
         return out
 

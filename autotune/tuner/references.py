@@ -1,5 +1,6 @@
 """The study's reference points, measured once per study: the ceiling (the step with data
-already in memory) and the CPU-work bound (what decoding and augmenting allow on all CPUs)."""
+already in memory) and the CPU-work bound (what decoding and augmenting, or the user's own
+Dataset's reads, allow on all CPUs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import optuna
 from autotune.pipeline import decoders, recipes
 from autotune.pipeline.config import AS_IS
 from autotune.pipeline.sources import Source
+from autotune.runtime.own_stages import profile_own
 from autotune.runtime.stages import profile_stages
 from autotune.session import Session
 from autotune.session.session import Run
@@ -24,11 +26,14 @@ BOUND_PROFILE_SAMPLES = 48  # samples profiled per decoder for the CPU-work boun
 
 def measure_cpu_work_bound(session: Session) -> dict[str, float]:
     """Per CPU decoder of the space: usable CPUs / CPU seconds per sample of read, decode,
-    augment and collate (``runtime.stages``): what no worker count can exceed."""
+    augment and collate (``runtime.stages``): what no worker count can exceed. Of the user's
+    own Dataset, read as it is: of its read and its collate (``runtime.own_stages``)."""
     conf = session.conf
+    cpus = session.facts.usable_cpus
     if not isinstance(session.source, Source):
-        log.info("no CPU-work bound: the stages of your own Dataset are its own")
-        return {}
+        log.info("profiling your Dataset's read and collate: the CPU-work bound")
+        own = profile_own(session.source, BOUND_PROFILE_SAMPLES, conf.batch_size, conf.seed)
+        return {AS_IS: round(own.cpu_work_bound(cpus), 1)}
     log.info("profiling the loader's stages per decoder: the CPU-work bound")
     recipe = recipes.from_config(conf.recipe)
     names = session.space.choices("decoder") or [AS_IS]  # no decoders: as it is
@@ -39,7 +44,7 @@ def measure_cpu_work_bound(session: Session) -> dict[str, float]:
         profile = profile_stages(
             session.source, recipe, name, BOUND_PROFILE_SAMPLES, conf.batch_size, conf.seed
         )
-        bounds[name] = round(profile.cpu_work_bound(session.facts.usable_cpus), 1)
+        bounds[name] = round(profile.cpu_work_bound(cpus), 1)
     return bounds
 
 

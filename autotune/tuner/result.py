@@ -44,7 +44,8 @@ class StudyResult:
     best_params: dict[str, Any] | None = None  # the winning trial's params
     baseline_text: str | None = None  # what the baseline runs, in one line
     ceiling: float | None = None  # samples/s of the step on a batch already on the device
-    # samples/s the decode + augment work allows on all usable CPUs: one, or one per decoder
+    # samples/s the loader's CPU work (decode + augment, or the user's own Dataset's read)
+    # allows on all usable CPUs: one, or one per decoder
     cpu_work_bound: float | dict[str, float] | None = None
     notes: tuple[str, ...] = ()
     worth: dict[str, Any] | None = None  # what each setting is worth (WorthTable.to_dict())

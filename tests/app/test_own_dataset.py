@@ -42,6 +42,8 @@ def test_a_dataset_of_the_user_s_own_is_tuned_verified_and_diagnosed(tmp_path) -
     out = result.stdout
     assert f"48 samples of userdata_example.WavFiles(root='{clips}')" in out
     assert "left out: your own Dataset is read as it is" in out
+    # its read and collate, profiled: what no number of workers can exceed
+    assert re.search(r"CPU-work bound \(as_is\)\s+[\d.]+\s+the loader's CPU work", out)
     folder = tmp_path / "studies" / "wavfiles-specnet"
     best = yaml.safe_load((folder / "best.yaml").read_text())
     # its names recorded, never its contents
