@@ -22,10 +22,13 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 def _figures(result: StudyResult, picked: Row) -> dict[str, Any]:
     """A pick's confirmed rate over an epoch, its IQR and its ratio to the baseline."""
+    claimed = result.speedup_range_of(picked["label"])
     return {
         "samples_per_s": picked["samples_per_s"],
         "samples_per_s_iqr": list(picked["iqr"]),
         "speedup_vs_baseline": _round(result.speedup_of(picked["label"]), 2),
+        # the IQR's ends over the baseline's median: the range the rounds measured
+        "speedup_vs_baseline_iqr": [round(v, 2) for v in claimed] if claimed else None,
         "picked": picked["label"],
     }
 

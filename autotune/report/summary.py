@@ -38,9 +38,10 @@ class Summary:
             ("build_loader(best.yaml)", self.result.winner_label, "the whole tuned pipeline"),
             ("loader_kwargs(best.yaml)", self.result.as_is_label, "your pipeline as it is"),
         ):
-            ratio = self.result.speedup_of(label)
+            ratio, spread = self.result.speedup_of(label), self.result.speedup_range_of(label)
             if ratio is not None:
-                lines.append(f"{way}, {what} ({label}): {ratio:.2f}x the baseline")
+                measured = f" (IQR {spread[0]:.2f}-{spread[1]:.2f})" if spread else ""
+                lines.append(f"{way}, {what} ({label}): {ratio:.2f}x the baseline{measured}")
         return lines
 
     def marks(self, label: str) -> str:

@@ -82,6 +82,15 @@ class StudyResult:
             picked["samples_per_s"] if picked else None, base["samples_per_s"] if base else None
         )
 
+    def speedup_range_of(self, label: str | None) -> tuple[float, float] | None:
+        """The range the claim's rounds measured: the pick's IQR over the baseline's median
+        (as ``mode=verify`` states its own)."""
+        picked, base = self.row(label), self.baseline
+        if picked is None or base is None or not base["samples_per_s"]:
+            return None
+        low, high = picked["iqr"]
+        return (low / base["samples_per_s"], high / base["samples_per_s"])
+
     @property
     def speedup(self) -> float | None:
         return self.speedup_of(self.winner_label)

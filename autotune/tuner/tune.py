@@ -205,7 +205,8 @@ def _result(
         notes += winner_notes
         if not stop.is_set() and winner.label != store.BASELINE:
             noise = run_to_run(confirmed)  # a one-round row must differ by more
-            with spent("worth"):
+            measuring = session.conf.study.worth_budget > 0  # 0: no table, no phase
+            with spent("worth") if measuring else contextlib.nullcontext():
                 worth = measure_worth(session, study, winner, baseline, run=run, run_to_run=noise)
             interrupted = stop.is_set()
         if worth is not None:

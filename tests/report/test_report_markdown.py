@@ -260,7 +260,7 @@ def assert_every_comparison_is_controlled(text: str, worth: dict) -> None:
     } | {f"{r['samples_per_s'] / winner:.2f}" for r in worth["rows"]}
     for line in comparative_lines(text):
         if line.startswith(("- build_loader(best.yaml)", "- loader_kwargs(best.yaml)")):
-            assert line.endswith("x the baseline"), line
+            assert re.search(r"x the baseline \(IQR [\d.]+-[\d.]+\)$", line), line
             continue
         for ratio in RATIO.findall(line):
             assert ratio in one_setting, f"not a one-setting comparison: {line}"

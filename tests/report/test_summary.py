@@ -1,8 +1,12 @@
-"""The summary printed at the end of a study: here, where its time went."""
+"""The summary printed at the end of a study: each claim with its range, and where the
+study's time went."""
 
 from __future__ import annotations
 
-from autotune.report.summary import time_line
+import pytest
+
+from autotune.report.summary import Summary, time_line
+from autotune.tuner.result import StudyResult
 
 
 def test_the_time_split_is_each_phase_that_ran_in_minutes_in_order() -> None:
@@ -15,3 +19,22 @@ def test_the_time_split_is_each_phase_that_ran_in_minutes_in_order() -> None:
         "time: references 0.5, search 1.5 min; 2.0 min in all"
     )
     assert time_line({}) == ""  # a result from before the split was kept
+
+
+def test_each_claim_is_stated_with_the_range_its_rounds_measured() -> None:
+    rows = (
+        {"label": "baseline", "samples_per_s": 200.0, "iqr": [190.0, 210.0]},
+        {"label": "trial 4", "samples_per_s": 260.0, "iqr": [242.0, 278.0]},
+    )
+    result = StudyResult("s", "mem", rows, winner_label="trial 4", as_is_label="baseline")
+    assert result.speedup_range_of("trial 4") == pytest.approx((1.21, 1.39))
+    lines = Summary(result).ways()
+    assert (
+        "build_loader(best.yaml), the whole tuned pipeline (trial 4): 1.30x the baseline "
+        "(IQR 1.21-1.39)" in lines
+    )
+    assert (
+        "loader_kwargs(best.yaml), your pipeline as it is (baseline): 1.00x the baseline "
+        "(IQR 0.95-1.05)" in lines
+    )
+    assert StudyResult("s", "mem", rows[1:]).speedup_range_of("trial 4") is None  # no baseline
