@@ -226,7 +226,8 @@ def _end(
     )
     if reported:
         child.join(GRACEFUL_EXIT_S)
-    _kill_group(child.pid)  # then nothing of the trial survives it, workers included
+    # then nothing of the trial survives it, workers included
+    _kill_group(child.pid, reaped=child.exitcode is not None)
     child.join(10)
     conn.close()
 
@@ -247,14 +248,15 @@ def _tree_memory(pid: int) -> int:
     return total
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pid: int, *, reaped: bool) -> None:
     """Kills the child's process group; a child stopped so early that it has no group of its
-    own yet (nor workers) is killed alone."""
+    own yet (nor workers) is killed alone, unless it was reaped (its pid may be another's)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        if not reaped:  # unreaped, the pid is still the child's, even once it has ended
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _death(exitcode: int | None) -> TrialOutcome:

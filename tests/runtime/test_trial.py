@@ -151,8 +151,14 @@ def test_a_child_stopped_before_it_has_a_group_of_its_own_is_killed_alone() -> N
     early = subprocess.Popen(["sleep", "60"])  # in this process's group, as the child is then
     with pytest.raises(ProcessLookupError):
         os.killpg(early.pid, 0)  # no group of its own to kill
-    trial._kill_group(early.pid)
+    trial._kill_group(early.pid, reaped=False)
     assert early.wait(timeout=10) == -signal.SIGKILL
+    # a child already reaped: its pid may be another process's now, which is left alone
+    other = subprocess.Popen(["sleep", "60"])
+    trial._kill_group(other.pid, reaped=True)
+    assert other.poll() is None
+    other.kill()
+    other.wait()
 
 
 def test_the_fork_server_preloads_the_childs_code() -> None:
