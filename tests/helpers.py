@@ -22,24 +22,14 @@ import optuna
 
 from autotune import machine
 from autotune.app.cli import compose, to_config
+from autotune.app.selfcheck_paths import QUICK as SELFCHECK_QUICK
 from autotune.pipeline.sources import Source
 from autotune.session import SearchSpace, Session
 
 TESTS = Path(__file__).parent
-# Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials.
-QUICK = [
-    "search_space=quick",
-    "window=quick",
-    "dataset.count=48",
-    "dataset.num_classes=3",
-    "recipe.crop_size=64",
-    "batch_size=8",
-    "study.n_trials=4",
-    "study.n_startup_trials=2",
-    "study.confirm_top_k=1",
-    "study.confirm_rounds=1",
-    "study.worth_budget=0",  # no worth table: a test that checks it adds WORTH
-]
+# Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials; the same
+# settings the self-check's study runs. No worth table: a test that checks it adds WORTH.
+QUICK = list(SELFCHECK_QUICK)
 # what each setting is worth: measured even in a short search (the table takes seconds)
 WORTH = ["study.worth_budget=2"]
 

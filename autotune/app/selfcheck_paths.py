@@ -27,7 +27,7 @@ from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig
 from autotune.session.data import load_source
 
-# the quick settings the tests use (tests/helpers.py's QUICK): a real study in about a minute
+# a real study in about a minute (the tests' own quick study, tests/helpers.py's QUICK)
 QUICK = [
     "search_space=quick",
     "window=quick",

@@ -17,7 +17,8 @@ from autotune.diagnose.storage import Storage
 from autotune.pipeline import decoders
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
-from autotune.runtime.stages import LOADER_STAGES, StageProfile, StageTime
+from autotune.runtime.sample_stages import LOADER_STAGES
+from autotune.runtime.stages import StageProfile, StageTime
 from autotune.session.read_wait import WAITING
 
 BUSY = 1.1  # a rate this much above one that bounds it: the machine was busy

@@ -20,7 +20,7 @@ from torch.utils.data import IterableDataset, default_collate
 
 from autotune.pipeline.user_data import UserData
 from autotune.runtime.sample_stages import StageClock
-from autotune.runtime.stages import OWN_READ, SampleTime, StageProfile, StageTime, pick
+from autotune.runtime.stages import OWN_READ, SampleTime, StageProfile, per_sample, pick
 from autotune.runtime.threads import threads
 
 OWN_STAGES = (OWN_READ, "collate")
@@ -44,12 +44,7 @@ def profile_own(
         total, samples = _time(reads, collate or default_collate, batch_size)
     if not samples:
         raise ValueError(f"{data.target} gave no samples to profile")
-    n = len(samples)
-    stages = {
-        name: StageTime(cpu_s=total.cpu[name] / n, wall_s=total.wall[name] / n)
-        for name in OWN_STAGES
-    }
-    return StageProfile("as_is", stages, tuple(samples))
+    return StageProfile("as_is", per_sample(total, len(samples)), tuple(samples))
 
 
 # (which sample, in words; a read of it)

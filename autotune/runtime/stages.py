@@ -27,7 +27,6 @@ from autotune.pipeline.prepared import DecodedPixels
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
 from autotune.runtime.sample_stages import (
-    LOADER_STAGES,
     SampleStages,
     StageClock,
     sample_stages,
@@ -168,12 +167,17 @@ def profile_stages(
         total, samples, skipped = _time_samples(source, sample, chosen, batch_size)
     if not samples:
         raise ValueError(f"none of the {len(chosen)} samples could be decoded")
-    n = len(samples)
-    stages = {
+    return StageProfile(
+        decoder_name, per_sample(total, len(samples)), tuple(samples), tuple(skipped)
+    )
+
+
+def per_sample(total: StageClock, n: int) -> dict[str, StageTime]:
+    """Each stage's seconds per sample: what ``total`` charged over ``n`` samples."""
+    return {
         name: StageTime(cpu_s=total.cpu[name] / n, wall_s=total.wall[name] / n)
-        for name in LOADER_STAGES
+        for name in total.cpu
     }
-    return StageProfile(decoder_name, stages, tuple(samples), tuple(skipped))
 
 
 def _time_samples(
