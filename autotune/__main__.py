@@ -1,8 +1,7 @@
 """``python -m autotune [overrides]``."""
 
-import sys
-
 from autotune.app.cli import main
+from autotune.app.exit_codes import exit_now
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

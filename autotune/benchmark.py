@@ -1,8 +1,7 @@
 """``python -m autotune.benchmark``: the benchmark's command (``autotune.app.benchmark``)."""
 
-import sys
-
 from autotune.app.benchmark import main
+from autotune.app.exit_codes import exit_now
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -39,3 +43,19 @@ def exit_code(prog: str, body: Callable[[], int], *, interrupted: str = "interru
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
         return exit_status()
+
+
+def exit_now(code: int) -> NoReturn:
+    """Ends the process with ``code`` once the exit handlers have run and the output is
+    flushed, without the interpreter's teardown. With torch imported that teardown (every
+    module's objects freed, the C++ libraries' static destructors) took 2 s after an import
+    alone and 4.5 s after a study here, after the work was saved: time that a scheduler's grace
+    period after SIGTERM, and every run, should not pay. The study's storage has committed
+    each write by then. A thread still working is waited for as the interpreter would."""
+    main = threading.main_thread()
+    if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # logging's flush, multiprocessing's children, the user's own
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
