@@ -7,10 +7,18 @@ Example:
 
 from typing import Any
 
+from autotune.online.loader import DataLoader
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.user_api import build_loader, load_pipeline_config, loader_kwargs
 
-__all__ = ["PipelineConfig", "build_loader", "load_pipeline_config", "loader_kwargs", "tune"]
+__all__ = [
+    "DataLoader",
+    "PipelineConfig",
+    "build_loader",
+    "load_pipeline_config",
+    "loader_kwargs",
+    "tune",
+]
 __version__ = "0.1.0"
 
 

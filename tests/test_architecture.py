@@ -38,6 +38,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "app": {
         "api",
         "report",
+        "online",
         "tuner",
         "diagnose",
         "verify",
@@ -47,6 +48,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "leaf",
     },
     "report": {"tuner", "diagnose", "session", "runtime", "pipeline", "leaf"},
+    "online": {"tuner", "session", "runtime", "pipeline", "leaf"},  # the tuner's rules, in a run
     "tuner": {"session", "runtime", "pipeline", "leaf"},  # not report, not diagnose
     "diagnose": {"session", "runtime", "pipeline", "leaf"},  # not report, not tuner
     "verify": {
@@ -60,7 +62,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "runtime": {"pipeline", "leaf"},
     "pipeline": {"leaf"},
     "leaf": set(),
-    "api": {"pipeline"},  # autotune/__init__.py: the public API
+    "api": {"online", "pipeline"},  # autotune/__init__.py: the public API
 }
 LAYER_FOLDERS = set(MAY_IMPORT) - {"entry", "leaf", "api"}  # the rest are folders
 LEAF_MODULES = {"errors", "schema", "machine"}  # autotune/<name>.py

@@ -59,9 +59,12 @@ class PipelineConfig:
     # eases head-of-line blocking on uneven samples (which batch comes when changes)
     in_order: bool = knob(
         True, LOADER, torch_default=True, worth_rank=11, needs_workers=True,
-        replaced_by_loader=True, label=lambda c: None if c.in_order else "unordered",
+        replaced_by_loader=True, shapes_batches=True,
+        label=lambda c: None if c.in_order else "unordered",
     )
-    drop_last: bool = knob(True, LOADER, as_is=False, searched=False)  # the recipe's semantics
+    drop_last: bool = knob(  # the recipe's semantics
+        True, LOADER, as_is=False, searched=False, shapes_batches=True,
+    )
     decoder: str = knob(  # inactive: a space without decoders tunes the pipeline as it is
         "pil", PIPELINE, inactive=AS_IS, as_is=AS_IS, values=DECODER_VALUES,
         label=lambda c: "decoded" if c.cache == "decoded" else c.decoder,  # nothing to decode
@@ -111,7 +114,7 @@ class PipelineConfig:
         label=lambda c: f"t{c.main_threads}" if c.main_threads else "t-default",
     )
     batch_size: int = knob(  # inactive None: always active
-        32, LOADER, torch_default=BASELINE, worth_rank=10, inactive=None,
+        32, LOADER, torch_default=BASELINE, worth_rank=10, inactive=None, shapes_batches=True,
         label=lambda c: f"bs{c.batch_size}",
     )
     # fmt: on
@@ -241,6 +244,9 @@ PIPELINE_KEYS = tuple(n for n, t in KNOBS.items() if t.layer is not Layer.LOADER
 NEED_WORKERS = tuple(n for n, t in KNOBS.items() if t.needs_workers)
 # only tried on a CUDA device
 NEED_CUDA = tuple(n for n, t in KNOBS.items() if t.needs_cuda)
+# what autotune.DataLoader may change between two batches of a training run: the pipeline as
+# it is's settings that leave the batches the loop receives as they are
+SWITCHABLE = tuple(n for n, t in KNOBS.items() if t.as_is is TUNED and not t.shapes_batches)
 # what "as it is" holds: the Dataset's own output crosses as it comes, copied with .to(device)
 AS_IS_FIXED = {n: t.as_is for n, t in KNOBS.items() if t.as_is is not TUNED}
 # what __post_init__ reads for every config, worked out once

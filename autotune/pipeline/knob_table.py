@@ -73,6 +73,9 @@ class KnobTraits:
             threads), its value there when unset; such a setting is None without it.
         values: the closed set of values it may take (checked), or None.
         searched: a knob a search space may name (``drop_last`` is the recipe's, not one).
+        shapes_batches: it changes which samples the loop receives in which batch, or in
+            what order (``batch_size``, ``drop_last``, ``in_order``): a training run's own
+            choice, which ``autotune.DataLoader`` keeps as passed while it tunes the rest.
         label: its part of a config's progress line (``w4``, ``persist``), or None.
     """
 
@@ -87,6 +90,7 @@ class KnobTraits:
     own_loader_default: int | None = None
     values: tuple[Any, ...] | None = None
     searched: bool = True
+    shapes_batches: bool = False
     label: Label | None = None
 
 

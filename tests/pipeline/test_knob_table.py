@@ -21,6 +21,7 @@ from autotune.pipeline.config import (
     LOADER_KEYS,
     NEED_WORKERS,
     PIPELINE_KEYS,
+    SWITCHABLE,
     PipelineConfig,
 )
 from autotune.pipeline.knob_table import NO_DEFAULT, TUNED, Layer, knob, table
@@ -109,3 +110,13 @@ def test_a_config_without_workers_puts_every_worker_knob_back() -> None:
     serial = config.without_workers(main_threads=1)
     assert (serial.num_workers, serial.main_threads) == (0, 1)
     assert all(getattr(serial, name) == KNOBS[name].inactive for name in NEED_WORKERS)
+
+
+def test_what_a_training_run_may_switch_leaves_its_batches_as_they_are() -> None:
+    assert SWITCHABLE == (
+        "num_workers",
+        "prefetch_factor",
+        "persistent_workers",
+        "pin_memory",
+        "main_threads",
+    )

@@ -1,0 +1,277 @@
+"""Tests for autotune.online.loader: ``autotune.DataLoader`` gives the loop exactly what
+torch's DataLoader gives with the same arguments and generator, while its settings switch
+between batches (real workers, started and shut down at each switch); it refuses what torch
+refuses, the same way; a switch whose workers really crash falls back and loses nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    get_worker_info,
+)
+
+import autotune
+from autotune.pipeline.config import AS_IS, PipelineConfig
+
+N = 50  # samples
+
+
+class Indices(Dataset):
+    """Sample i is i: what the loop receives names the indices read."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class Stream(IterableDataset):
+    """0..N-1 once per pass, each worker its own share (the docs' way of sharding)."""
+
+    def __iter__(self) -> Iterator[int]:
+        info = get_worker_info()
+        share, of = (info.id, info.num_workers) if info else (0, 1)
+        return iter(range(share, N, of))
+
+
+class CrashesUnderThreeWorkers(Indices):
+    """A worker really dies (SIGKILL) when the loader runs three: settings that fail."""
+
+    def __getitem__(self, index: int) -> int:
+        info = get_worker_info()
+        if info is not None and info.num_workers == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return index
+
+
+def settings(workers: int, prefetch: int = 2, persistent: bool = False) -> PipelineConfig:
+    return PipelineConfig(
+        decoder=AS_IS,
+        num_workers=workers,
+        prefetch_factor=prefetch if workers else None,
+        persistent_workers=persistent and workers > 0,
+    )
+
+
+SETTINGS = [settings(w, pf, p) for w in range(5) for pf in (1, 2, 4) for p in (False, True)]
+
+Make = Callable[[type], torch.utils.data.DataLoader]
+
+
+def epochs_of(
+    loader: torch.utils.data.DataLoader,
+    epochs: int,
+    *,
+    switch_every: tuple[int, int] | None = None,
+    before_epoch: Callable[[int], None] = lambda epoch: None,
+    seed: int = 0,
+) -> list[list[list[int]]]:
+    """Every batch of every epoch as lists of indices; with ``switch_every`` a switch to
+    random settings after every few batches (drawn from the range)."""
+    rng = random.Random(seed)
+    out = []
+    for epoch in range(epochs):
+        before_epoch(epoch)
+        batches = []
+        until = rng.randint(*switch_every) if switch_every else -1
+        for batch in loader:
+            batches.append(batch.tolist() if torch.is_tensor(batch) else [batch])
+            until -= 1
+            if until == 0:
+                loader.switch(rng.choice(SETTINGS))  # type: ignore[attr-defined]
+                until = rng.randint(*switch_every)  # type: ignore[misc]
+        out.append(batches)
+    return out
+
+
+def seeded(seed: int = 7) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+CASES: dict[str, Make] = {
+    "shuffle": lambda cls: cls(Indices(), batch_size=4, shuffle=True, generator=seeded()),
+    "shuffle, drop_last, persistent workers": lambda cls: cls(
+        Indices(),
+        batch_size=4,
+        shuffle=True,
+        drop_last=True,
+        generator=seeded(),
+        num_workers=2,
+        persistent_workers=True,
+    ),
+    "a batch_sampler": lambda cls: cls(
+        Indices(),
+        batch_sampler=BatchSampler(RandomSampler(range(N), generator=seeded(3)), 6, False),
+    ),
+    "no automatic batching": lambda cls: cls(
+        Indices(), batch_size=None, shuffle=True, generator=seeded()
+    ),
+}
+
+
+@pytest.mark.slow  # some hundred loaders' workers started and shut down
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_switching_every_few_batches_gives_torchs_batches_in_torchs_order(case) -> None:
+    make = CASES[case]
+    expected = epochs_of(make(torch.utils.data.DataLoader), 20)
+    loader = make(autotune.DataLoader)
+    # a batch of one sample without automatic batching: fewer switches per batch
+    got = epochs_of(loader, 20, switch_every=(1, 4) if "no auto" not in case else (3, 9))
+    assert got == expected
+    for epoch in got:  # each index at most once an epoch, every one where nothing is dropped
+        counts = Counter(i for batch in epoch for i in batch)
+        assert set(counts.values()) == {1}
+    mid_epoch = [s for s in loader.switches if s.at_batch > 0]
+    assert len(mid_epoch) > 40  # the switches happened, between batches
+    assert {s.settings.num_workers for s in loader.switches} == set(range(5))
+
+
+@pytest.mark.slow
+def test_a_distributed_sampler_of_two_replicas_switching_covers_the_data_once_an_epoch() -> None:
+    def make(cls: type, rank: int) -> Any:
+        sampler = DistributedSampler(range(N + 2), num_replicas=2, rank=rank, seed=5)
+        return cls(Indices(), batch_size=4, sampler=sampler), sampler
+
+    for rank in (0, 1):
+        reference, ref_sampler = make(torch.utils.data.DataLoader, rank)
+        loader, sampler = make(autotune.DataLoader, rank)
+        expected = epochs_of(reference, 20, before_epoch=ref_sampler.set_epoch)
+        got = epochs_of(loader, 20, switch_every=(1, 3), before_epoch=sampler.set_epoch)
+        assert got == expected  # set_epoch reaches the sampler: each epoch its own order
+        assert got[0] != got[1]
+
+
+def test_quick_switches_lose_and_repeat_nothing() -> None:
+    """The fast lane's share of the above: two epochs, workers 0-2."""
+    make = CASES["shuffle"]
+    expected = epochs_of(make(torch.utils.data.DataLoader), 2)
+    loader = make(autotune.DataLoader)
+    rng = random.Random(1)
+    got = []
+    for _ in range(2):
+        got.append([])
+        for index, batch in enumerate(loader):
+            got[-1].append(batch.tolist())
+            if index % 4 == 1:
+                loader.switch(settings(rng.choice([0, 1, 2]), persistent=rng.random() < 0.5))
+    assert got == expected
+    assert loader.switches
+
+
+def test_a_stream_switches_at_the_next_epoch_and_reads_each_item_once() -> None:
+    loader = autotune.DataLoader(Stream(), batch_size=4)
+    first = []
+    for index, batch in enumerate(loader):
+        first += batch.tolist()
+        if index == 1:
+            loader.switch(settings(2))
+            assert loader.settings.num_workers == 0  # not mid-stream
+    second = [i for batch in loader for i in batch.tolist()]
+    assert sorted(first) == sorted(second) == list(range(N))
+    assert [(s.epoch, s.at_batch, s.settings.num_workers) for s in loader.switches] == [(2, 0, 2)]
+
+
+def test_out_of_order_delivery_switches_at_the_next_epoch() -> None:
+    loader = autotune.DataLoader(Indices(), batch_size=5, num_workers=2, in_order=False)
+    assert not loader.switches_mid_epoch
+    seen = []
+    for index, batch in enumerate(loader):
+        seen += batch.tolist()
+        if index == 0:
+            loader.switch(settings(1))
+    assert sorted(seen) == list(range(N))
+    assert loader.settings.num_workers == 2
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))
+    assert loader.settings.num_workers == 1
+
+
+def test_len_and_main_threads_follow_the_settings() -> None:
+    loader = autotune.DataLoader(Indices(), batch_size=4, drop_last=True)
+    assert len(loader) == len(torch.utils.data.DataLoader(Indices(), batch_size=4, drop_last=True))
+    before = torch.get_num_threads()
+    loader.switch(dataclasses.replace(settings(0), main_threads=1))
+    try:
+        it = iter(loader)
+        next(it)
+        assert torch.get_num_threads() == 1
+        loader.switch(settings(0))  # main_threads None: the count the run had
+        next(it)
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_switch_whose_workers_crash_falls_back_and_loses_nothing(caplog) -> None:
+    loader = autotune.DataLoader(
+        CrashesUnderThreeWorkers(), batch_size=4, shuffle=True, generator=seeded()
+    )
+    expected = epochs_of(
+        torch.utils.data.DataLoader(Indices(), batch_size=4, shuffle=True, generator=seeded()), 1
+    )
+    got = []
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        for index, batch in enumerate(loader):
+            got.append(batch.tolist())
+            if index == 2:
+                loader.switch(settings(1))
+            if index == 4:
+                loader.switch(settings(3))  # a worker dies: back to one worker
+    assert [got] == expected
+    assert [(s.settings.num_workers, s.fell_back) for s in loader.switches] == [
+        (1, False),
+        (3, False),
+        (1, True),
+    ]
+    assert "w3 pf2 as_is" in caplog.text and "back to w1" in caplog.text
+    assert loader.settings.num_workers == 1
+
+
+def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
+    class Broken(Indices):
+        def __getitem__(self, index: int) -> int:
+            if index == 7:
+                raise ValueError("sample 7 is unreadable")
+            return index
+
+    loader = autotune.DataLoader(Broken(), batch_size=4)
+    it = iter(loader)
+    next(it)
+    loader.switch(settings(1))
+    with pytest.raises(ValueError, match="sample 7 is unreadable"):
+        for _ in it:
+            pass
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"batch_size": 4, "shuffle": True, "sampler": range(N)},
+        {"batch_sampler": BatchSampler(range(N), 4, False), "batch_size": 4},
+        {"num_workers": -1},
+        {"prefetch_factor": 2},
+        {"batch_size": 4, "persistent_workers": True},
+        {"multiprocessing_context": "fork"},
+    ],
+)
+def test_arguments_torch_refuses_are_refused_the_same_way(kwargs) -> None:
+    with pytest.raises(Exception) as theirs:
+        torch.utils.data.DataLoader(Indices(), **kwargs)
+    with pytest.raises(type(theirs.value)) as ours:
+        autotune.DataLoader(Indices(), **kwargs)
+    assert str(ours.value) == str(theirs.value)
