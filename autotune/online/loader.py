@@ -28,7 +28,10 @@ import torch
 import torch.utils.data
 
 from autotune.online.epoch_batches import EpochBatches
+from autotune.online.meter import Meter, Reading
+from autotune.pipeline.batches import samples_in
 from autotune.pipeline.config import AS_IS, LOADER_KEYS, SWITCHABLE, PipelineConfig
+from autotune.schema import WindowConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,9 @@ class DataLoader(torch.utils.data.DataLoader):
     ``pin_memory``, the training process's torch threads) may change between two batches
     (``switch``) without losing or repeating a sample."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, window: WindowConfig | None = None, **kwargs: Any) -> None:
+        """torch's arguments; ``window``: the timing rules of each setting's measurement (a
+        trial's, ``conf/window/default.yaml``, by default)."""
         super().__init__(*args, **kwargs)
         self._settings = PipelineConfig(
             decoder=AS_IS,
@@ -70,6 +75,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self._epochs = 0
         self._kept: _Inner | None = None  # a loader whose workers persist, between epochs
         self.switches: list[Switch] = []
+        self._window = window or WindowConfig()
+        self._meter = Meter(self._settings, self._window, after_switch=False, count=self._count)
+        self.readings: list[Reading] = []  # each setting's rate on this run, as measured
 
     @property
     def settings(self) -> PipelineConfig:
@@ -142,6 +150,22 @@ class DataLoader(torch.utils.data.DataLoader):
             kwargs.update(sampler=handed, batch_size=None)
         return _Inner(torch.utils.data.DataLoader(self.dataset, **kwargs), settings, handed)
 
+    def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
+        """Keeps what the last meter timed; a new one measures ``settings`` from here."""
+        if self._meter.tally.spans:
+            self.readings.append(self._meter.reading())
+        self._meter = Meter(settings, self._window, after_switch=after_switch, count=self._count)
+
+    def _count(self, batch: Any) -> int:
+        """Samples in a batch the loop receives: one without automatic batching; the batch
+        size where the batch is of a shape the count cannot read (the training goes on)."""
+        if not self._auto_collation:
+            return 1
+        try:
+            return samples_in(batch)
+        except ValueError:
+            return self.batch_size or 1
+
     def _release(self) -> None:
         """Shuts the kept loader's persistent workers down."""
         kept, self._kept = self._kept, None
@@ -205,15 +229,20 @@ class _Epoch:
             try:
                 if self._it is None or self._next is not None:
                     self._open()
+                loader._meter.requested()
                 batch = next(self._it)
                 break
             except StopIteration:
+                loader._meter.epoch_ended()
                 self._end()
                 raise
             except Exception as exc:
                 self._recover(exc)
         if self._batches is not None:
             self._batches.delivered()
+        loader._meter.received(batch)
+        if loader._meter.done:  # settled: keep the reading, go on measuring the same
+            loader._measure(loader._settings, after_switch=False)
         return batch
 
     def _open(self) -> None:
@@ -235,6 +264,7 @@ class _Epoch:
             self._fallback = None if self._falling_back else loader._settings
             self._falling_back = False
             loader._settings = settings
+            loader._measure(settings, after_switch=True)
         self._it = loader._open(settings, self._batches)
 
     def _recover(self, exc: Exception) -> None:

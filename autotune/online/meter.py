@@ -1,0 +1,166 @@
+"""What ``autotune.DataLoader`` measures of the training loop it feeds: each setting's
+samples/s over spans of the loop's own batches (its step, optimizer, precision and logging
+inside), the share of time spent waiting inside ``__next__``, and what a switch cost.
+
+The rules are a trial's (``runtime.window_length``: a warm-up that drains the prefetch buffer,
+then sub-windows of whole rounds of the workers and at least a minimum time;
+``runtime.timed_spans.Tally``: spans grouped until a set of them agrees within the target
+spread, or the time runs out), observed from inside the loop rather than driving it: a
+sub-window runs from one batch's request to the request after its last batch, so the step of
+each batch is inside it. An epoch's end (where the loop may validate or save) ends the
+sub-window in progress untimed, and the next epoch warms up anew.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.pipeline.batches import samples_in
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.measurement import relative_spread
+from autotune.runtime.timed_spans import Tally
+from autotune.runtime.window_length import sub_windows, warmup_batches
+from autotune.schema import WindowConfig
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One setting measured on the run."""
+
+    settings: PipelineConfig
+    samples_per_s: float
+    spread: float  # (max - min) / median of the spans it settled on
+    data_wait: float  # share of the timed seconds spent inside __next__
+    first_batch_s: float  # the wait for the first batch after the switch: its cost
+    batches: int  # batches timed
+    seconds: float  # seconds timed
+
+
+class Meter:
+    """Measures one setting from the batches the loop asks for: ``requested`` when the loop
+    asks for a batch, ``received`` when it has it, ``epoch_ended`` between epochs."""
+
+    def __init__(
+        self,
+        settings: PipelineConfig,
+        window: WindowConfig,
+        *,
+        after_switch: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        count: Callable[[Any], int] = samples_in,
+    ) -> None:
+        self.settings = settings
+        self._after_switch = after_switch  # its first batch is the switch's cost
+        self._window, self._clock, self._count = window, clock, count
+        self.tally = Tally()
+        self.first_batch_s: float | None = None
+        self._warmup_left = 0
+        self._warm_started: float | None = None
+        self._warm_batches = 0
+        self._length = 0  # batches per sub-window, known after the warm-up
+        self._grouped = 1  # sub-windows per span (timed_spans.time_sets' rule)
+        self._span_start: float | None = None
+        self._span = (0, 0, 0.0)  # batches, samples, waited in the sub-window in progress
+        self._asked = 0.0
+        self.done = False
+        self._restart_warmup()
+
+    def _restart_warmup(self) -> None:
+        self._warmup_left = warmup_batches(
+            self.settings.buffered_batches, self._window.warmup_extra_batches
+        )
+        self._warm_started, self._warm_batches = None, 0
+        self._span_start, self._span = None, (0, 0, 0.0)
+
+    def requested(self) -> None:
+        """The loop asks for the next batch: the step of the last one is done."""
+        now = self._asked = self._clock()
+        if self._span_start is not None and self._span[0] == self._length:
+            self._close_span(now)
+        if not self.done and self._length and self._span_start is None and not self._warmup_left:
+            self._span_start = now
+
+    def received(self, batch: Any) -> None:
+        """The loop has the batch it asked for."""
+        now = self._clock()
+        waited = now - self._asked
+        if self._after_switch and self.first_batch_s is None:
+            self.first_batch_s = waited
+            return
+        if self._warmup_left:
+            self._warmup_left -= 1
+            if self._warmup_left < self._window.warmup_extra_batches:  # past the buffer
+                if self._warm_started is None:
+                    self._warm_started = self._asked
+                self._warm_batches += 1
+            if not self._warmup_left and not self._length:
+                self._length = self._sub_window_length(now)
+            return
+        if self._span_start is not None:
+            batches, samples, span_waited = self._span
+            self._span = (batches + 1, samples + self._count(batch), span_waited + waited)
+
+    def epoch_ended(self) -> None:
+        """The epoch is over: what the loop does now is not the loader's; warm up again."""
+        self._restart_warmup()
+
+    def _sub_window_length(self, now: float) -> int:
+        """Batches per sub-window, from the rate at the end of the warm-up."""
+        seconds = now - self._warm_started if self._warm_started is not None else 0.0
+        rate = self._warm_batches / seconds if seconds > 0 else None
+        return sub_windows(
+            at_least=self._window.batches_per_window,
+            batch_rate=rate,
+            min_sub_window_s=self._window.min_sub_window_s,
+            align=max(1, self.settings.num_workers),
+            consumed=0,
+            pass_batches=None,
+            count=self._window.sub_windows,
+            max_timed_s=self._window.max_timed_s,
+        ).batches
+
+    def _close_span(self, now: float) -> None:
+        batches, samples, waited = self._span
+        seconds = now - self._span_start  # type: ignore[operator]
+        tally = self.tally
+        tally.spans.append((samples, seconds))
+        tally.samples += samples
+        tally.batches += batches
+        tally.elapsed += seconds
+        tally.waited += waited
+        self._span_start, self._span = None, (0, 0, 0.0)
+        self.done = self._settled()
+
+    def _settled(self) -> bool:
+        """timed_spans.time_sets' rule: after each set of sub-windows, done unless the set's
+        spans disagree and another set still fits in the time."""
+        window, tally = self._window, self.tally
+        count = window.sub_windows
+        if len(tally.spans) < count * self._grouped:
+            return False
+        if window.target_spread <= 0 or count == 1:
+            return True
+        wide = relative_spread(tally.spans_of(self._grouped, count)) > window.target_spread
+        per_sub_window = tally.elapsed / len(tally.spans)
+        fits = tally.elapsed + count * per_sub_window <= window.max_timed_s
+        if wide and fits:
+            self._grouped += 1
+            return False
+        return True
+
+    def reading(self) -> Reading:
+        """What was measured (settled or not)."""
+        tally = self.tally
+        spans = tally.spans_of(self._grouped, min(self._window.sub_windows, len(tally.spans)))
+        return Reading(
+            settings=self.settings,
+            samples_per_s=tally.rate if tally.elapsed else 0.0,
+            spread=relative_spread(spans) if spans else 0.0,
+            data_wait=tally.waited / tally.elapsed if tally.elapsed else 0.0,
+            first_batch_s=self.first_batch_s or 0.0,
+            batches=tally.batches,
+            seconds=tally.elapsed,
+        )

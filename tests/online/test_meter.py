@@ -1,0 +1,107 @@
+"""Tests for autotune.online.meter: a setting's rate over the loop's own batches, timed by a
+trial's rules from inside the loop: the switch's first batch apart, the prefetch buffer
+drained untimed, the step inside each sub-window, an epoch's end never timed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import autotune
+from autotune.online.meter import Meter
+from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.schema import WindowConfig
+
+WINDOW = WindowConfig(
+    warmup_extra_batches=2, sub_windows=3, batches_per_window=2, min_sub_window_s=0.0
+)
+BATCH = torch.zeros(4)  # 4 samples
+
+
+class Loop:
+    """A loop on a scripted clock: each batch waited for ``wait`` s, stepped for ``step``."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.now, self.meter = 0.0, meter
+        meter._clock = lambda: self.now
+
+    def batch(self, wait: float, step: float) -> None:
+        self.meter.requested()
+        self.now += wait
+        self.meter.received(BATCH)
+        self.now += step
+
+
+def test_times_sub_windows_after_the_switch_and_the_warm_up() -> None:
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=1)
+    loop = Loop(Meter(settings, WINDOW))
+    loop.batch(wait=5.0, step=0.1)  # the first batch after a switch: its cost
+    for _ in range(2 + 2):  # the buffer (2 workers x 1) and the extra warm-up batches
+        loop.batch(wait=0.0, step=0.1)
+    while not loop.meter.done:
+        loop.batch(wait=0.1, step=0.1)
+    loop.meter.requested()
+    reading = loop.meter.reading()
+    assert reading.first_batch_s == pytest.approx(5.0)
+    assert reading.batches == 3 * 2  # three sub-windows of two batches (whole worker rounds)
+    assert reading.samples_per_s == pytest.approx(4 / 0.2)  # the step is inside the span
+    assert reading.data_wait == pytest.approx(0.5)
+    assert reading.spread == pytest.approx(0.0)
+
+
+def test_an_epoch_end_is_never_timed() -> None:
+    loop = Loop(Meter(PipelineConfig(decoder=AS_IS), WINDOW, after_switch=False))
+    for _ in range(2 + 2 + 1):  # warm-up (no workers: the extra batches), one batch of a span
+        loop.batch(wait=0.0, step=0.1)
+    loop.meter.requested()
+    loop.meter.epoch_ended()  # then the loop validates for a minute
+    loop.now += 60.0
+    while not loop.meter.done:
+        loop.batch(wait=0.0, step=0.1)
+    loop.meter.requested()
+    assert loop.meter.reading().samples_per_s == pytest.approx(4 / 0.1)
+
+
+def test_uneven_spans_are_grouped_until_they_agree() -> None:
+    loop = Loop(Meter(PipelineConfig(decoder=AS_IS), WINDOW, after_switch=False))
+    for _ in range(2):
+        loop.batch(wait=0.0, step=0.1)
+    steps = iter([0.1, 0.1, 0.5] * 40)  # sub-windows of 0.2 s and 0.6 s: far apart
+    while not loop.meter.done:
+        loop.batch(wait=0.0, step=next(steps))
+    loop.meter.requested()
+    assert len(loop.meter.tally.spans) > WINDOW.sub_windows  # more than one set
+
+
+def test_the_loader_reads_each_setting_on_the_real_loop() -> None:
+    data = torch.arange(256.0).reshape(256, 1)
+    once = dataclasses.replace(WINDOW, target_spread=0.0)  # one set of spans, however uneven
+    loader = autotune.DataLoader(data, batch_size=4, window=once)
+    weight = torch.randn(64, 64)
+    for index, batch in enumerate(loader):
+        (weight @ weight).sum() + batch.sum()  # the step
+        if index == 24:
+            loader.switch(PipelineConfig(decoder=AS_IS, num_workers=1))
+    readings = loader.readings
+    assert readings and all(r.samples_per_s > 0 for r in readings)
+    assert {r.settings.num_workers for r in readings} == {0, 1}
+    switched = [r for r in readings if r.settings.num_workers == 1]
+    assert switched[0].first_batch_s > 0  # the new worker's start, charged to the switch
+    assert all(0.0 <= r.data_wait <= 1.0 for r in readings)
+
+
+class Custom:
+    """A batch of the user's own type: nothing the count can read."""
+
+    def __init__(self, samples: list[torch.Tensor]) -> None:
+        self.samples = samples
+
+
+def test_a_batch_of_the_user_s_own_type_is_counted_at_the_batch_size() -> None:
+    once = dataclasses.replace(WINDOW, target_spread=0.0)
+    loader = autotune.DataLoader(torch.zeros(96, 1), batch_size=4, collate_fn=Custom, window=once)
+    assert all(isinstance(batch, Custom) for batch in loader)  # the training goes on
+    reading = loader.readings[0]
+    assert reading.batches * 4 == pytest.approx(reading.samples_per_s * reading.seconds)
