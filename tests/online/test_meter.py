@@ -89,6 +89,8 @@ def test_the_loader_reads_each_setting_on_the_real_loop() -> None:
     assert {r.settings.num_workers for r in readings} == {0, 1}
     switched = [r for r in readings if r.settings.num_workers == 1]
     assert switched[0].first_batch_s > 0  # the new worker's start, charged to the switch
+    (switch,) = loader.switches
+    assert switch.first_batch_s == switched[0].first_batch_s and switch.shutdown_s >= 0
     assert all(0.0 <= r.data_wait <= 1.0 for r in readings)
 
 

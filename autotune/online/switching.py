@@ -1,0 +1,152 @@
+"""One pass over an ``autotune.DataLoader``: the epoch's batches read by the inner loader of
+the current settings, switched between two batches where asked, and back to the settings
+that worked where a switch failed (a worker killed, out of memory, or unable to start); the
+user's own Dataset raising is raised as torch raises it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.online.epoch_batches import EpochBatches
+from autotune.pipeline.config import PipelineConfig
+
+log = logging.getLogger("autotune.online.loader")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One change of settings, as the loop saw it."""
+
+    epoch: int
+    at_batch: int  # the epoch's batches delivered before it
+    settings: PipelineConfig
+    shutdown_s: float  # the old loader's workers taken down
+    fell_back: bool = False  # the new settings failed: back to the last that worked
+    first_batch_s: float | None = None  # the wait for the first batch after it (workers start)
+
+
+class EpochPass:
+    """One pass over the loader: the batches of one epoch, read by an inner loader of the
+    current settings, switching where asked, falling back where a switch failed."""
+
+    def __init__(self, loader: Any, batches: EpochBatches | None) -> None:
+        # loader: the autotune.DataLoader it passes over (online/loader.py imports this)
+        self._loader = loader
+        self._batches = batches
+        self._index = loader._epochs
+        self._it: Any = None  # opened at the first batch, where its failure can fall back
+        self._next: PipelineConfig | None = loader._requested  # an epoch's start: any switch
+        loader._requested = None
+        self._fallback: PipelineConfig | None = None  # what worked before the last switch
+        self._falling_back = False
+        self._switched = False  # a switch whose first batch is still to come
+
+    def __iter__(self) -> EpochPass:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> Any:
+        loader = self._loader
+        if loader._requested is not None and loader.switches_mid_epoch:
+            if loader._requested != loader._settings:
+                self._next = loader._requested
+            loader._requested = None
+        while True:
+            try:
+                if self._it is None or self._next is not None:
+                    self._open()
+                loader._meter.requested()
+                batch = next(self._it)
+                break
+            except StopIteration:
+                loader._meter.epoch_ended()
+                self._end()
+                raise
+            except Exception as exc:
+                self._recover(exc)
+        if self._batches is not None:
+            self._batches.delivered()
+        loader._meter.received(batch)
+        if self._switched:  # the first batch after a switch: its cost, on the switch
+            self._switched = False
+            last = loader.switches[-1]
+            first = loader._meter.first_batch_s
+            loader.switches[-1] = dataclasses.replace(last, first_batch_s=first)
+        if loader._meter.done:  # settled: keep the reading, go on measuring the same
+            loader._measure(loader._settings, after_switch=False)
+        return batch
+
+    def _open(self) -> None:
+        """Opens the epoch's inner iterator, or replaces it with one of the next settings:
+        the old workers down first (timed), what they had prefetched handed on."""
+        loader, settings = self._loader, self._next or self._loader._settings
+        self._next = None
+        start = time.perf_counter()
+        if self._it is not None:
+            if self._batches is not None:
+                self._batches.take_back()
+            shut_down(self._it)
+            self._it = None
+            loader._release()  # where they were a kept loader's persistent workers
+        if settings != loader._settings:
+            at = self._batches.count if self._batches is not None else 0
+            took = time.perf_counter() - start
+            loader.switches.append(Switch(self._index, at, settings, took, self._falling_back))
+            self._fallback = None if self._falling_back else loader._settings
+            self._falling_back = False
+            loader._settings = settings
+            loader._measure(settings, after_switch=True)
+            self._switched = True
+        self._it = loader._open(settings, self._batches)
+
+    def _recover(self, exc: Exception) -> None:
+        """After a failure: back to the settings that worked before the last switch, where
+        the failure is the loader's own and the epoch can go on from where it stands; else
+        the failure is raised, as torch's loader raises it."""
+        loader, fallback = self._loader, self._fallback
+        delivered = self._batches.count if self._batches is not None else 0
+        restartable = loader.switches_mid_epoch or delivered == 0
+        if fallback is None or not restartable or not _loader_failure(exc):
+            raise exc
+        log.warning(
+            "autotune.DataLoader: %s failed (%s); back to %s",
+            loader._settings.short(),
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            fallback.short(),
+        )
+        self._next, self._fallback, self._falling_back = fallback, None, True
+
+    def _end(self) -> None:
+        if self._batches is not None and self._batches.outstanding:
+            raise RuntimeError(  # a fault of this loader's, never the user's: say so loudly
+                f"autotune.DataLoader: {self._batches.outstanding} batches of the epoch were "
+                "handed out and never delivered"
+            )
+
+
+def _loader_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the loader's own failure (a worker killed, out of memory, or
+    unable to start), not the user's Dataset raising, which torch re-raises with its own type
+    as caught in a worker."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    if "in DataLoader worker process" in text:
+        return False
+    return isinstance(exc, OSError) or (
+        isinstance(exc, RuntimeError) and "DataLoader worker" in text
+    )
+
+
+def shut_down(iterator: Any) -> None:
+    """Takes an inner iterator's workers down now, rather than when it is collected."""
+    with contextlib.suppress(AttributeError):
+        iterator._shutdown_workers()
