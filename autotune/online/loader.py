@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ import torch
 import torch.utils.data
 
 from autotune.online.epoch_batches import EpochBatches
+from autotune.online.explorer import Explorer, online_space
 from autotune.online.meter import Meter, Reading
 from autotune.online.switching import EpochPass, Switch, shut_down
 from autotune.pipeline.batches import samples_in
@@ -34,6 +36,8 @@ from autotune.schema import WindowConfig
 
 log = logging.getLogger(__name__)
 
+DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time
+SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
 # the inner loader's arguments a switch may change; the rest are the user's, as passed
 SWITCHED_LOADER_KEYS = tuple(k for k in SWITCHABLE if k in LOADER_KEYS)
 
@@ -45,10 +49,24 @@ class DataLoader(torch.utils.data.DataLoader):
     ``pin_memory``, the training process's torch threads) may change between two batches
     (``switch``) without losing or repeating a sample."""
 
-    def __init__(self, *args: Any, window: WindowConfig | None = None, **kwargs: Any) -> None:
-        """torch's arguments; ``window``: the timing rules of each setting's measurement (a
-        trial's, ``conf/window/default.yaml``, by default)."""
+    def __init__(
+        self,
+        *args: Any,
+        tune: bool | float = True,
+        window: WindowConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """torch's arguments, and: ``tune``: explore settings while the run trains (True:
+        for up to one epoch's time at the rate first measured; a number: that many epochs'
+        time, 0.25 a quarter of one; False, or the environment's ``AUTOTUNE=off``: never);
+        ``window``: the timing rules of each setting's measurement (a trial's,
+        ``conf/window/default.yaml``, by default)."""
         super().__init__(*args, **kwargs)
+        if not isinstance(tune, (bool, int, float)) or tune < 0:
+            raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
+        off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
+        self._share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
+        self._explorer: Explorer | None = None
         self._settings = PipelineConfig(
             decoder=AS_IS,
             num_workers=self.num_workers,
@@ -64,7 +82,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._kept: _Inner | None = None  # a loader whose workers persist, between epochs
         self.switches: list[Switch] = []
         self._window = window or WindowConfig()
-        self._meter = Meter(self._settings, self._window, after_switch=False, count=self._count)
+        self._meter = self._new_meter(self._settings, after_switch=False)
         self.readings: list[Reading] = []  # each setting's rate on this run, as measured
 
     @property
@@ -80,8 +98,9 @@ class DataLoader(torch.utils.data.DataLoader):
     @property
     def switches_mid_epoch(self) -> bool:
         """Whether a switch may come between two batches of an epoch: the batches are drawn
-        here and delivered in the order they are drawn (not a stream, nor out of order)."""
-        return not self._is_stream and (self.in_order or not self.num_workers)
+        here and delivered in the order they are drawn (not a stream, nor ``in_order=False``,
+        whose workers deliver as they finish)."""
+        return not self._is_stream and self.in_order
 
     @property
     def _is_stream(self) -> bool:
@@ -138,11 +157,59 @@ class DataLoader(torch.utils.data.DataLoader):
             kwargs.update(sampler=handed, batch_size=None)
         return _Inner(torch.utils.data.DataLoader(self.dataset, **kwargs), settings, handed)
 
+    @property
+    def explorer(self) -> Explorer | None:
+        """What was explored so far (None before the first setting is measured, or with
+        ``tune=False``)."""
+        return self._explorer
+
     def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
-        """Keeps what the last meter timed; a new one measures ``settings`` from here."""
-        if self._meter.tally.spans:
-            self.readings.append(self._meter.reading())
-        self._meter = Meter(settings, self._window, after_switch=after_switch, count=self._count)
+        """Keeps what the last meter timed (a settled reading goes to the explorer); a new
+        meter measures ``settings`` from here."""
+        meter = self._meter
+        if meter.tally.spans:
+            self.readings.append(meter.reading())
+            if meter.done:
+                self._explore(self.readings[-1])
+        self._meter = self._new_meter(settings, after_switch=after_switch)
+
+    def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
+        """A meter for ``settings``; while exploring, its timing capped at its share of the
+        exploring budget."""
+        exploring = self._share and not self._is_stream
+        exploring = exploring and (self._explorer is None or not self._explorer.done)
+        return Meter(
+            settings,
+            self._window,
+            after_switch=after_switch,
+            cap_s=self._cap_s if exploring else None,
+            count=self._count,
+        )
+
+    def _cap_s(self, batch_rate: float) -> float:
+        """Seconds to time one setting while exploring, at ``batch_rate``: the budget (its
+        share of an epoch at that rate) over the settings it should leave room for."""
+        return self._share * len(self) / batch_rate / SETTINGS_IN_BUDGET
+
+    def _explore(self, reading: Reading) -> None:
+        """Tells the explorer a settled reading of the setting it proposed; switches to the
+        setting it proposes next."""
+        if not self._share or (self._explorer is not None and self._explorer.done):
+            return
+        if self._explorer is None:
+            space = online_space(batch_size=self.batch_size or 1, cuda=torch.cuda.is_available())
+            per_epoch = None if self._is_stream else len(self)
+            self._explorer = Explorer(
+                space, self._settings, share=self._share, batches_per_epoch=per_epoch
+            )
+        if reading.settings == self._explorer.current:
+            self.switch(self._explorer.measured(reading))
+
+    def failed(self) -> None:
+        """The current setting's workers failed (and the loader fell back): the explorer
+        records it and proposes the next."""
+        if self._explorer is not None and not self._explorer.done:
+            self.switch(self._explorer.failed())
 
     def _count(self, batch: Any) -> int:
         """Samples in a batch the loop receives: one without automatic batching; the batch

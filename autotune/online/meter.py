@@ -13,6 +13,7 @@ sub-window in progress untimed, and the next epoch warms up anew.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +50,15 @@ class Meter:
         window: WindowConfig,
         *,
         after_switch: bool = True,
+        cap_s: Callable[[float], float] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
     ) -> None:
         self.settings = settings
         self._after_switch = after_switch  # its first batch is the switch's cost
+        # the most seconds to time, from the batch rate at the end of the warm-up (the
+        # explorer's budget shared among the settings it tries); the window's cap if less
+        self._cap_s = cap_s
         self._window, self._clock, self._count = window, clock, count
         self.tally = Tally()
         self.first_batch_s: float | None = None
@@ -108,18 +113,27 @@ class Meter:
         self._restart_warmup()
 
     def _sub_window_length(self, now: float) -> int:
-        """Batches per sub-window, from the rate at the end of the warm-up."""
+        """Batches per sub-window, from the rate at the end of the warm-up; a cap shorter
+        than the window's shortens the sub-windows with it."""
         seconds = now - self._warm_started if self._warm_started is not None else 0.0
         rate = self._warm_batches / seconds if seconds > 0 else None
+        window = self._window
+        if self._cap_s is not None and rate:
+            cap = min(window.max_timed_s, self._cap_s(rate))
+            self._window = window = dataclasses.replace(
+                window,
+                max_timed_s=cap,
+                min_sub_window_s=min(window.min_sub_window_s, cap / window.sub_windows),
+            )
         return sub_windows(
-            at_least=self._window.batches_per_window,
+            at_least=window.batches_per_window,
             batch_rate=rate,
-            min_sub_window_s=self._window.min_sub_window_s,
+            min_sub_window_s=window.min_sub_window_s,
             align=max(1, self.settings.num_workers),
             consumed=0,
             pass_batches=None,
-            count=self._window.sub_windows,
-            max_timed_s=self._window.max_timed_s,
+            count=window.sub_windows,
+            max_timed_s=window.max_timed_s,
         ).batches
 
     def _close_span(self, now: float) -> None:

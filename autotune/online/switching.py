@@ -123,6 +123,7 @@ class EpochPass:
             fallback.short(),
         )
         self._next, self._fallback, self._falling_back = fallback, None, True
+        loader.failed()
 
     def _end(self) -> None:
         if self._batches is not None and self._batches.outstanding:

@@ -86,7 +86,9 @@ def test_a_dataset_of_the_user_s_own_is_tuned_verified_and_diagnosed(tmp_path) -
     verdict = next(line for line in text.splitlines() if line.startswith("**Verdict.**"))
     assert verdict in diagnosed.stdout
     assert re.search(r"(data|compute)-bound: the model waits (only )?\d+% of each step", verdict)
-    assert re.search(r"\((ceiling|CPU-work bound|waiting reads) binds\)", verdict)
+    # which limit binds: the ceiling, the CPU work, or reads that wait (then with its figure)
+    limits = r"\((ceiling binds|CPU-work bound binds|waiting reads bind: [^)]+ samples/s)\)"
+    assert re.search(limits, verdict), verdict
     for row in ("your Dataset's read", "collate", "train step"):
         assert re.search(rf"^\| {re.escape(row)}[^|]* \| [\d.]+ \| [\d.]+ \|", text, re.M), row
     assert "| slowest samples | ms |" in text

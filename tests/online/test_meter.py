@@ -5,6 +5,7 @@ drained untimed, the step inside each sub-window, an epoch's end never timed."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -18,6 +19,9 @@ WINDOW = WindowConfig(
     warmup_extra_batches=2, sub_windows=3, batches_per_window=2, min_sub_window_s=0.0
 )
 BATCH = torch.zeros(4)  # 4 samples
+
+# switched by the test alone: autotune.DataLoader with its explorer off
+Manual = functools.partial(autotune.DataLoader, tune=False)
 
 
 class Loop:
@@ -78,7 +82,7 @@ def test_uneven_spans_are_grouped_until_they_agree() -> None:
 def test_the_loader_reads_each_setting_on_the_real_loop() -> None:
     data = torch.arange(256.0).reshape(256, 1)
     once = dataclasses.replace(WINDOW, target_spread=0.0)  # one set of spans, however uneven
-    loader = autotune.DataLoader(data, batch_size=4, window=once)
+    loader = Manual(data, batch_size=4, window=once)
     weight = torch.randn(64, 64)
     for index, batch in enumerate(loader):
         (weight @ weight).sum() + batch.sum()  # the step
@@ -103,7 +107,23 @@ class Custom:
 
 def test_a_batch_of_the_user_s_own_type_is_counted_at_the_batch_size() -> None:
     once = dataclasses.replace(WINDOW, target_spread=0.0)
-    loader = autotune.DataLoader(torch.zeros(96, 1), batch_size=4, collate_fn=Custom, window=once)
+    loader = Manual(torch.zeros(96, 1), batch_size=4, collate_fn=Custom, window=once)
     assert all(isinstance(batch, Custom) for batch in loader)  # the training goes on
     reading = loader.readings[0]
     assert reading.batches * 4 == pytest.approx(reading.samples_per_s * reading.seconds)
+
+
+def test_a_cap_shortens_the_sub_windows_and_ends_the_timing() -> None:
+    window = dataclasses.replace(WINDOW, min_sub_window_s=1.0, max_timed_s=20.0)
+    # 0.1 s a batch: 10 batches/s; capped at 0.6 s for three sub-windows of 0.2 s each
+    loop = Loop(
+        Meter(PipelineConfig(decoder=AS_IS), window, after_switch=False, cap_s=lambda r: 6 / r)
+    )
+    for _ in range(2):
+        loop.batch(wait=0.0, step=0.1)
+    while not loop.meter.done:
+        loop.batch(wait=0.0, step=0.1)
+    loop.meter.requested()
+    reading = loop.meter.reading()
+    assert reading.batches == 3 * 2  # without the cap: three sub-windows of 1 s, 10 batches
+    assert reading.seconds == pytest.approx(0.6)

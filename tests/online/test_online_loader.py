@@ -6,6 +6,7 @@ refuses, the same way; a switch whose workers really crash falls back and loses 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -29,6 +30,9 @@ import autotune
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
+
+# switched by the test alone: autotune.DataLoader with its explorer off
+Manual = functools.partial(autotune.DataLoader, tune=False)
 
 
 class Indices(Dataset):
@@ -130,7 +134,7 @@ CASES: dict[str, Make] = {
 def test_switching_every_few_batches_gives_torchs_batches_in_torchs_order(case) -> None:
     make = CASES[case]
     expected = epochs_of(make(torch.utils.data.DataLoader), 20)
-    loader = make(autotune.DataLoader)
+    loader = make(Manual)
     # a batch of one sample without automatic batching: fewer switches per batch
     got = epochs_of(loader, 20, switch_every=(1, 4) if "no auto" not in case else (3, 9))
     assert got == expected
@@ -150,7 +154,7 @@ def test_a_distributed_sampler_of_two_replicas_switching_covers_the_data_once_an
 
     for rank in (0, 1):
         reference, ref_sampler = make(torch.utils.data.DataLoader, rank)
-        loader, sampler = make(autotune.DataLoader, rank)
+        loader, sampler = make(Manual, rank)
         expected = epochs_of(reference, 20, before_epoch=ref_sampler.set_epoch)
         got = epochs_of(loader, 20, switch_every=(1, 3), before_epoch=sampler.set_epoch)
         assert got == expected  # set_epoch reaches the sampler: each epoch its own order
@@ -161,7 +165,7 @@ def test_quick_switches_lose_and_repeat_nothing() -> None:
     """The fast lane's share of the above: two epochs, workers 0-2."""
     make = CASES["shuffle"]
     expected = epochs_of(make(torch.utils.data.DataLoader), 2)
-    loader = make(autotune.DataLoader)
+    loader = make(Manual)
     rng = random.Random(1)
     got = []
     for _ in range(2):
@@ -175,7 +179,7 @@ def test_quick_switches_lose_and_repeat_nothing() -> None:
 
 
 def test_a_stream_switches_at_the_next_epoch_and_reads_each_item_once() -> None:
-    loader = autotune.DataLoader(Stream(), batch_size=4)
+    loader = Manual(Stream(), batch_size=4)
     first = []
     for index, batch in enumerate(loader):
         first += batch.tolist()
@@ -188,7 +192,7 @@ def test_a_stream_switches_at_the_next_epoch_and_reads_each_item_once() -> None:
 
 
 def test_out_of_order_delivery_switches_at_the_next_epoch() -> None:
-    loader = autotune.DataLoader(Indices(), batch_size=5, num_workers=2, in_order=False)
+    loader = Manual(Indices(), batch_size=5, num_workers=2, in_order=False)
     assert not loader.switches_mid_epoch
     seen = []
     for index, batch in enumerate(loader):
@@ -202,7 +206,7 @@ def test_out_of_order_delivery_switches_at_the_next_epoch() -> None:
 
 
 def test_len_and_main_threads_follow_the_settings() -> None:
-    loader = autotune.DataLoader(Indices(), batch_size=4, drop_last=True)
+    loader = Manual(Indices(), batch_size=4, drop_last=True)
     assert len(loader) == len(torch.utils.data.DataLoader(Indices(), batch_size=4, drop_last=True))
     before = torch.get_num_threads()
     loader.switch(dataclasses.replace(settings(0), main_threads=1))
@@ -218,9 +222,7 @@ def test_len_and_main_threads_follow_the_settings() -> None:
 
 
 def test_a_switch_whose_workers_crash_falls_back_and_loses_nothing(caplog) -> None:
-    loader = autotune.DataLoader(
-        CrashesUnderThreeWorkers(), batch_size=4, shuffle=True, generator=seeded()
-    )
+    loader = Manual(CrashesUnderThreeWorkers(), batch_size=4, shuffle=True, generator=seeded())
     expected = epochs_of(
         torch.utils.data.DataLoader(Indices(), batch_size=4, shuffle=True, generator=seeded()), 1
     )
@@ -249,7 +251,7 @@ def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
                 raise ValueError("sample 7 is unreadable")
             return index
 
-    loader = autotune.DataLoader(Broken(), batch_size=4)
+    loader = Manual(Broken(), batch_size=4)
     it = iter(loader)
     next(it)
     loader.switch(settings(1))

@@ -1,0 +1,133 @@
+"""How ``autotune.DataLoader`` chooses its settings while the run trains: the study's search
+space, narrowed to what a run may switch, searched by the study's sampler (Optuna's TPE, ask
+and tell), one setting at a time on the run's own batches, then the fastest kept.
+
+The rule: the run's own settings are measured first; then, while exploring has taken less
+than its budget (a share of the first epoch, at the rate first measured), the sampler
+proposes the next setting. A proposal already measured is told its rate at once and not run
+again; once three in a row are, or every point of the space is measured, nothing is left to
+try. Then the fastest setting measured is kept for the rest of the run. A setting whose
+workers failed is recorded as failed and never proposed as the best.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib import resources
+
+import optuna
+import yaml
+
+from autotune.machine import detect
+from autotune.online.meter import Reading
+from autotune.pipeline.config import SWITCHABLE, PipelineConfig
+from autotune.schema import KnobConfig, SearchSpaceConfig
+from autotune.session.space import SearchSpace
+from autotune.tuner import store
+
+REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
+
+
+def online_space(*, batch_size: int, cuda: bool) -> SearchSpace:
+    """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
+    this machine; the user's Dataset and batches are as they are."""
+    text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
+    knobs = {
+        name: KnobConfig(**conf)
+        for name, conf in yaml.safe_load(text)["knobs"].items()
+        if name in SWITCHABLE
+    }
+    facts = detect(want_cuda=cuda)
+    device = "cuda" if cuda else "cpu"
+    space_conf = SearchSpaceConfig(name="online", knobs=knobs)
+    return SearchSpace.from_config(
+        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True
+    )
+
+
+class Explorer:
+    """Proposes the settings to measure next, from what was measured so far."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        start: PipelineConfig,
+        *,
+        share: float,
+        batches_per_epoch: int | None,
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.space = space
+        self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(direction="maximize", sampler=sampler)
+        self._points = len(space.grid())
+        self._started: float | None = None
+        self._budget_s: float | None = None
+        self._measured: dict[PipelineConfig, float] = {}  # by the sampler's points
+        self._readings: dict[PipelineConfig, Reading] = {}
+        self._trial: optuna.Trial | None = None
+        self._current = start
+        self.done = False
+        start_params = space.params_of(start)
+        if start_params is not None:  # measured first, as a trial of the space
+            store.enqueue(self.study, start_params, {})
+            self._ask()
+
+    @property
+    def current(self) -> PipelineConfig:
+        """The setting being measured now (or kept, once done)."""
+        return self._current
+
+    @property
+    def best(self) -> Reading | None:
+        """The fastest setting measured so far."""
+        readings = self._readings.values()
+        return max(readings, key=lambda r: r.samples_per_s) if readings else None
+
+    def measured(self, reading: Reading) -> PipelineConfig:
+        """Takes the reading of the current setting; returns the setting to run next."""
+        if self._started is None:  # the budget: a share of the first epoch at this rate
+            self._started = self._clock() - reading.seconds
+            batch_rate = reading.batches / reading.seconds if reading.seconds else 0.0
+            epoch_s = self._batches_per_epoch / batch_rate if self._batches_per_epoch else 0.0
+            self._budget_s = self._share * epoch_s if batch_rate else 0.0
+        self._readings[reading.settings] = reading
+        if self._trial is not None:  # else the run's own settings, outside the space
+            self.study.tell(self._trial, reading.samples_per_s)
+            self._measured[self._current] = reading.samples_per_s
+            self._trial = None
+        return self._next()
+
+    def failed(self) -> PipelineConfig:
+        """The current setting's workers failed; returns the setting to run next."""
+        if self._trial is not None:
+            self.study.tell(self._trial, state=optuna.trial.TrialState.FAIL)
+            self._measured[self._current] = 0.0  # never proposed again, never the best
+            self._trial = None
+        return self._next()
+
+    def _next(self) -> PipelineConfig:
+        started = self._clock() if self._started is None else self._started
+        if self._clock() - started >= (self._budget_s or 0.0) or not self._ask():
+            self.done = True
+            best = self.best
+            self._current = best.settings if best is not None else self._current
+        return self._current
+
+    def _ask(self) -> bool:
+        """Asks the sampler for a setting not measured yet; False where none is left."""
+        for _ in range(REPEATS_TO_STOP):
+            if len(self._measured) >= self._points:
+                return False
+            trial = self.study.ask()
+            config = self.space.suggest(trial)
+            if config in self._measured:
+                self.study.tell(trial, self._measured[config])
+                continue
+            self._trial, self._current = trial, config
+            return True
+        return False

@@ -1,0 +1,136 @@
+"""Tests for autotune.online.explorer and its use by autotune.DataLoader: the run's own
+settings first, the sampler's proposals while the budget lasts, nothing measured twice, the
+fastest kept; and on a real loop, exploring loses and repeats no sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+import autotune
+from autotune.online.explorer import Explorer, online_space
+from autotune.online.meter import Reading
+from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.schema import WindowConfig
+
+START = PipelineConfig(decoder=AS_IS)  # torch's defaults: no workers
+
+
+def reading(settings: PipelineConfig, rate: float, seconds: float = 1.0) -> Reading:
+    return Reading(settings, rate, 0.02, 0.5, 0.01, batches=10, seconds=seconds)
+
+
+def rate_of(settings: PipelineConfig) -> float:
+    """A machine where workers help and deep prefetch helps a little."""
+    return 100.0 + 50.0 * settings.num_workers + (settings.prefetch_factor or 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def explore(explorer: Explorer, clock: Clock, limit: int = 200) -> list[PipelineConfig]:
+    tried = []
+    while not explorer.done and len(tried) < limit:
+        tried.append(explorer.current)
+        clock.now += 1.0
+        explorer.measured(reading(explorer.current, rate_of(explorer.current)))
+    return tried
+
+
+def test_with_budget_left_it_measures_each_point_once_and_keeps_the_fastest() -> None:
+    space = online_space(batch_size=4, cuda=False)
+    clock = Clock()
+    # 1 s a setting, a first epoch of 10 000 s: the budget never runs out here
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=clock)
+    tried = explore(explorer, clock)
+    assert tried[0] == START  # the run's own settings first
+    assert len(tried) == len(set(tried))  # nothing measured twice
+    assert explorer.done and explorer.current == explorer.best.settings  # type: ignore[union-attr]
+    assert explorer.current == max(tried, key=rate_of)
+
+
+def test_the_budget_ends_exploring_at_a_share_of_the_first_epoch() -> None:
+    space = online_space(batch_size=4, cuda=False)
+    clock = Clock()
+    # the first reading: 10 batches in 1 s; an epoch of 100 batches is 10 s; a share of
+    # 0.5 is 5 s of exploring, each setting taking 1 s
+    explorer = Explorer(space, START, share=0.5, batches_per_epoch=100, clock=clock)
+    tried = explore(explorer, clock)
+    assert 4 <= len(tried) <= 6
+    assert explorer.current == max(tried, key=rate_of)
+
+
+def test_a_failed_setting_is_never_kept() -> None:
+    space = online_space(batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=clock)
+    explorer.measured(reading(START, 100.0))
+    failing = explorer.current
+    explorer.failed()
+    explore(explorer, clock)
+    assert explorer.current != failing
+
+
+class Work(Dataset):
+    """Each sample some real CPU work: workers take it off the loop."""
+
+    def __len__(self) -> int:
+        return 192
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        x = torch.full((64, 64), float(index))
+        for _ in range(20):
+            x = torch.tanh(x @ torch.eye(64))
+        return torch.tensor(index)
+
+
+WINDOW = WindowConfig(
+    warmup_extra_batches=1,
+    sub_windows=2,
+    batches_per_window=2,
+    min_sub_window_s=0.0,
+    target_spread=0.0,
+)
+
+
+def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest() -> None:
+    def make(cls: type, **extra) -> torch.utils.data.DataLoader:
+        generator = torch.Generator().manual_seed(3)
+        return cls(Work(), batch_size=4, shuffle=True, generator=generator, **extra)
+
+    reference = make(torch.utils.data.DataLoader)
+    expected = [[b.tolist() for b in reference] for _ in range(5)]
+    # exploring for up to two epochs' time of the first setting's rate
+    loader = make(autotune.DataLoader, tune=2.0, window=WINDOW)
+    got = [[b.tolist() for b in loader] for _ in range(5)]
+    assert got == expected  # every epoch torch's batches, in torch's order
+    explorer = loader.explorer
+    assert explorer is not None and explorer.done
+    measured = {r.settings for r in loader.readings}
+    assert len(measured) >= 3
+    assert loader.settings == explorer.best.settings  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("how", ["tune=False", "AUTOTUNE=off"])
+def test_off_it_never_switches(how, monkeypatch) -> None:
+    if how == "AUTOTUNE=off":
+        monkeypatch.setenv("AUTOTUNE", "off")
+    loader = autotune.DataLoader(
+        Work(), batch_size=4, window=WINDOW, **({"tune": False} if how == "tune=False" else {})
+    )
+    for _ in range(2):
+        for _ in loader:
+            pass
+    assert loader.explorer is None and not loader.switches
+    assert loader.readings  # still measured
+
+
+def test_a_share_below_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match="tune must be True, False or a share >= 0"):
+        autotune.DataLoader(Work(), tune=-0.5)
