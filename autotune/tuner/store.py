@@ -222,6 +222,11 @@ def is_repeat(trial: FrozenTrial) -> bool:
     return TrialKey.REPEAT_OF in trial.user_attrs
 
 
+def is_interrupted(trial: FrozenTrial) -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM) ended the trial: it measured nothing."""
+    return has_failure(trial) and failure_kind(trial) is FailureKind.INTERRUPTED
+
+
 def measured(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """The trials that took a measurement of their own, or are taking it: not the repeats,
     nor those queued for a later run (the worth table's variant that beat the winner)."""
@@ -235,7 +240,7 @@ def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | No
     for t in study.get_trials(deepcopy=False, states=FINISHED):
         if is_repeat(t) or t.user_attrs.get(TrialKey.PIPELINE) != wanted:
             continue
-        if not (has_failure(t) and failure_kind(t) is FailureKind.INTERRUPTED):
+        if not is_interrupted(t):
             return t
     return None
 
@@ -243,15 +248,19 @@ def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | No
 def spent(study: optuna.Study, *, free_repeats: int) -> int:
     """The budget the trials started on any host (running or finished) have spent: a repeat
     costs nothing while there have been no more than ``free_repeats`` of them (a sampler
-    that suggests only what it has measured must still come to an end)."""
+    that suggests only what it has measured must still come to an end); a trial a stop
+    interrupted costs nothing: the run resumed measures the study's whole count."""
     started = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
+    started = [t for t in started if not is_interrupted(t)]
     repeats = sum(is_repeat(t) for t in started)
     return len(started) - repeats + max(0, repeats - free_repeats)
 
 
 def finished_count(study: optuna.Study) -> int:
-    """The finished trials that took a measurement (repeats took none)."""
-    return sum(not is_repeat(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+    """The finished trials that took a measurement (repeats and interrupted trials took
+    none)."""
+    finished = study.get_trials(deepcopy=False, states=FINISHED)
+    return sum(not (is_repeat(t) or is_interrupted(t)) for t in finished)
 
 
 def best_value(study: optuna.Study) -> float | None:

@@ -82,3 +82,23 @@ def test_a_queued_trial_and_a_repeat_measured_nothing() -> None:
         )
     study.enqueue_trial({"num_workers": 2})  # the worth table's variant, for the next run
     assert [t.number for t in store.measured(study.get_trials())] == [0]
+
+
+def test_a_trial_a_stop_interrupted_costs_no_budget() -> None:
+    study = optuna.create_study(direction="maximize")
+    dist = {"num_workers": IntDistribution(0, 2)}
+    study.add_trial(
+        optuna.trial.create_trial(params={"num_workers": 1}, distributions=dist, value=1.0)
+    )
+    interrupted = optuna.trial.FixedTrial({})
+    store.record_outcome(
+        interrupted, CONFIG, TrialOutcome("failed", failure=Failure("interrupted", "stopped"))
+    )
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL, user_attrs=interrupted.user_attrs
+        )
+    )
+    assert store.is_interrupted(study.trials[1])
+    assert store.spent(study, free_repeats=4) == 1  # the run resumed measures the rest
+    assert store.finished_count(study) == 1
