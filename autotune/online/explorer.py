@@ -19,7 +19,8 @@ from importlib import resources
 import optuna
 import yaml
 
-from autotune.machine import detect
+from autotune.machine import MachineFacts
+from autotune.online import record
 from autotune.online.meter import Reading
 from autotune.pipeline.config import SWITCHABLE, PipelineConfig
 from autotune.schema import KnobConfig, SearchSpaceConfig
@@ -29,7 +30,7 @@ from autotune.tuner import store
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 
 
-def online_space(*, batch_size: int, cuda: bool) -> SearchSpace:
+def online_space(facts: MachineFacts, *, batch_size: int, cuda: bool) -> SearchSpace:
     """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
     this machine; the user's Dataset and batches are as they are."""
     text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
@@ -38,12 +39,16 @@ def online_space(*, batch_size: int, cuda: bool) -> SearchSpace:
         for name, conf in yaml.safe_load(text)["knobs"].items()
         if name in SWITCHABLE
     }
-    facts = detect(want_cuda=cuda)
     device = "cuda" if cuda else "cpu"
     space_conf = SearchSpaceConfig(name="online", knobs=knobs)
     return SearchSpace.from_config(
         space_conf, facts, device=device, batch_size=batch_size, own_dataset=True
     )
+
+
+def sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded: TPE after a few random points."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
 class Explorer:
@@ -56,14 +61,16 @@ class Explorer:
         *,
         share: float,
         batches_per_epoch: int | None,
-        seed: int = 0,
+        study: optuna.Study | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``study``: where each setting is recorded (``record.open_record``); else kept in
+        memory."""
         self.space = space
         self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = optuna.create_study(direction="maximize", sampler=sampler)
+        self.study = study or optuna.create_study(direction="maximize", sampler=sampler())
+        self._recorded = study is not None
         self._points = len(space.grid())
         self._started: float | None = None
         self._budget_s: float | None = None
@@ -97,6 +104,8 @@ class Explorer:
             self._budget_s = self._share * epoch_s if batch_rate else 0.0
         self._readings[reading.settings] = reading
         if self._trial is not None:  # else the run's own settings, outside the space
+            if self._recorded:
+                record.record_trial(self._trial, reading)
             self.study.tell(self._trial, reading.samples_per_s)
             self._measured[self._current] = reading.samples_per_s
             self._trial = None
@@ -116,6 +125,8 @@ class Explorer:
             self.done = True
             best = self.best
             self._current = best.settings if best is not None else self._current
+            if best is not None and self._recorded:
+                record.record_kept(self.study, best)
         return self._current
 
     def _ask(self) -> bool:

@@ -23,11 +23,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import optuna
 import torch
 import torch.utils.data
 
+from autotune.machine import MachineFacts, detect
+from autotune.online import record
 from autotune.online.epoch_batches import EpochBatches
-from autotune.online.explorer import Explorer, online_space
+from autotune.online.explorer import Explorer, online_space, sampler
 from autotune.online.meter import Meter, Reading
 from autotune.online.switching import EpochPass, Switch, shut_down
 from autotune.pipeline.batches import samples_in
@@ -54,18 +57,26 @@ class DataLoader(torch.utils.data.DataLoader):
         *args: Any,
         tune: bool | float = True,
         window: WindowConfig | None = None,
+        storage: str = record.DEFAULT_STORAGE,
+        study: str | None = None,
         **kwargs: Any,
     ) -> None:
         """torch's arguments, and: ``tune``: explore settings while the run trains (True:
         for up to one epoch's time at the rate first measured; a number: that many epochs'
         time, 0.25 a quarter of one; False, or the environment's ``AUTOTUNE=off``: never);
         ``window``: the timing rules of each setting's measurement (a trial's,
-        ``conf/window/default.yaml``, by default)."""
+        ``conf/window/default.yaml``, by default); ``storage``, ``study``: where each
+        setting tried and the one kept are recorded (``online-<dataset>-<fingerprint>`` in
+        ``studies/autotune.db`` by default), and where a later run of the job starts."""
         super().__init__(*args, **kwargs)
         if not isinstance(tune, (bool, int, float)) or tune < 0:
             raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
         off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
         self._share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
+        # tune=False: torch's loader with these arguments, nothing read or recorded
+        self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
+        self._record: optuna.Study | None = None
+        self._facts: MachineFacts | None = None
         self._explorer: Explorer | None = None
         self._settings = PipelineConfig(
             decoder=AS_IS,
@@ -107,7 +118,24 @@ class DataLoader(torch.utils.data.DataLoader):
         return isinstance(self.dataset, torch.utils.data.IterableDataset)
 
     def __iter__(self) -> EpochPass:  # type: ignore[override]
+        if self._record_at is not None:
+            self._resume(*self._record_at)
+            self._record_at = None
         return EpochPass(self, self._draw_epoch())
+
+    def _resume(self, storage: str, name: str | None) -> None:
+        """Opens the job's record; where an earlier run kept a setting, starts there and
+        explores nothing."""
+        self._facts = detect(want_cuda=torch.cuda.is_available())
+        fingerprint = record.job_fingerprint(self, self._facts)
+        name = name or record.study_name(self, fingerprint)
+        self._record = record.open_record(storage, name, fingerprint, sampler())
+        earlier = record.kept(self._record)
+        if earlier is not None:
+            self._settings = merged(self._settings, earlier)
+            self._share = 0.0
+            self._meter = self._new_meter(self._settings, after_switch=False)
+            log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
 
     def _draw_epoch(self) -> EpochBatches | None:
         """As torch's iterator does: its workers' base seed from ``generator`` (once in the
@@ -197,13 +225,25 @@ class DataLoader(torch.utils.data.DataLoader):
         if not self._share or (self._explorer is not None and self._explorer.done):
             return
         if self._explorer is None:
-            space = online_space(batch_size=self.batch_size or 1, cuda=torch.cuda.is_available())
+            facts = self._facts or detect(want_cuda=torch.cuda.is_available())
+            cuda = torch.cuda.is_available()
+            space = online_space(facts, batch_size=self.batch_size or 1, cuda=cuda)
             per_epoch = None if self._is_stream else len(self)
             self._explorer = Explorer(
-                space, self._settings, share=self._share, batches_per_epoch=per_epoch
+                space,
+                self._settings,
+                share=self._share,
+                batches_per_epoch=per_epoch,
+                study=self._record,
             )
         if reading.settings == self._explorer.current:
-            self.switch(self._explorer.measured(reading))
+            try:
+                self.switch(self._explorer.measured(reading))
+            except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
+                record.not_recorded("the study's storage", exc)
+                self._explorer.done = True
+                best = self._explorer.best
+                self.switch(best.settings if best is not None else self._settings)
 
     def failed(self) -> None:
         """The current setting's workers failed (and the loader fell back): the explorer

@@ -118,8 +118,8 @@ class Meter:
         seconds = now - self._warm_started if self._warm_started is not None else 0.0
         rate = self._warm_batches / seconds if seconds > 0 else None
         window = self._window
-        if self._cap_s is not None and rate:
-            cap = min(window.max_timed_s, self._cap_s(rate))
+        cap = self._cap_s(rate) if self._cap_s is not None and rate else 0.0
+        if 0 < cap < window.max_timed_s:
             self._window = window = dataclasses.replace(
                 window,
                 max_timed_s=cap,

@@ -4,17 +4,24 @@ fastest kept; and on a real loop, exploring loses and repeats no sample."""
 
 from __future__ import annotations
 
+import logging
+
+import optuna
 import pytest
 import torch
 from torch.utils.data import Dataset
 
 import autotune
+from autotune.machine import detect
+from autotune.online import record
 from autotune.online.explorer import Explorer, online_space
 from autotune.online.meter import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.schema import WindowConfig
+from autotune.tuner.store import TrialKey
 
 START = PipelineConfig(decoder=AS_IS)  # torch's defaults: no workers
+FACTS = detect(want_cuda=False)
 
 
 def reading(settings: PipelineConfig, rate: float, seconds: float = 1.0) -> Reading:
@@ -44,7 +51,7 @@ def explore(explorer: Explorer, clock: Clock, limit: int = 200) -> list[Pipeline
 
 
 def test_with_budget_left_it_measures_each_point_once_and_keeps_the_fastest() -> None:
-    space = online_space(batch_size=4, cuda=False)
+    space = online_space(FACTS, batch_size=4, cuda=False)
     clock = Clock()
     # 1 s a setting, a first epoch of 10 000 s: the budget never runs out here
     explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=clock)
@@ -56,7 +63,7 @@ def test_with_budget_left_it_measures_each_point_once_and_keeps_the_fastest() ->
 
 
 def test_the_budget_ends_exploring_at_a_share_of_the_first_epoch() -> None:
-    space = online_space(batch_size=4, cuda=False)
+    space = online_space(FACTS, batch_size=4, cuda=False)
     clock = Clock()
     # the first reading: 10 batches in 1 s; an epoch of 100 batches is 10 s; a share of
     # 0.5 is 5 s of exploring, each setting taking 1 s
@@ -67,7 +74,7 @@ def test_the_budget_ends_exploring_at_a_share_of_the_first_epoch() -> None:
 
 
 def test_a_failed_setting_is_never_kept() -> None:
-    space = online_space(batch_size=4, cuda=False)
+    space = online_space(FACTS, batch_size=4, cuda=False)
     clock = Clock()
     explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=clock)
     explorer.measured(reading(START, 100.0))
@@ -99,30 +106,58 @@ WINDOW = WindowConfig(
 )
 
 
-def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest() -> None:
+def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(tmp_path) -> None:
     def make(cls: type, **extra) -> torch.utils.data.DataLoader:
         generator = torch.Generator().manual_seed(3)
         return cls(Work(), batch_size=4, shuffle=True, generator=generator, **extra)
 
     reference = make(torch.utils.data.DataLoader)
-    expected = [[b.tolist() for b in reference] for _ in range(5)]
-    # exploring for up to two epochs' time of the first setting's rate
-    loader = make(autotune.DataLoader, tune=2.0, window=WINDOW)
-    got = [[b.tolist() for b in loader] for _ in range(5)]
+    expected = [[b.tolist() for b in reference] for _ in range(8)]
+    # exploring for up to three epochs' time at the first setting's rate
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = make(autotune.DataLoader, tune=3.0, window=WINDOW, storage=storage)
+    got = [[b.tolist() for b in loader] for _ in range(8)]
     assert got == expected  # every epoch torch's batches, in torch's order
     explorer = loader.explorer
     assert explorer is not None and explorer.done
     measured = {r.settings for r in loader.readings}
-    assert len(measured) >= 3
+    assert len(measured) >= 2  # the run's own, and what the sampler proposed
     assert loader.settings == explorer.best.settings  # type: ignore[union-attr]
+
+    # recorded: each setting a trial with the tuner's attributes, and the one kept
+    (summary,) = optuna.get_all_study_summaries(storage)
+    assert summary.study_name.startswith("online-work-")
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) >= 2 and all(TrialKey.PIPELINE in t.user_attrs for t in complete)
+    assert PipelineConfig.from_dict(study.user_attrs[record.KEPT]) == loader.settings
+
+    # the next run of the same job starts there, exploring nothing
+    again = make(autotune.DataLoader, tune=3.0, window=WINDOW, storage=storage)
+    assert [[b.tolist() for b in again]] == expected[:1]
+    assert again.settings == loader.settings and not again.switches
+    assert again.explorer is None
+
+
+def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(caplog) -> None:
+    loader = autotune.DataLoader(
+        Work(), batch_size=4, window=WINDOW, storage="sqlite:////proc/no/such/autotune.db"
+    )
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        assert sum(len(b) for b in loader) == len(Work())
+    assert caplog.text.count("not recorded") == 1
 
 
 @pytest.mark.parametrize("how", ["tune=False", "AUTOTUNE=off"])
-def test_off_it_never_switches(how, monkeypatch) -> None:
+def test_off_it_never_switches(how, monkeypatch, tmp_path) -> None:
     if how == "AUTOTUNE=off":
         monkeypatch.setenv("AUTOTUNE", "off")
     loader = autotune.DataLoader(
-        Work(), batch_size=4, window=WINDOW, **({"tune": False} if how == "tune=False" else {})
+        Work(),
+        batch_size=4,
+        window=WINDOW,
+        storage=f"sqlite:///{tmp_path}/autotune.db",
+        **({"tune": False} if how == "tune=False" else {}),
     )
     for _ in range(2):
         for _ in loader:

@@ -244,6 +244,7 @@ def test_a_switch_whose_workers_crash_falls_back_and_loses_nothing(caplog) -> No
     assert loader.settings.num_workers == 1
 
 
+@pytest.mark.slow  # torch's workers then take 5 s to be collected, as with torch's own loader
 def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
     class Broken(Indices):
         def __getitem__(self, index: int) -> int:

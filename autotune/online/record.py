@@ -1,0 +1,122 @@
+"""Where ``autotune.DataLoader`` keeps what it explored: an Optuna study in the study storage
+(``sqlite:///studies/autotune.db`` by default, as the command's), one per job, named by a
+fingerprint of what the loader cannot change: the machine, the Dataset (its class and
+length), the batches (size, sampler, collate, ``drop_last``, ``in_order``) and whether CUDA is
+there. Each setting explored is a trial with the tuner's trial attributes; the setting kept is
+a study attribute, where a later run of the same job starts, exploring nothing.
+
+A storage that cannot be opened or written never stops the training: one warning, and the
+run goes on unrecorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+import torch
+
+from autotune.machine import MachineFacts
+from autotune.online.meter import Reading
+from autotune.pipeline.config import PipelineConfig
+from autotune.tuner import store
+from autotune.tuner.store import StudyKey, TrialKey
+
+log = logging.getLogger("autotune.online.loader")
+
+DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
+KEPT = "online_kept"  # study attribute: the setting kept, as best.yaml's sections
+KEPT_RATE = "online_kept_samples_per_s"
+
+
+def _name(obj: Any) -> str:
+    kind = obj if isinstance(obj, type) else type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def job_fingerprint(loader: torch.utils.data.DataLoader, facts: MachineFacts) -> str:
+    """What the loader's settings are tuned for, hashed: the same job on the same machine."""
+    try:
+        length: int | None = len(loader.dataset)  # type: ignore[arg-type]
+    except TypeError:
+        length = None
+    job = {
+        "machine": [facts.usable_cpus, facts.logical_cpus, facts.memory_total_bytes],
+        "gpu": facts.gpu.name if facts.gpu else None,
+        "cuda": torch.cuda.is_available(),
+        "dataset": [_name(loader.dataset), length],
+        "batch_size": loader.batch_size,
+        "sampler": _name(loader.batch_sampler or loader.sampler),
+        "collate": getattr(loader.collate_fn, "__qualname__", _name(loader.collate_fn)),
+        "drop_last": loader.drop_last,
+        "in_order": getattr(loader, "in_order", True),
+    }
+    return hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def study_name(loader: torch.utils.data.DataLoader, fingerprint: str) -> str:
+    return f"online-{type(loader.dataset).__name__.lower()}-{fingerprint}"
+
+
+def open_record(
+    storage: str, name: str, fingerprint: str, sampler: optuna.samplers.BaseSampler
+) -> optuna.Study | None:
+    """The job's study (created where it is not there yet); None, with one warning, where
+    the storage cannot be opened."""
+    try:
+        if storage.startswith("sqlite:///"):
+            Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study = optuna.create_study(
+                study_name=name,
+                storage=storage,
+                direction="maximize",
+                sampler=sampler,
+                load_if_exists=True,
+            )
+        store.set_study_attr(study, StudyKey.FINGERPRINT, fingerprint)
+        return study
+    except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
+        not_recorded(storage, exc)
+        return None
+
+
+def kept(study: optuna.Study | None) -> PipelineConfig | None:
+    """The setting an earlier run of the job kept, if one did."""
+    if study is None:
+        return None
+    found = store.study_attr(study, KEPT)
+    return PipelineConfig.from_dict(found) if found else None
+
+
+def record_trial(trial: optuna.Trial, reading: Reading) -> None:
+    """A setting explored, with the tuner's names for what was measured."""
+    for key, value in (
+        (TrialKey.CONFIG, reading.settings.short()),
+        (TrialKey.PIPELINE, reading.settings.to_dict()),
+        (TrialKey.SPREAD, round(reading.spread, 4)),
+        (TrialKey.DATA_WAIT, round(reading.data_wait, 4)),
+        (TrialKey.TIME_TO_FIRST_BATCH, round(reading.first_batch_s, 4)),
+    ):
+        store.set_trial_attr(trial, key, value)
+
+
+def record_kept(study: optuna.Study, reading: Reading) -> None:
+    """The setting kept, for the next run of the job."""
+    try:
+        store.set_study_attr(study, KEPT, reading.settings.to_dict())
+        store.set_study_attr(study, KEPT_RATE, round(reading.samples_per_s, 2))
+    except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
+        not_recorded(study.study_name, exc)
+
+
+def not_recorded(where: str, exc: BaseException) -> None:
+    """One warning: the run goes on, unrecorded."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    log.warning("autotune.DataLoader: not recorded: %s failed (%s)", where, first)
