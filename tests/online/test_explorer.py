@@ -106,7 +106,9 @@ WINDOW = WindowConfig(
 )
 
 
-def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(tmp_path) -> None:
+def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
+    tmp_path, monkeypatch
+) -> None:
     def make(cls: type, **extra) -> torch.utils.data.DataLoader:
         generator = torch.Generator().manual_seed(3)
         return cls(Work(), batch_size=4, shuffle=True, generator=generator, **extra)
@@ -137,6 +139,9 @@ def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(tmp_path) 
     assert [[b.tolist() for b in again]] == expected[:1]
     assert again.settings == loader.settings and not again.switches
     assert again.explorer is None
+    monkeypatch.setenv("AUTOTUNE", "off")  # a reproducible run: the kept setting, as it is
+    off = make(autotune.DataLoader, window=WINDOW, storage=storage)
+    assert next(iter(off)) is not None and off.settings == loader.settings
 
 
 def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(caplog) -> None:
