@@ -2,12 +2,14 @@
 space, narrowed to what a run may switch, searched by the study's sampler (Optuna's TPE, ask
 and tell), one setting at a time on the run's own batches, then the fastest kept.
 
-The rule: the run's own settings are measured first; then, while exploring has taken less
-than its budget (a share of the first epoch, at the rate first measured), the sampler
-proposes the next setting. A proposal already measured is told its rate at once and not run
-again; once three in a row are, or every point of the space is measured, nothing is left to
-try. Then the fastest setting measured is kept for the rest of the run. A setting whose
-workers failed is recorded as failed and never proposed as the best.
+The rule: the run's own settings are measured first; then, while the budget left (``tune``
+epochs' time, at the rate first measured) still holds a setting's shortest timing (a
+trial's sub-windows at their shortest), the sampler proposes the next setting. A proposal
+already measured is told its rate at once and not run again; once three in a row are, or
+every point of the space is measured, nothing is left to try. Then the fastest setting is
+kept for the rest of the run: the run's own unless another measured faster by more than half
+the two readings' spreads. A setting whose workers failed is recorded as failed and never
+kept.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Explorer:
         *,
         share: float,
         batches_per_epoch: int | None,
+        min_setting_s: float = 0.0,
         study: optuna.Study | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -68,6 +71,8 @@ class Explorer:
         memory."""
         self.space = space
         self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
+        self._min_setting_s = min_setting_s  # a setting that cannot get this long is not tried
+        self._start = start
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = study or optuna.create_study(direction="maximize", sampler=sampler())
         self._recorded = study is not None
@@ -75,6 +80,7 @@ class Explorer:
         self._started: float | None = None
         self._budget_s: float | None = None
         self._measured: dict[PipelineConfig, float] = {}  # by the sampler's points
+        self._numbers: dict[PipelineConfig, int] = {}  # and the trial that measured each
         self._readings: dict[PipelineConfig, Reading] = {}
         self._trial: optuna.Trial | None = None
         self._current = start
@@ -91,9 +97,18 @@ class Explorer:
 
     @property
     def best(self) -> Reading | None:
-        """The fastest setting measured so far."""
+        """The fastest setting measured so far; the run's own unless another measured faster
+        by more than half the two readings' spreads (a margin of their noise)."""
         readings = self._readings.values()
-        return max(readings, key=lambda r: r.samples_per_s) if readings else None
+        if not readings:
+            return None
+        top = max(readings, key=lambda r: r.samples_per_s)
+        own = self._readings.get(self._start)
+        if own is not None and top is not own:
+            margin = (own.spread + top.spread) / 2
+            if top.samples_per_s <= own.samples_per_s * (1 + margin):
+                return own
+        return top
 
     def measured(self, reading: Reading) -> PipelineConfig:
         """Takes the reading of the current setting; returns the setting to run next."""
@@ -108,6 +123,7 @@ class Explorer:
                 record.record_trial(self._trial, reading)
             self.study.tell(self._trial, reading.samples_per_s)
             self._measured[self._current] = reading.samples_per_s
+            self._numbers[self._current] = self._trial.number
             self._trial = None
         return self._next()
 
@@ -116,12 +132,14 @@ class Explorer:
         if self._trial is not None:
             self.study.tell(self._trial, state=optuna.trial.TrialState.FAIL)
             self._measured[self._current] = 0.0  # never proposed again, never the best
+            self._numbers[self._current] = self._trial.number
             self._trial = None
         return self._next()
 
     def _next(self) -> PipelineConfig:
         started = self._clock() if self._started is None else self._started
-        if self._clock() - started >= (self._budget_s or 0.0) or not self._ask():
+        left = (self._budget_s or 0.0) - (self._clock() - started)
+        if left < self._min_setting_s or left <= 0 or not self._ask():
             self.done = True
             best = self.best
             self._current = best.settings if best is not None else self._current
@@ -136,7 +154,9 @@ class Explorer:
                 return False
             trial = self.study.ask()
             config = self.space.suggest(trial)
-            if config in self._measured:
+            if config in self._measured:  # told what it measured, costing nothing
+                if self._recorded:
+                    record.record_repeat(trial, config, self._numbers[config])
                 self.study.tell(trial, self._measured[config])
                 continue
             self._trial, self._current = trial, config

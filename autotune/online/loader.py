@@ -31,9 +31,8 @@ from autotune.machine import MachineFacts, detect
 from autotune.online import record
 from autotune.online.epoch_batches import EpochBatches
 from autotune.online.explorer import Explorer, online_space, sampler
-from autotune.online.meter import Meter, Reading
+from autotune.online.meter import Meter, Reading, counter
 from autotune.online.switching import EpochPass, Switch, shut_down
-from autotune.pipeline.batches import samples_in
 from autotune.pipeline.config import AS_IS, LOADER_KEYS, SWITCHABLE, PipelineConfig
 from autotune.schema import WindowConfig
 
@@ -211,13 +210,19 @@ class DataLoader(torch.utils.data.DataLoader):
             self._window,
             after_switch=after_switch,
             cap_s=self._cap_s if exploring else None,
-            count=self._count,
+            count=counter(self.batch_size if self._auto_collation else None),
         )
 
     def _cap_s(self, batch_rate: float) -> float:
         """Seconds to time one setting while exploring, at ``batch_rate``: the budget (its
-        share of an epoch at that rate) over the settings it should leave room for."""
-        return self._share * len(self) / batch_rate / SETTINGS_IN_BUDGET
+        share of an epoch at that rate) over the settings it should leave room for, and never
+        less than a trial's shortest timing (``min_setting_s``)."""
+        return max(self._share * len(self) / batch_rate / SETTINGS_IN_BUDGET, self._min_setting_s)
+
+    @property
+    def _min_setting_s(self) -> float:
+        """The least a setting is timed: a trial's sub-windows at their shortest."""
+        return self._window.min_sub_window_s * self._window.sub_windows
 
     def _explore(self, reading: Reading) -> None:
         """Tells the explorer a settled reading of the setting it proposed; switches to the
@@ -234,6 +239,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._settings,
                 share=self._share,
                 batches_per_epoch=per_epoch,
+                min_setting_s=self._min_setting_s,
                 study=self._record,
             )
         if reading.settings == self._explorer.current:
@@ -250,16 +256,6 @@ class DataLoader(torch.utils.data.DataLoader):
         records it and proposes the next."""
         if self._explorer is not None and not self._explorer.done:
             self.switch(self._explorer.failed())
-
-    def _count(self, batch: Any) -> int:
-        """Samples in a batch the loop receives: one without automatic batching; the batch
-        size where the batch is of a shape the count cannot read (the training goes on)."""
-        if not self._auto_collation:
-            return 1
-        try:
-            return samples_in(batch)
-        except ValueError:
-            return self.batch_size or 1
 
     def _release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

@@ -40,6 +40,21 @@ class Reading:
     seconds: float  # seconds timed
 
 
+def counter(batch_size: int | None) -> Callable[[Any], int]:
+    """Samples in a batch the loop receives: one without automatic batching (``None``); the
+    batch size where the batch is of a shape the count cannot read (the training goes on)."""
+
+    def count(batch: Any) -> int:
+        if batch_size is None:
+            return 1
+        try:
+            return samples_in(batch)
+        except ValueError:
+            return batch_size
+
+    return count
+
+
 class Meter:
     """Measures one setting from the batches the loop asks for: ``requested`` when the loop
     asks for a batch, ``received`` when it has it, ``epoch_ended`` between epochs."""

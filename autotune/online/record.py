@@ -107,6 +107,13 @@ def record_trial(trial: optuna.Trial, reading: Reading) -> None:
         store.set_trial_attr(trial, key, value)
 
 
+def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: int) -> None:
+    """A setting proposed again: told what trial ``earlier`` measured, run not again."""
+    store.set_trial_attr(trial, TrialKey.CONFIG, config.short())
+    store.set_trial_attr(trial, TrialKey.PIPELINE, config.to_dict())
+    store.set_trial_attr(trial, TrialKey.REPEAT_OF, earlier)
+
+
 def record_kept(study: optuna.Study, reading: Reading) -> None:
     """The setting kept, for the next run of the job."""
     try:

@@ -174,3 +174,23 @@ def test_off_it_never_switches(how, monkeypatch, tmp_path) -> None:
 def test_a_share_below_zero_is_refused() -> None:
     with pytest.raises(ValueError, match="tune must be True, False or a share >= 0"):
         autotune.DataLoader(Work(), tune=-0.5)
+
+
+@pytest.mark.parametrize(("rate", "kept"), [(105.0, "own"), (150.0, "faster")])
+def test_the_run_s_own_is_kept_unless_another_beats_it_by_more_than_the_noise(rate, kept) -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=Clock())
+    explorer.measured(Reading(START, 100.0, 0.2, 0.5, 0.0, batches=10, seconds=1.0))
+    other = explorer.current
+    explorer.measured(Reading(other, rate, 0.2, 0.5, 0.0, batches=10, seconds=1.0))
+    assert explorer.best.settings == (START if kept == "own" else other)  # type: ignore[union-attr]
+
+
+def test_a_budget_shorter_than_a_setting_s_shortest_timing_explores_nothing() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    # an epoch of 100 batches at 10 batches/s: 10 s of budget; a setting needs at least 12 s
+    explorer = Explorer(
+        space, START, share=1.0, batches_per_epoch=100, min_setting_s=12.0, clock=Clock()
+    )
+    explorer.measured(reading(START, 100.0))
+    assert explorer.done and explorer.current == START
