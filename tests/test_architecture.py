@@ -73,10 +73,11 @@ ENTRY_SHIMS = {
     "autotune.shard",
     "autotune.slow_storage",
 }
-# The one import against the table: the public API's ``autotune.tune`` imports the tune
-# mode's entry point when it is first asked for, so that ``import autotune`` in a training
-# script stays light. It is in a function, so it makes no cycle at import time.
-LAZY_ENTRY = "autotune:__getattr__"
+# The one import against the table: the public API names ``autotune.tune``, the tune mode's
+# entry point, for type checkers only (``if TYPE_CHECKING:``); each public name is imported
+# when first asked for, so that ``import autotune`` in a training script stays light and
+# makes no cycle at import time.
+LAZY_ENTRY = "autotune:TYPE_CHECKING"
 
 # Imports inside a function are allowed only of these (and their submodules) ...
 OPTIONAL_HEAVY_IMPORTS = {"nvidia.dali", "pynvml", "optuna_dashboard"}
@@ -214,6 +215,21 @@ class _Visitor(ast.NodeVisitor):
         self.scope.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815
+
+    def visit_If(self, node: ast.If) -> None:
+        """Imports under ``if TYPE_CHECKING:`` never run: seen as inside a function of
+        that name (``autotune:TYPE_CHECKING``)."""
+        if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            self.generic_visit(node)
+            return
+        self.scope.append("TYPE_CHECKING")
+        self.function_depth += 1
+        for child in node.body:
+            self.visit(child)
+        self.function_depth -= 1
+        self.scope.pop()
+        for child in node.orelse:
+            self.visit(child)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
