@@ -24,6 +24,7 @@ from autotune import machine
 from autotune.app.cli import compose, to_config
 from autotune.app.selfcheck_paths import QUICK as SELFCHECK_QUICK
 from autotune.pipeline.sources import Source
+from autotune.schema import WindowConfig
 from autotune.session import SearchSpace, Session
 
 TESTS = Path(__file__).parent
@@ -32,6 +33,14 @@ TESTS = Path(__file__).parent
 QUICK = list(SELFCHECK_QUICK)
 # what each setting is worth: measured even in a short search (the table takes seconds)
 WORTH = ["study.worth_budget=2"]
+# a trial's window of a few batches, untimed by length or spread: where the figure is not the point
+BRIEF_WINDOW = WindowConfig(
+    warmup_extra_batches=1,
+    sub_windows=2,
+    batches_per_window=2,
+    min_sub_window_s=0.0,
+    target_spread=0.0,
+)
 
 
 def run_cli(

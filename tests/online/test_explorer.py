@@ -9,6 +9,7 @@ import logging
 import optuna
 import pytest
 import torch
+from helpers import BRIEF_WINDOW
 from torch.utils.data import Dataset
 
 import autotune
@@ -17,7 +18,6 @@ from autotune.online import record
 from autotune.online.explorer import Explorer, online_space
 from autotune.online.meter import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
-from autotune.schema import WindowConfig
 from autotune.tuner.store import TrialKey
 
 START = PipelineConfig(decoder=AS_IS)  # torch's defaults: no workers
@@ -97,15 +97,6 @@ class Work(Dataset):
         return torch.tensor(index)
 
 
-WINDOW = WindowConfig(
-    warmup_extra_batches=1,
-    sub_windows=2,
-    batches_per_window=2,
-    min_sub_window_s=0.0,
-    target_spread=0.0,
-)
-
-
 def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     tmp_path, monkeypatch
 ) -> None:
@@ -117,7 +108,7 @@ def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     expected = [[b.tolist() for b in reference] for _ in range(8)]
     # exploring for up to three epochs' time at the first setting's rate
     storage = f"sqlite:///{tmp_path}/autotune.db"
-    loader = make(autotune.DataLoader, tune=3.0, window=WINDOW, storage=storage)
+    loader = make(autotune.DataLoader, tune=3.0, window=BRIEF_WINDOW, storage=storage)
     got = [[b.tolist() for b in loader] for _ in range(8)]
     assert got == expected  # every epoch torch's batches, in torch's order
     explorer = loader.explorer
@@ -131,22 +122,24 @@ def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     assert summary.study_name.startswith("online-work-")
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(complete) >= 2 and all(TrialKey.PIPELINE in t.user_attrs for t in complete)
+    assert len(complete) >= 2 and all(TrialKey.PIPELINE in t.user_attrs for t in complete), [
+        (t.state, t.user_attrs, t.value) for t in study.trials
+    ]
     assert PipelineConfig.from_dict(study.user_attrs[record.KEPT]) == loader.settings
 
     # the next run of the same job starts there, exploring nothing
-    again = make(autotune.DataLoader, tune=3.0, window=WINDOW, storage=storage)
+    again = make(autotune.DataLoader, tune=3.0, window=BRIEF_WINDOW, storage=storage)
     assert [[b.tolist() for b in again]] == expected[:1]
     assert again.settings == loader.settings and not again.switches
     assert again.explorer is None
     monkeypatch.setenv("AUTOTUNE", "off")  # a reproducible run: the kept setting, as it is
-    off = make(autotune.DataLoader, window=WINDOW, storage=storage)
+    off = make(autotune.DataLoader, window=BRIEF_WINDOW, storage=storage)
     assert next(iter(off)) is not None and off.settings == loader.settings
 
 
 def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(caplog) -> None:
     loader = autotune.DataLoader(
-        Work(), batch_size=4, window=WINDOW, storage="sqlite:////proc/no/such/autotune.db"
+        Work(), batch_size=4, window=BRIEF_WINDOW, storage="sqlite:////proc/no/such/autotune.db"
     )
     with caplog.at_level(logging.WARNING, logger="autotune"):
         assert sum(len(b) for b in loader) == len(Work())
@@ -160,7 +153,7 @@ def test_off_it_never_switches(how, monkeypatch, tmp_path) -> None:
     loader = autotune.DataLoader(
         Work(),
         batch_size=4,
-        window=WINDOW,
+        window=BRIEF_WINDOW,
         storage=f"sqlite:///{tmp_path}/autotune.db",
         **({"tune": False} if how == "tune=False" else {}),
     )

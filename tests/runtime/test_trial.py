@@ -11,21 +11,14 @@ import time
 import psutil
 import pytest
 from faulty import HangInWorker, SegfaultInWorker, as_
+from helpers import BRIEF_WINDOW
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
 from autotune.runtime import child, trial
 from autotune.runtime.job import TrialJob
 from autotune.runtime.trial import FORKSERVER_PRELOAD, run_trial
-from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
-
-WINDOW = WindowConfig(
-    warmup_extra_batches=1,
-    sub_windows=2,
-    batches_per_window=2,
-    min_sub_window_s=0.0,
-    target_spread=0.0,
-)
+from autotune.schema import ModelConfig, RecipeConfig
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +37,7 @@ def job(
         source=source,
         model=ModelConfig(name=model, _target_=target),
         recipe=RecipeConfig(crop_size=crop),
-        window=WINDOW,
+        window=BRIEF_WINDOW,
         device=device,
         **kwargs,
     )
