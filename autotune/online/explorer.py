@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from importlib import resources
+from typing import NamedTuple
 
 import optuna
 import yaml
@@ -48,6 +49,13 @@ def online_space(facts: MachineFacts, *, batch_size: int, cuda: bool) -> SearchS
     )
 
 
+class _Told(NamedTuple):
+    """What the sampler was told of one setting, and the trial that measured it."""
+
+    samples_per_s: float  # 0.0 where its workers failed: never proposed again, never kept
+    trial_number: int
+
+
 def sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
     """The study's sampler, seeded: TPE after a few random points."""
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
@@ -73,14 +81,15 @@ class Explorer:
         self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
         self._min_setting_s = min_setting_s  # a setting that cannot get this long is not tried
         self._start = start
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = study or optuna.create_study(direction="maximize", sampler=sampler())
         self._recorded = study is not None
+        if study is None:
+            with record.quiet():
+                study = optuna.create_study(direction="maximize", sampler=sampler())
+        self.study = study
         self._points = len(space.grid())
         self._started: float | None = None
         self._budget_s: float | None = None
-        self._measured: dict[PipelineConfig, float] = {}  # by the sampler's points
-        self._numbers: dict[PipelineConfig, int] = {}  # and the trial that measured each
+        self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
         self._readings: dict[PipelineConfig, Reading] = {}
         self._trial: optuna.Trial | None = None
         self._current = start
@@ -121,20 +130,32 @@ class Explorer:
         if self._trial is not None:  # else the run's own settings, outside the space
             if self._recorded:
                 record.record_trial(self._trial, reading)
-            self.study.tell(self._trial, reading.samples_per_s)
-            self._measured[self._current] = reading.samples_per_s
-            self._numbers[self._current] = self._trial.number
-            self._trial = None
+            self._tell(reading.samples_per_s)
         return self._next()
 
     def failed(self) -> PipelineConfig:
         """The current setting's workers failed; returns the setting to run next."""
         if self._trial is not None:
-            self.study.tell(self._trial, state=optuna.trial.TrialState.FAIL)
-            self._measured[self._current] = 0.0  # never proposed again, never the best
-            self._numbers[self._current] = self._trial.number
-            self._trial = None
+            self._tell(None)
         return self._next()
+
+    def close(self) -> None:
+        """The run stopped while a setting was measured: its trial is recorded as
+        interrupted rather than left running."""
+        trial, self._trial = self._trial, None
+        if trial is not None and self._recorded:
+            record.record_stopped(self.study, trial)
+
+    def _tell(self, samples_per_s: float | None) -> None:
+        """The current trial's rate (None: its workers failed) to the sampler."""
+        assert self._trial is not None
+        trial, self._trial = self._trial, None
+        with record.quiet():
+            if samples_per_s is None:
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                self.study.tell(trial, samples_per_s)
+        self._told[self._current] = _Told(samples_per_s or 0.0, trial.number)
 
     def _next(self) -> PipelineConfig:
         started = self._clock() if self._started is None else self._started
@@ -150,15 +171,19 @@ class Explorer:
     def _ask(self) -> bool:
         """Asks the sampler for a setting not measured yet; False where none is left."""
         for _ in range(REPEATS_TO_STOP):
-            if len(self._measured) >= self._points:
+            if len(self._told) >= self._points:
                 return False
             trial = self.study.ask()
             config = self.space.suggest(trial)
-            if config in self._measured:  # told what it measured, costing nothing
+            told = self._told.get(config)
+            if told is not None:  # told what it measured, costing nothing
                 if self._recorded:
-                    record.record_repeat(trial, config, self._numbers[config])
-                self.study.tell(trial, self._measured[config])
+                    record.record_repeat(trial, config, told.trial_number)
+                with record.quiet():
+                    self.study.tell(trial, told.samples_per_s)
                 continue
+            if self._recorded:
+                record.record_asked(trial)
             self._trial, self._current = trial, config
             return True
         return False

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import os
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,6 +243,9 @@ class DataLoader(torch.utils.data.DataLoader):
                 min_setting_s=self._min_setting_s,
                 study=self._record,
             )
+            # the loop left, the loader collected or the process ending (Ctrl-C): the
+            # setting being measured is recorded as interrupted, not left running
+            weakref.finalize(self, self._explorer.close)
         if reading.settings == self._explorer.current:
             try:
                 self.switch(self._explorer.measured(reading))

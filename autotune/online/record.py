@@ -11,20 +11,25 @@ run goes on unrecorded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import warnings
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import optuna
 import torch
+from optuna.trial import TrialState
 
 from autotune.machine import MachineFacts
 from autotune.online.meter import Reading
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import Failure, FailureKind
+from autotune.tuner import storage as study_storage
 from autotune.tuner import store
+from autotune.tuner.lease import is_gone, this_process
 from autotune.tuner.store import StudyKey, TrialKey
 
 log = logging.getLogger("autotune.online.loader")
@@ -32,11 +37,24 @@ log = logging.getLogger("autotune.online.loader")
 DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
 KEPT = "online_kept"  # study attribute: the setting kept, as best.yaml's sections
 KEPT_RATE = "online_kept_samples_per_s"
+STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
 
 
 def _name(obj: Any) -> str:
     kind = obj if isinstance(obj, type) else type(obj)
     return f"{kind.__module__}.{kind.__qualname__}"
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Optuna's lines per trial ("Trial 3 finished...") kept out of the user's training
+    log, and only for these calls: Optuna's verbosity is the process's."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
 
 
 def job_fingerprint(loader: torch.utils.data.DataLoader, facts: MachineFacts) -> str:
@@ -67,11 +85,11 @@ def open_record(
     storage: str, name: str, fingerprint: str, sampler: optuna.samplers.BaseSampler
 ) -> optuna.Study | None:
     """The job's study (created where it is not there yet); None, with one warning, where
-    the storage cannot be opened."""
+    the storage cannot be opened. A trial left running by a run of this host that has
+    ended (killed outright) is marked failed."""
     try:
-        if storage.startswith("sqlite:///"):
-            Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        with warnings.catch_warnings():
+        study_storage.make_room(storage)
+        with warnings.catch_warnings(), quiet():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study = optuna.create_study(
                 study_name=name,
@@ -81,6 +99,9 @@ def open_record(
                 load_if_exists=True,
             )
         store.set_study_attr(study, StudyKey.FINGERPRINT, fingerprint)
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if is_gone(store.trial_attr(trial, TrialKey.HOST, "")):
+                study_storage.mark_failed(study, trial._trial_id, STOPPED)
         return study
     except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
         not_recorded(storage, exc)
@@ -93,6 +114,21 @@ def kept(study: optuna.Study | None) -> PipelineConfig | None:
         return None
     found = store.study_attr(study, KEPT)
     return PipelineConfig.from_dict(found) if found else None
+
+
+def record_asked(trial: optuna.Trial) -> None:
+    """A setting about to be measured: by this process (a run killed outright leaves its
+    trial running; the next run of the job marks it failed)."""
+    store.set_trial_attr(trial, TrialKey.HOST, this_process())
+
+
+def record_stopped(study: optuna.Study, trial: optuna.Trial) -> None:
+    """The run stopped while measuring ``trial`` (Ctrl-C, the loop left): failed, with why."""
+    try:
+        store.set_trial_attr(trial, TrialKey.FAILURE, STOPPED.to_dict())
+        study.tell(trial, state=TrialState.FAIL)
+    except Exception as exc:  # noqa: BLE001 - at exit: one warning, never a traceback
+        not_recorded(study.study_name, exc)
 
 
 def record_trial(trial: optuna.Trial, reading: Reading) -> None:

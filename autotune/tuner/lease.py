@@ -38,6 +38,21 @@ def this_process() -> str:
     return f"{socket.gethostname()} pid {os.getpid()}"
 
 
+def is_gone(holder: str) -> bool:
+    """Whether ``holder`` (``this_process``'s name) was a process of this host that has
+    ended; a process of another host is never known gone here."""
+    host, _, pid = holder.rpartition(" pid ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)  # signal 0: only whether the process is there
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # there, another user's
+        return False
+    return False
+
+
 class Leases:
     """The leases of one study. ``expire_s``: a lease not renewed for this long is free."""
 

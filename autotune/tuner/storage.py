@@ -37,6 +37,12 @@ def lost_after_s(study_conf: StudyConfig) -> float:
     return 3 * study_conf.heartbeat_s
 
 
+def make_room(storage: str) -> None:
+    """Creates an SQLite storage's folder (``studies/``), where SQLite would not."""
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+
+
 def shown(storage: str) -> str:
     """A storage URL as it may be printed or written: its password hidden."""
     try:
@@ -96,10 +102,7 @@ def open_study(
 ) -> optuna.Study:
     """Creates or resumes the study; refuses to resume one whose workload or space changed,
     that an older autotune made, or (given ``facts``) that hosts of another kind measured."""
-    if study_conf.storage.startswith("sqlite:///"):
-        Path(study_conf.storage.removeprefix("sqlite:///")).parent.mkdir(
-            parents=True, exist_ok=True
-        )
+    make_room(study_conf.storage)
     # multivariate, group, constraints and metric names are "experimental" in Optuna
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -158,7 +161,7 @@ def _refuse_another_kind_of_host(study: optuna.Study, where: str, facts: Machine
         )
 
 
-def _mark_failed(study: optuna.Study, trial_id: int, failure: Failure) -> bool:
+def mark_failed(study: optuna.Study, trial_id: int, failure: Failure) -> bool:
     """Records ``failure`` on a running trial and fails it; False where another process got
     there first."""
     try:
@@ -172,7 +175,7 @@ def _fail_stale(study: optuna.Study) -> None:
     """Trials left RUNNING by a run that was killed outright are marked failed, with the
     reason."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if _mark_failed(
+        if mark_failed(
             study, t._trial_id, Failure(FailureKind.ERROR, "the run measuring it was killed")
         ):
             log.warning("trial %d was left running by a killed run: marked failed", t.number)
@@ -185,5 +188,5 @@ def fail_lost(study: optuna.Study) -> None:
     for trial_id in storage._get_stale_trial_ids(study._study_id):  # Optuna's heartbeat check
         number = storage.get_trial_number_from_id(trial_id)
         lost = Failure(FailureKind.HOST_LOST, "the host measuring it stopped sending heartbeats")
-        if _mark_failed(study, trial_id, lost):
+        if mark_failed(study, trial_id, lost):
             log.warning("trial %d: its host stopped sending heartbeats: marked failed", number)

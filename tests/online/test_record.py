@@ -1,0 +1,73 @@
+"""Where autotune.DataLoader records what it explored: no trial is left running, whether the
+run stops while measuring (the loop left, Ctrl-C) or is killed outright."""
+
+from __future__ import annotations
+
+import gc
+import signal
+import subprocess
+import sys
+
+import optuna
+import torch
+from helpers import BRIEF_WINDOW
+from optuna.trial import TrialState
+
+import autotune
+from autotune.online import record
+from autotune.online.explorer import sampler
+from autotune.runtime.failures import FailureKind
+from autotune.tuner import store
+from autotune.tuner.store import TrialKey
+
+DATA = torch.utils.data.TensorDataset(torch.arange(64))
+
+
+def trials(storage: str) -> list[optuna.trial.FrozenTrial]:
+    (summary,) = optuna.get_all_study_summaries(storage)
+    return optuna.load_study(study_name=summary.study_name, storage=storage).trials
+
+
+def test_a_run_stopped_while_measuring_leaves_no_trial_running(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(
+        DATA, batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+    )
+    batches = iter(loader)
+    while loader.explorer is None:  # the run's own settings measured: the next one asked
+        next(batches)
+    (running,) = [t for t in trials(storage) if t.state == TrialState.RUNNING]
+    del batches, loader  # the loop left (as at Ctrl-C): the loader is collected
+    gc.collect()
+    stopped = trials(storage)[running.number]
+    assert stopped.state == TrialState.FAIL
+    assert store.failure_kind(stopped) == FailureKind.INTERRUPTED
+
+
+def test_a_trial_left_running_by_a_killed_run_is_failed_at_the_next_open(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    study = record.open_record(storage, "online-job", "fp", sampler())
+    assert study is not None
+    # another run of the job asks a setting to measure (as record_asked names it), and is
+    # killed outright: no exit handler runs (the child stays light: Optuna, not torch)
+    asks = (
+        "import sys, time, optuna\n"
+        "from autotune.tuner.lease import this_process\n"
+        "study = optuna.load_study(study_name='online-job', storage=sys.argv[1])\n"
+        "study.ask().set_user_attr(sys.argv[2], this_process())\n"
+        "print('asked', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    argv = [sys.executable, "-c", asks, storage, TrialKey.HOST]
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None and run.stdout.readline() == "asked\n"
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    record.record_asked(study.ask())  # this process's own, still measuring: left as it is
+    assert record.open_record(storage, "online-job", "fp", sampler()) is not None
+    killed, alive = trials(storage)
+    assert killed.state == TrialState.FAIL
+    assert store.failure_kind(killed) == FailureKind.INTERRUPTED
+    assert alive.state == TrialState.RUNNING
