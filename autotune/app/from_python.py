@@ -147,7 +147,7 @@ def _run(args: list[str], given: dict[str, Any], instance: Dataset | None) -> Tu
         best_path=best,
         config=written.config,
         # where another host confirmed a shared study, its figure is in its best.yaml
-        speedup=result.speedup or written.measured.get("speedup_vs_baseline"),
+        speedup=result.speedup or written.measured.speedup_vs_baseline,
         baseline=written.baseline,
         study_name=result.study_name,
         storage=result.storage,

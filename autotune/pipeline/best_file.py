@@ -9,6 +9,7 @@ three plain sections: ``workload``, ``machine`` and ``study``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -34,34 +35,92 @@ HEADER = (
 
 
 @dataclass(frozen=True)
+class Figures:
+    """A pick's ``measured:`` section: its confirmed rate over an epoch, the IQR of its
+    rounds, and its ratio to the baseline with the range its rounds measured (None where a
+    file does not say)."""
+
+    samples_per_s: float | None = None
+    samples_per_s_iqr: list[float] | None = None
+    speedup_vs_baseline: float | None = None
+    speedup_vs_baseline_iqr: list[float] | None = None  # the IQR's ends over the baseline's
+    picked: str | None = None  # the finalist's label
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any] | None) -> Figures:
+        """The known keys of a section (one a later autotune added is left out)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (section or {}).items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PipelineFigures(Figures):
+    """The whole pipeline's ``measured:``: its figures, and the references beside them."""
+
+    steady_samples_per_s: float | None = None  # the search's rate, between epochs' ends
+    baseline_samples_per_s: float | None = None
+    ceiling_samples_per_s: float | None = None  # the step alone, fed from memory
+    of_ceiling: float | None = None
+    peak_memory_mb: float | None = None
+    notes: list[str] = field(default_factory=list)
+    worth: dict[str, Any] | None = None  # each setting changed back: report/export.py
+
+
+@dataclass(frozen=True)
+class MachineSection:
+    """``machine:``: what the numbers were measured on (None where a file does not say)."""
+
+    usable_cpus: int | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+    torch: str | None = None
+    torchvision: str | None = None
+    python: str | None = None
+    platform: str | None = None
+
+    @classmethod
+    def of(cls, facts: MachineFacts) -> MachineSection:
+        return cls(
+            usable_cpus=facts.usable_cpus,
+            gpu=facts.gpu.name if facts.gpu else None,
+            gpus=facts.gpu_count,
+            torch=facts.torch_version,
+            torchvision=facts.torchvision_version,
+            python=facts.python_version,
+            platform=facts.platform,
+        )
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any] | None) -> MachineSection | None:
+        if not section:
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in section.items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class BestFile:
     """The contents of a best.yaml."""
 
     config: PipelineConfig  # the whole tuned pipeline
-    measured: dict[str, Any] = field(default_factory=dict)  # its figures
+    measured: PipelineFigures = field(default_factory=PipelineFigures)  # its figures
     # the user's pipeline as it is: the loader settings picked for it, and their figures;
     # None when no config of it was confirmed, or in a file of an older autotune (``older``)
     as_is: PipelineConfig | None = None
-    as_is_measured: dict[str, Any] = field(default_factory=dict)
+    as_is_measured: Figures = field(default_factory=Figures)
     baseline: str = ""  # what the speedups are ratios to, in words
     ranks: int = 1  # processes per node measured together; the settings are each one's
     older: bool = False  # read from a file written before both ways were tuned
-    workload: dict[str, Any] = field(default_factory=dict)  # dataset, model, recipe, device
-    machine: dict[str, Any] = field(default_factory=dict)  # machine_section()
+    # dataset, model, recipe, device, ranks, data_fingerprint...: what the session measured
+    workload: dict[str, Any] = field(default_factory=dict)
+    machine: MachineSection | None = None  # None in a file without one
     study: dict[str, Any] = field(default_factory=dict)  # name, storage, trial counts
-
-
-def machine_section(facts: MachineFacts) -> dict[str, Any]:
-    """best.yaml's ``machine:``: what the numbers were measured on."""
-    return {
-        "usable_cpus": facts.usable_cpus,
-        "gpu": facts.gpu.name if facts.gpu else None,
-        "gpus": facts.gpu_count,
-        "torch": facts.torch_version,
-        "torchvision": facts.torchvision_version,
-        "python": facts.python_version,
-        "platform": facts.platform,
-    }
 
 
 def write(path: Path, best: BestFile) -> None:
@@ -70,11 +129,14 @@ def write(path: Path, best: BestFile) -> None:
         doc["loader_kwargs"] = {
             "loader": best.as_is.loader_kwargs(),
             "main_threads": best.as_is.main_threads,
-            "measured": best.as_is_measured,
+            "measured": best.as_is_measured.to_dict(),
         }
     doc.update(best.config.to_dict())
     doc.update(
-        measured=best.measured, workload=best.workload, machine=best.machine, study=best.study
+        measured=best.measured.to_dict(),
+        workload=best.workload,
+        machine=best.machine.to_dict() if best.machine else {},
+        study=best.study,
     )
     path.write_text(HEADER + yaml.safe_dump(doc, sort_keys=False, width=100))
 
@@ -97,14 +159,14 @@ def read(path: str | Path) -> BestFile:
         raise UsageError(f"{path}: {e}") from None
     return BestFile(
         config=config,
-        measured=doc.get("measured") or {},
+        measured=PipelineFigures.from_dict(doc.get("measured")),
         as_is=as_is_config,
-        as_is_measured=as_is.get("measured") or {},
+        as_is_measured=Figures.from_dict(as_is.get("measured")),
         baseline=doc.get("baseline") or "",
         ranks=int(doc.get("ranks") or 1),
         older="loader_kwargs" not in doc,
         workload=doc.get("workload") or {},
-        machine=doc.get("machine") or {},
+        machine=MachineSection.from_dict(doc.get("machine")),
         study=doc.get("study") or {},
     )
 
@@ -136,21 +198,21 @@ def as_is_of(best: BestFile, path: str | Path) -> PipelineConfig:
     return best.as_is
 
 
-def machine_differences(measured_on: dict[str, Any], here: MachineFacts) -> list[str]:
+def machine_differences(measured_on: MachineSection | None, here: MachineFacts) -> list[str]:
     """What differs between a ``machine:`` section and this machine, in words: usable CPUs,
-    GPU model and count, and torch version (a key missing from the section is not compared)."""
-    gpu_here = here.gpu.name if here.gpu else None
+    GPU model and count, and torch version (what the section does not say is not compared)."""
+    if measured_on is None:
+        return []
+    there, this = measured_on, MachineSection.of(here)
     differences = []
-    if measured_on.get("usable_cpus") not in (None, here.usable_cpus):
-        differences.append(
-            f"{measured_on['usable_cpus']} usable CPUs there, {here.usable_cpus} here"
-        )
-    if "gpu" in measured_on and measured_on["gpu"] != gpu_here:
-        differences.append(f"GPU {measured_on['gpu']} there, {gpu_here} here")
-    if measured_on.get("gpus") not in (None, here.gpu_count):
-        differences.append(f"{measured_on['gpus']} GPUs there, {here.gpu_count} here")
-    if measured_on.get("torch") not in (None, here.torch_version):
-        differences.append(f"torch {measured_on['torch']} there, {here.torch_version} here")
+    if there.usable_cpus not in (None, this.usable_cpus):
+        differences.append(f"{there.usable_cpus} usable CPUs there, {this.usable_cpus} here")
+    if there.gpu != this.gpu and (there.gpu is not None or there.gpus is not None):
+        differences.append(f"GPU {there.gpu} there, {this.gpu} here")
+    if there.gpus not in (None, this.gpus):
+        differences.append(f"{there.gpus} GPUs there, {this.gpus} here")
+    if there.torch not in (None, this.torch):
+        differences.append(f"torch {there.torch} there, {this.torch} here")
     return differences
 
 
@@ -173,10 +235,10 @@ def warn_if_other_ranks(ranks: int, path: str | Path) -> None:
     )
 
 
-def warn_if_other_machine(measured_on: dict[str, Any], path: str | Path) -> None:
+def warn_if_other_machine(measured_on: MachineSection | None, path: str | Path) -> None:
     """Warns once per file when it was measured on a different machine (the warning points
     at the caller of the function that called this one)."""
-    if not measured_on or str(path) in _warned:
+    if measured_on is None or str(path) in _warned:
         return
     differences = machine_differences(measured_on, machine.detect(want_cuda=True))
     if differences:

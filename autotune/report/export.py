@@ -33,22 +33,22 @@ def _figures(result: StudyResult, picked: Row) -> dict[str, Any]:
     }
 
 
-def measured_section(result: StudyResult) -> dict[str, Any]:
+def measured_section(result: StudyResult) -> best_file.PipelineFigures:
     """best.yaml's ``measured:``: the whole pipeline's confirmed figures beside the
     references."""
     winner, baseline = result.winner, result.baseline
     assert winner is not None
     ceiling = result.ceiling
-    return {
+    return best_file.PipelineFigures(
         **_figures(result, winner),
-        "steady_samples_per_s": winner["steady"],
-        "baseline_samples_per_s": baseline["samples_per_s"] if baseline else None,
-        "ceiling_samples_per_s": _round(ceiling),
-        "of_ceiling": _round(winner["steady"] / ceiling if ceiling else None, 2),
-        "peak_memory_mb": winner.get("peak_memory_mb"),
-        "notes": list(result.notes),
-        "worth": worth_section(result),
-    }
+        steady_samples_per_s=winner["steady"],
+        baseline_samples_per_s=baseline["samples_per_s"] if baseline else None,
+        ceiling_samples_per_s=_round(ceiling),
+        of_ceiling=_round(winner["steady"] / ceiling if ceiling else None, 2),
+        peak_memory_mb=winner.get("peak_memory_mb"),
+        notes=list(result.notes),
+        worth=worth_section(result),
+    )
 
 
 def worth_section(result: StudyResult) -> dict[str, Any] | None:
@@ -85,7 +85,7 @@ def export(
     as_is = result.as_is_winner
     workload = {**workload, "data_fingerprint": source_fingerprint}
     folder.mkdir(parents=True, exist_ok=True)
-    machine = best_file.machine_section(facts)
+    machine = best_file.MachineSection.of(facts)
     path = folder / "best.yaml"
     best_file.write(
         path,
@@ -93,7 +93,9 @@ def export(
             config=result.best,
             measured=measured_section(result),
             as_is=PipelineConfig.from_dict(as_is["pipeline"]) if as_is else None,
-            as_is_measured=_figures(result, as_is) if as_is else {},
+            as_is_measured=best_file.Figures(**_figures(result, as_is))
+            if as_is
+            else best_file.Figures(),
             baseline=result.baseline_text,
             ranks=workload.get("ranks", 1),
             workload=workload,

@@ -89,8 +89,8 @@ def _workload_line(result: StudyResult) -> str:
     return (
         f"Dataset `{work.get('dataset')}` ({work.get('images')} images), model "
         f"`{work.get('model')}`, crop {crop}, device `{work.get('device')}`; "
-        f"{machine.get('usable_cpus')} usable CPUs, GPU {machine.get('gpu') or 'none'}, "
-        f"torch {machine.get('torch')}{together}.\n"
+        f"{machine.usable_cpus} usable CPUs, GPU {machine.gpu or 'none'}, "
+        f"torch {machine.torch}{together}.\n"
     )
 
 

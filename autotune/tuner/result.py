@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.pipeline.best_file import MachineSection
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
 from autotune.tuner.metrics import speedup
@@ -53,7 +54,7 @@ class StudyResult:
     failures: dict[str, int] = field(default_factory=dict)  # failure kind -> trials
     device: str | None = None
     workload: dict[str, Any] | None = None
-    machine: dict[str, Any] | None = None
+    machine: MachineSection | None = None
     # where this run's time went, in seconds: each of STUDY_PHASES that ran (a resumed study:
     # this run's share)
     time_split: dict[str, float] = field(default_factory=dict)
@@ -143,7 +144,7 @@ class StudyResult:
             failures=failure_counts(trials),
             device=(workload or {}).get("device"),
             workload=workload,
-            machine=attrs.get(StudyKey.MACHINE),
+            machine=MachineSection.from_dict(attrs.get(StudyKey.MACHINE)),
             time_split=attrs.get(StudyKey.TIME_SPLIT) or {},
         )
 
@@ -152,10 +153,10 @@ def _recorded(trial: FrozenTrial) -> bool:
     return store.trial_attr(trial, store.TrialKey.PIPELINE) is not None
 
 
-def save_context(study: optuna.Study, workload: dict[str, Any], machine: dict[str, Any]) -> None:
+def save_context(study: optuna.Study, workload: dict[str, Any], machine: MachineSection) -> None:
     """The workload and machine, so the report can be rebuilt from the storage alone."""
     store.set_study_attr(study, StudyKey.WORKLOAD, workload)
-    store.set_study_attr(study, StudyKey.MACHINE, machine)
+    store.set_study_attr(study, StudyKey.MACHINE, machine.to_dict())
 
 
 def trial_of_row(study: optuna.Study, row: Row) -> FrozenTrial | None:

@@ -149,9 +149,9 @@ def open_study(
 def _refuse_another_kind_of_host(study: optuna.Study, where: str, facts: MachineFacts) -> None:
     """Every host of a study is of one kind (usable CPUs, GPU model and count, torch): a
     figure from another kind would rank against figures it cannot be compared with."""
-    machine = store.study_attr(study, StudyKey.MACHINE)
+    machine = best_file.MachineSection.from_dict(store.study_attr(study, StudyKey.MACHINE))
     if machine is None:
-        store.set_study_attr(study, StudyKey.MACHINE, best_file.machine_section(facts))
+        store.set_study_attr(study, StudyKey.MACHINE, best_file.MachineSection.of(facts).to_dict())
         return
     differences = best_file.machine_differences(machine, facts)
     if differences:

@@ -77,7 +77,7 @@ class StudyKey:
     WORTH = "worth"  # what each setting of the winner is worth (worth.WorthTable.to_dict())
     IMPORTANCES = "importances_fanova"  # report.md's importances, for the dashboard's list
     WORKLOAD = "workload"
-    MACHINE = "machine"  # best_file.machine_section(): the hosts of the study are all alike
+    MACHINE = "machine"  # best_file.MachineSection: the hosts of the study are all alike
     BEST_FILE = "best_yaml"  # best.yaml as the host that confirmed wrote it, for every host
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
     TIME_SPLIT = "time_split_s"  # the last run's seconds per phase (result.STUDY_PHASES)

@@ -54,11 +54,11 @@ def seconds_per_sample(best: BestFile, arms: tuple[str, ...]) -> tuple[float, ..
     """Each arm's seconds per sample at best.yaml's measured epoch rates; None without a
     rate."""
     measured = best.measured
-    baseline = measured.get("baseline_samples_per_s") or measured.get("samples_per_s")
+    baseline = measured.baseline_samples_per_s or measured.samples_per_s
     rates = {
         "baseline": baseline,
-        "loader_kwargs": best.as_is_measured.get("samples_per_s") or baseline,
-        "build_loader": measured.get("samples_per_s") or baseline,
+        "loader_kwargs": best.as_is_measured.samples_per_s or baseline,
+        "build_loader": measured.samples_per_s or baseline,
     }
     if not all(rates[arm] for arm in arms):
         return None

@@ -26,7 +26,7 @@ CLAIMED_ARMS = ("loader_kwargs", "build_loader")
 def claimed_speedup(best: BestFile, arm: str) -> float | None:
     """best.yaml's claim for ``arm``: ``loader_kwargs.measured`` or ``measured``."""
     measured = best.as_is_measured if arm == "loader_kwargs" else best.measured
-    return measured.get("speedup_vs_baseline")
+    return measured.speedup_vs_baseline
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ def page_cache_causes(*arms: ArmFigures) -> list[str]:
 def reference_causes(arm: ArmFigures, baseline: ArmFigures, best: BestFile) -> list[str]:
     """Where an arm's rate is far from best.yaml's own figure for it."""
     causes = []
-    tuned_baseline = best.measured.get("baseline_samples_per_s")
+    tuned_baseline = best.measured.baseline_samples_per_s
     if tuned_baseline and abs(baseline.median / tuned_baseline - 1) > REFERENCE_GAP:
         causes.append(
             f"the baseline ran at {baseline.median:.1f} samples/s over real epochs; best.yaml "
             f"says {tuned_baseline:.1f}: {baseline.median / tuned_baseline:.2f}x"
         )
     measured = best.as_is_measured if arm.arm == "loader_kwargs" else best.measured
-    own = measured.get("samples_per_s")
+    own = measured.samples_per_s
     if own and abs(arm.median / own - 1) > REFERENCE_GAP:
         causes.append(
             f"{arm.arm} ran at {arm.median:.1f} samples/s over real epochs; best.yaml "

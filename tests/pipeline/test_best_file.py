@@ -46,14 +46,16 @@ BEST = BestFile(
     config=PipelineConfig(
         batch_size=64, num_workers=4, prefetch_factor=2, decoder="pil_reduced", main_threads=2
     ),
-    measured={"samples_per_s": 1234.5, "samples_per_s_iqr": [1200.0, 1250.0], "notes": []},
+    measured=best_file.PipelineFigures(samples_per_s=1234.5, samples_per_s_iqr=[1200.0, 1250.0]),
     as_is=PipelineConfig(
         batch_size=64, num_workers=2, prefetch_factor=4, decoder="as_is", main_threads=1
     ),
-    as_is_measured={"samples_per_s": 600.0, "speedup_vs_baseline": 1.2, "picked": "trial 3"},
+    as_is_measured=best_file.Figures(
+        samples_per_s=600.0, speedup_vs_baseline=1.2, picked="trial 3"
+    ),
     baseline="ImageFolder(root) ...; DataLoader(dataset, batch_size=64, shuffle=True)",
     workload={"dataset": "synthetic", "images": 512, "recipe": {"name": "imagenet_train"}},
-    machine=MACHINE,
+    machine=best_file.MachineSection(**MACHINE),
     study={"name": "s", "trials": {"complete": 3}, "interrupted": False},
 )
 
@@ -100,7 +102,7 @@ def test_a_file_of_an_older_autotune_keeps_build_loader_and_refuses_loader_kwarg
 ) -> None:
     """Written before the pipeline as it is was tuned: loader and pipeline sections only."""
     path = tmp_path / "best.yaml"
-    doc = {**BEST.config.to_dict(), "measured": BEST.measured, "machine": MACHINE}
+    doc = {**BEST.config.to_dict(), "measured": BEST.measured.to_dict(), "machine": MACHINE}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     old = best_file.read(path)
     assert old.config == BEST.config and old.as_is is None
@@ -144,9 +146,23 @@ def test_read_a_file_that_is_not_a_best_yaml(tmp_path: Path, text: str) -> None:
 
 
 def test_machine_section() -> None:
-    assert best_file.machine_section(FACTS) == MACHINE
-    assert list(best_file.machine_section(FACTS)) == list(MACHINE)  # the order in the file
-    assert best_file.machine_section(_without_gpu(FACTS))["gpu"] is None
+    section = best_file.MachineSection.of(FACTS).to_dict()
+    assert section == MACHINE and list(section) == list(MACHINE)  # the order in the file
+    assert best_file.MachineSection.of(_without_gpu(FACTS)).gpu is None
+
+
+def test_a_figure_it_does_not_know_is_left_out_and_a_missing_section_reads_empty(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "best.yaml"
+    best_file.write(path, BEST)
+    doc = yaml.safe_load(path.read_text())
+    doc["measured"]["a_later_figure"] = 1.0
+    del doc["machine"], doc["loader_kwargs"]["measured"]
+    path.write_text(yaml.safe_dump(doc))
+    read = best_file.read(path)
+    assert read.measured == BEST.measured and read.machine is None
+    assert read.as_is_measured == best_file.Figures()
 
 
 def _without_gpu(facts: MachineFacts) -> MachineFacts:
@@ -154,15 +170,11 @@ def _without_gpu(facts: MachineFacts) -> MachineFacts:
 
 
 def test_machine_differences() -> None:
-    assert best_file.machine_differences(MACHINE, FACTS) == []
-    there = {
-        **MACHINE,
-        "usable_cpus": 4,
-        "gpu": None,
-        "gpus": 0,
-        "torch": "2.8.0",
-        "python": "3.10",
-    }
+    section = best_file.MachineSection
+    assert best_file.machine_differences(section(**MACHINE), FACTS) == []
+    there = section(
+        **{**MACHINE, "usable_cpus": 4, "gpu": None, "gpus": 0, "torch": "2.8.0", "python": "3.10"}
+    )
     assert best_file.machine_differences(there, FACTS) == [
         "4 usable CPUs there, 8 here",
         "GPU None there, NVIDIA H200 here",
@@ -170,7 +182,8 @@ def test_machine_differences() -> None:
         "torch 2.8.0 there, 2.9.0 here",
     ]
     # what the section does not say is not compared
-    assert best_file.machine_differences({"python": "2.7"}, _without_gpu(FACTS)) == []
+    assert best_file.machine_differences(section(python="2.7"), FACTS) == []
+    assert best_file.machine_differences(None, FACTS) == []
 
 
 def _load_and_warn(path: Path) -> None:
@@ -183,7 +196,8 @@ def test_warns_once_per_file_measured_elsewhere(
     monkeypatch.setattr(machine, "detect", lambda want_cuda: FACTS)
     here, elsewhere = tmp_path / "here.yaml", tmp_path / "elsewhere.yaml"
     best_file.write(here, BEST)
-    best_file.write(elsewhere, BestFile(BEST.config, machine={**MACHINE, "usable_cpus": 2}))
+    other = best_file.MachineSection(**{**MACHINE, "usable_cpus": 2})
+    best_file.write(elsewhere, BestFile(BEST.config, machine=other))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _load_and_warn(here)

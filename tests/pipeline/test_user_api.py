@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -76,7 +77,9 @@ def test_a_file_that_is_not_a_best_yaml(tmp_path: Path) -> None:
 def test_warns_about_another_machine_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     here = machine.detect(want_cuda=False)
     monkeypatch.setattr(machine, "detect", lambda want_cuda: here)
-    elsewhere = {**best_file.machine_section(here), "usable_cpus": here.usable_cpus + 1}
+    elsewhere = dataclasses.replace(
+        best_file.MachineSection.of(here), usable_cpus=here.usable_cpus + 1
+    )
     path = tmp_path / "best.yaml"
     best_file.write(path, BestFile(PipelineConfig(), machine=elsewhere))
     with pytest.warns(UserWarning, match="was measured on another machine") as caught:

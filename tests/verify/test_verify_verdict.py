@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from verify_data import AS_IS, AS_IS_MEASURED, TUNED, epoch, runs
 
-from autotune.pipeline.best_file import BestFile
+from autotune.pipeline.best_file import BestFile, Figures, PipelineFigures
 from autotune.pipeline.config import PipelineConfig
 from autotune.verify.figures import arm_figures, quartiles, tail_share
 from autotune.verify.plan import BUDGET_S, RUN_OVERHEAD_S, epoch_size, estimate_s
@@ -25,11 +25,16 @@ RESTARTING = PipelineConfig(batch_size=8, num_workers=2, prefetch_factor=2)
 BASELINE = PipelineConfig(batch_size=8, decoder="as_is")
 CONFIGS = {"baseline": BASELINE, "loader_kwargs": AS_IS, "build_loader": TUNED}
 MEASURED = {"samples_per_s": 400.0, "baseline_samples_per_s": 200.0, "speedup_vs_baseline": 2.0}
-BEST = BestFile(TUNED, measured=MEASURED, as_is=AS_IS, as_is_measured=AS_IS_MEASURED)
+BEST = BestFile(
+    TUNED,
+    measured=PipelineFigures(**MEASURED),
+    as_is=AS_IS,
+    as_is_measured=Figures(**AS_IS_MEASURED),
+)
 
 
 def best(**measured: float) -> BestFile:
-    return BestFile(TUNED, measured={**MEASURED, **measured}, as_is=AS_IS)
+    return BestFile(TUNED, measured=PipelineFigures(**{**MEASURED, **measured}), as_is=AS_IS)
 
 
 def figures(**rates_by_arm):

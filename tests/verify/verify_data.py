@@ -82,11 +82,13 @@ def write_best(
         path,
         best_file.BestFile(
             config=config,
-            measured=dict(MEASURED if measured is None else measured),
+            measured=best_file.PipelineFigures(**(MEASURED if measured is None else measured)),
             as_is=as_is,
-            as_is_measured=dict(AS_IS_MEASURED if as_is_measured is None else as_is_measured),
+            as_is_measured=best_file.Figures(
+                **(AS_IS_MEASURED if as_is_measured is None else as_is_measured)
+            ),
             workload=workload,
-            machine=best_file.machine_section(facts),
+            machine=best_file.MachineSection.of(facts),
         ),
     )
     return path
