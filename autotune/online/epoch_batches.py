@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import torch.utils.data
+
 
 class EpochBatches:
     """The batches (or, without automatic batching, the indices) of one epoch, in the order
@@ -61,3 +63,19 @@ class EpochBatches:
     def outstanding(self) -> int:
         """Batches handed out (or taken back) and not yet delivered."""
         return len(self._pending) + len(self._again)
+
+
+class HandedSampler(torch.utils.data.Sampler):
+    """An inner loader's sampler: the running epoch's batches, handed on (``EpochBatches``).
+    A loader whose workers persist iterates it again at each epoch's start."""
+
+    def __init__(self, batches: EpochBatches | None, index_sampler: Any) -> None:
+        self.batches = batches
+        self._index_sampler = index_sampler
+
+    def __iter__(self) -> Any:
+        assert self.batches is not None
+        return self.batches.handed()
+
+    def __len__(self) -> int:
+        return len(self._index_sampler)

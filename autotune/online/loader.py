@@ -30,7 +30,7 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
-from autotune.online.epoch_batches import EpochBatches
+from autotune.online.epoch_batches import EpochBatches, HandedSampler
 from autotune.online.explorer import Explorer, online_space, sampler
 from autotune.online.meter import Meter, Reading, counter
 from autotune.online.switching import EpochPass, Switch, shut_down
@@ -89,11 +89,11 @@ class DataLoader(torch.utils.data.DataLoader):
         self._requested: PipelineConfig | None = None
         self._threads = torch.get_num_threads()  # what main_threads=None puts back
         self._base_seed = 0
-        self._epochs = 0
+        self.epochs = 0  # begun (passes drawn)
         self._kept: _Inner | None = None  # a loader whose workers persist, between epochs
         self.switches: list[Switch] = []
         self._window = window or WindowConfig()
-        self._meter = self._new_meter(self._settings, after_switch=False)
+        self.meter = self._new_meter(self._settings, after_switch=False)  # on the loop
         self.readings: list[Reading] = []  # each setting's rate on this run, as measured
 
     @property
@@ -105,6 +105,11 @@ class DataLoader(torch.utils.data.DataLoader):
         """Reads with ``settings``'s switchable settings from the next batch on (from the
         next epoch where ``switches_mid_epoch`` is False)."""
         self._requested = merged(self._settings, settings)
+
+    def take_request(self) -> PipelineConfig | None:
+        """The switch asked for and not made yet, handed to the pass that makes it."""
+        requested, self._requested = self._requested, None
+        return requested
 
     @property
     def switches_mid_epoch(self) -> bool:
@@ -134,20 +139,31 @@ class DataLoader(torch.utils.data.DataLoader):
         if earlier is not None:
             self._settings = merged(self._settings, earlier)
             self._share = 0.0
-            self._meter = self._new_meter(self._settings, after_switch=False)
+            self.meter = self._new_meter(self._settings, after_switch=False)
             log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
 
     def _draw_epoch(self) -> EpochBatches | None:
         """As torch's iterator does: its workers' base seed from ``generator`` (once in the
         loader's life where the user's workers persist), then the sampler's order."""
         persistent = self.persistent_workers and self.num_workers > 0
-        if not (persistent and self._epochs):
+        if not (persistent and self.epochs):
             draw = torch.empty((), dtype=torch.int64).random_(generator=self.generator)
             self._base_seed = int(draw.item())
-        self._epochs += 1
+        self.epochs += 1
         return None if self._is_stream else EpochBatches(self._index_sampler)
 
-    def _open(self, settings: PipelineConfig, batches: EpochBatches | None) -> Any:
+    def switched(self, switch: Switch) -> None:
+        """A pass switched: the batches are read with ``switch.settings`` from here, timed
+        afresh."""
+        self.switches.append(switch)
+        self._settings = switch.settings
+        self._measure(switch.settings, after_switch=True)
+
+    def measured(self) -> None:
+        """The meter settled: its reading kept, the same settings timed on."""
+        self._measure(self._settings, after_switch=False)
+
+    def inner(self, settings: PipelineConfig, batches: EpochBatches | None) -> Any:
         """An iterator over the rest of the epoch with ``settings``: the kept loader when its
         workers persist with these settings, else a new torch DataLoader."""
         if torch.get_num_threads() != (settings.main_threads or self._threads):
@@ -159,21 +175,21 @@ class DataLoader(torch.utils.data.DataLoader):
             if kept is not None and kept.settings == settings:
                 kept.handed.batches = batches
                 return iter(kept.loader)
-            self._release()
+            self.release()
             inner = self._build(settings, batches)
             if settings.persistent_workers and settings.num_workers:
                 self._kept = inner
             return iter(inner.loader)
 
     def _build(self, settings: PipelineConfig, batches: EpochBatches | None) -> _Inner:
-        handed = _Handed(batches, self._index_sampler)
+        handed = HandedSampler(batches, self._index_sampler)
         kwargs: dict[str, Any] = dict(
             collate_fn=self.collate_fn,
             timeout=self.timeout,
             worker_init_fn=self.worker_init_fn,
             multiprocessing_context=self.multiprocessing_context if settings.num_workers else None,
             # its own generator: the user's is drawn as torch's loader draws it, and no more
-            generator=torch.Generator().manual_seed(self._base_seed + self._epochs),
+            generator=torch.Generator().manual_seed(self._base_seed + self.epochs),
             in_order=self.in_order,
             **{k: getattr(settings, k) for k in SWITCHED_LOADER_KEYS},
         )
@@ -194,12 +210,12 @@ class DataLoader(torch.utils.data.DataLoader):
     def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
         """Keeps what the last meter timed (a settled reading goes to the explorer); a new
         meter measures ``settings`` from here."""
-        meter = self._meter
+        meter = self.meter
         if meter.tally.spans:
             self.readings.append(meter.reading())
             if meter.done:
                 self._explore(self.readings[-1])
-        self._meter = self._new_meter(settings, after_switch=after_switch)
+        self.meter = self._new_meter(settings, after_switch=after_switch)
 
     def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
         """A meter for ``settings``; while exploring, its timing capped at its share of the
@@ -261,28 +277,12 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._explorer is not None and not self._explorer.done:
             self.switch(self._explorer.failed())
 
-    def _release(self) -> None:
+    def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""
         kept, self._kept = self._kept, None
         if kept is not None and kept.loader._iterator is not None:
             shut_down(kept.loader._iterator)
             kept.loader._iterator = None
-
-
-class _Handed(torch.utils.data.Sampler):
-    """An inner loader's sampler: the running epoch's batches, handed on (``EpochBatches``).
-    A loader whose workers persist iterates it again at each epoch's start."""
-
-    def __init__(self, batches: EpochBatches | None, index_sampler: Any) -> None:
-        self.batches = batches
-        self._index_sampler = index_sampler
-
-    def __iter__(self) -> Any:
-        assert self.batches is not None
-        return self.batches.handed()
-
-    def __len__(self) -> int:
-        return len(self._index_sampler)
 
 
 @dataclass
@@ -291,7 +291,7 @@ class _Inner:
 
     loader: torch.utils.data.DataLoader
     settings: PipelineConfig
-    handed: _Handed
+    handed: HandedSampler
 
 
 def merged(current: PipelineConfig, requested: PipelineConfig) -> PipelineConfig:

@@ -10,10 +10,12 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from autotune.online.epoch_batches import EpochBatches
+from autotune.online.meter import Meter
 from autotune.pipeline.config import PipelineConfig
 
 log = logging.getLogger("autotune.online.loader")
@@ -31,18 +33,48 @@ class Switch:
     first_batch_s: float | None = None  # the wait for the first batch after it (workers start)
 
 
+class Owner(Protocol):
+    """What a pass asks of the loader it passes over (``autotune.DataLoader``)."""
+
+    switches: list[Switch]  # each switch made, in order
+
+    @property
+    def settings(self) -> PipelineConfig: ...  # what the batches are read with now
+
+    @property
+    def switches_mid_epoch(self) -> bool: ...
+
+    @property
+    def epochs(self) -> int: ...  # epochs begun
+
+    @property
+    def meter(self) -> Meter: ...  # timing the current settings on the loop
+
+    def take_request(self) -> PipelineConfig | None: ...  # a switch asked for, once
+
+    def switched(self, switch: Switch) -> None: ...  # reads with its settings from now
+
+    def measured(self) -> None: ...  # the meter settled: its reading kept
+
+    def inner(self, settings: PipelineConfig, batches: EpochBatches | None) -> Iterator[Any]: ...
+
+    def release(self) -> None: ...  # a kept loader's persistent workers shut down
+
+    def failed(self) -> None: ...  # the current settings' workers failed
+
+    def __len__(self) -> int: ...
+
+
 class EpochPass:
     """One pass over the loader: the batches of one epoch, read by an inner loader of the
     current settings, switching where asked, falling back where a switch failed."""
 
-    def __init__(self, loader: Any, batches: EpochBatches | None) -> None:
-        # loader: the autotune.DataLoader it passes over (online/loader.py imports this)
+    def __init__(self, loader: Owner, batches: EpochBatches | None) -> None:
         self._loader = loader
         self._batches = batches
-        self._index = loader._epochs
+        self._index = loader.epochs
         self._it: Any = None  # opened at the first batch, where its failure can fall back
-        self._next: PipelineConfig | None = loader._requested  # an epoch's start: any switch
-        loader._requested = None
+        self._next = loader.take_request()  # an epoch's start: any switch
         self._fallback: PipelineConfig | None = None  # what worked before the last switch
         self._falling_back = False
         self._switched = False  # a switch whose first batch is still to come
@@ -55,39 +87,39 @@ class EpochPass:
 
     def __next__(self) -> Any:
         loader = self._loader
-        if loader._requested is not None and loader.switches_mid_epoch:
-            if loader._requested != loader._settings:
-                self._next = loader._requested
-            loader._requested = None
+        if loader.switches_mid_epoch:
+            requested = loader.take_request()
+            if requested is not None and requested != loader.settings:
+                self._next = requested
         while True:
             try:
                 if self._it is None or self._next is not None:
                     self._open()
-                loader._meter.requested()
+                loader.meter.requested()
                 batch = next(self._it)
                 break
             except StopIteration:
-                loader._meter.epoch_ended()
+                loader.meter.epoch_ended()
                 self._end()
                 raise
             except Exception as exc:
                 self._recover(exc)
         if self._batches is not None:
             self._batches.delivered()
-        loader._meter.received(batch)
+        loader.meter.received(batch)
         if self._switched:  # the first batch after a switch: its cost, on the switch
             self._switched = False
             last = loader.switches[-1]
-            first = loader._meter.first_batch_s
+            first = loader.meter.first_batch_s
             loader.switches[-1] = dataclasses.replace(last, first_batch_s=first)
-        if loader._meter.done:  # settled: keep the reading, go on measuring the same
-            loader._measure(loader._settings, after_switch=False)
+        if loader.meter.done:  # settled: keep the reading, go on measuring the same
+            loader.measured()
         return batch
 
     def _open(self) -> None:
         """Opens the epoch's inner iterator, or replaces it with one of the next settings:
         the old workers down first (timed), what they had prefetched handed on."""
-        loader, settings = self._loader, self._next or self._loader._settings
+        loader, settings = self._loader, self._next or self._loader.settings
         self._next = None
         start = time.perf_counter()
         if self._it is not None:
@@ -95,17 +127,15 @@ class EpochPass:
                 self._batches.take_back()
             shut_down(self._it)
             self._it = None
-            loader._release()  # where they were a kept loader's persistent workers
-        if settings != loader._settings:
+            loader.release()  # where they were a kept loader's persistent workers
+        if settings != loader.settings:
             at = self._batches.count if self._batches is not None else 0
             took = time.perf_counter() - start
-            loader.switches.append(Switch(self._index, at, settings, took, self._falling_back))
-            self._fallback = None if self._falling_back else loader._settings
+            self._fallback = None if self._falling_back else loader.settings
+            loader.switched(Switch(self._index, at, settings, took, self._falling_back))
             self._falling_back = False
-            loader._settings = settings
-            loader._measure(settings, after_switch=True)
             self._switched = True
-        self._it = loader._open(settings, self._batches)
+        self._it = loader.inner(settings, self._batches)
 
     def _recover(self, exc: Exception) -> None:
         """After a failure: back to the settings that worked before the last switch, where
@@ -118,7 +148,7 @@ class EpochPass:
             raise exc
         log.warning(
             "autotune.DataLoader: %s failed (%s); back to %s",
-            loader._settings.short(),
+            loader.settings.short(),
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
             fallback.short(),
         )
