@@ -35,8 +35,6 @@ from autotune.tuner.store import StudyKey, TrialKey
 log = logging.getLogger("autotune.online.loader")
 
 DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
-KEPT = "online_kept"  # study attribute: the setting kept, as best.yaml's sections
-KEPT_RATE = "online_kept_samples_per_s"
 STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
 
 
@@ -112,7 +110,7 @@ def kept(study: optuna.Study | None) -> PipelineConfig | None:
     """The setting an earlier run of the job kept, if one did."""
     if study is None:
         return None
-    found = store.study_attr(study, KEPT)
+    found = store.study_attr(study, StudyKey.ONLINE_KEPT)
     return PipelineConfig.from_dict(found) if found else None
 
 
@@ -153,8 +151,8 @@ def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: int) -> 
 def record_kept(study: optuna.Study, reading: Reading) -> None:
     """The setting kept, for the next run of the job."""
     try:
-        store.set_study_attr(study, KEPT, reading.settings.to_dict())
-        store.set_study_attr(study, KEPT_RATE, round(reading.samples_per_s, 2))
+        store.set_study_attr(study, StudyKey.ONLINE_KEPT, reading.settings.to_dict())
+        store.set_study_attr(study, StudyKey.ONLINE_KEPT_RATE, round(reading.samples_per_s, 2))
     except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
         not_recorded(study.study_name, exc)
 

@@ -96,10 +96,19 @@ def _workload_line(result: StudyResult) -> str:
 
 def _summary_markdown(summary: Summary) -> str:
     lines = []
-    if not summary.result.confirmed:
+    result = summary.result
+    if not result.confirmed and result.online_kept is not None:
+        rate = f" at {result.online_kept_rate:.1f} {UNIT}" if result.online_kept_rate else ""
+        lines.append(
+            f"`autotune.DataLoader` kept `{result.online_kept.short()}`{rate}, measured on "
+            "the training run itself: the run's own settings first, then each setting the "
+            "sampler proposed, timed once on its share of the run (no confirmation rounds). "
+            "The next run of the job starts there.\n"
+        )
+    elif not result.confirmed:
         lines.append(
             "The run stopped before naming a best config: see the trials below.\n"
-            if summary.result.complete_trials
+            if result.complete_trials
             else "No trial finished: there is no best config.\n"
         )
     rows = summary.rows()

@@ -61,6 +61,9 @@ class StudyResult:
     interrupted: bool = False
     # another host sharing the study confirmed it: its best.yaml, as it wrote it
     published: str | None = None
+    # autotune.DataLoader's study: the setting it kept on the run, and its samples/s there
+    online_kept: PipelineConfig | None = None
+    online_kept_rate: float | None = None
 
     def row(self, label: str | None) -> Row | None:
         return next((r for r in self.confirmed if r["label"] == label), None)
@@ -127,6 +130,7 @@ class StudyResult:
         trial = trial_of_row(study, row) if row else None
         trials = study.get_trials(deepcopy=False)
         workload = attrs.get(StudyKey.WORKLOAD)
+        kept = attrs.get(StudyKey.ONLINE_KEPT)
         return cls(
             study_name=study.study_name,
             storage=storage,
@@ -146,6 +150,8 @@ class StudyResult:
             workload=workload,
             machine=MachineSection.from_dict(attrs.get(StudyKey.MACHINE)),
             time_split=attrs.get(StudyKey.TIME_SPLIT) or {},
+            online_kept=PipelineConfig.from_dict(kept) if kept else None,
+            online_kept_rate=attrs.get(StudyKey.ONLINE_KEPT_RATE),
         )
 
 

@@ -81,6 +81,10 @@ class StudyKey:
     BEST_FILE = "best_yaml"  # best.yaml as the host that confirmed wrote it, for every host
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
     TIME_SPLIT = "time_split_s"  # the last run's seconds per phase (result.STUDY_PHASES)
+    # autotune.DataLoader's study: the setting it kept (PipelineConfig.to_dict()), where the
+    # next run of the job starts, and its samples/s measured on the run
+    ONLINE_KEPT = "online_kept"
+    ONLINE_KEPT_RATE = "online_kept_samples_per_s"
 
 
 BASELINE = "baseline"

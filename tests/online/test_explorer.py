@@ -14,11 +14,10 @@ from torch.utils.data import Dataset
 
 import autotune
 from autotune.machine import detect
-from autotune.online import record
 from autotune.online.explorer import Explorer, online_space
 from autotune.online.meter import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
-from autotune.tuner.store import TrialKey
+from autotune.tuner.store import StudyKey, TrialKey
 
 START = PipelineConfig(decoder=AS_IS)  # torch's defaults: no workers
 FACTS = detect(want_cuda=False)
@@ -125,7 +124,7 @@ def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     assert len(complete) >= 2 and all(TrialKey.PIPELINE in t.user_attrs for t in complete), [
         (t.state, t.user_attrs, t.value) for t in study.trials
     ]
-    assert PipelineConfig.from_dict(study.user_attrs[record.KEPT]) == loader.settings
+    assert PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT]) == loader.settings
 
     # the next run of the same job starts there, exploring nothing
     again = make(autotune.DataLoader, tune=3.0, window=BRIEF_WINDOW, storage=storage)

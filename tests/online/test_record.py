@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 import autotune
 from autotune.online import record
 from autotune.online.explorer import sampler
+from autotune.report import markdown
 from autotune.runtime.failures import FailureKind
 from autotune.tuner import store
 from autotune.tuner.store import TrialKey
@@ -71,3 +72,18 @@ def test_a_trial_left_running_by_a_killed_run_is_failed_at_the_next_open(tmp_pat
     assert killed.state == TrialState.FAIL
     assert store.failure_kind(killed) == FailureKind.INTERRUPTED
     assert alive.state == TrialState.RUNNING
+
+
+def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    window = BRIEF_WINDOW
+    loader = autotune.DataLoader(DATA, batch_size=4, tune=0.5, window=window, storage=storage)
+    for _ in range(20):  # until the budget is spent and a setting kept
+        sum(1 for _ in loader)
+        if loader.explorer is not None and loader.explorer.done:
+            break
+    (summary,) = optuna.get_all_study_summaries(storage)
+    markdown.write_report(storage, summary.study_name, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"`autotune.DataLoader` kept `{loader.settings.short()}` at " in text
+    assert "stopped before naming a best config" not in text
