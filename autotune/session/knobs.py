@@ -115,6 +115,10 @@ def build_knob(
         raise UsageError(f"{where}.type must be one of {', '.join(TYPES)}, got {knob_conf.type!r}")
     if knob_conf.requires is not None and knob_conf.requires not in FEATURES:
         raise UsageError(f"{where}.requires must be one of {FEATURES}, got {knob_conf.requires!r}")
+    if knob_conf.choices is not None and knob_conf.type != "choice":
+        raise UsageError(  # else the choices would be left unused, silently
+            f"{where}.choices is set but its type is {knob_conf.type}: add {where}.type=choice"
+        )
     when = _condition(knob_conf.when, where, declared) if knob_conf.when else None
     if knob_conf.type == "fixed":
         if knob_conf.value is None and name not in ("prefetch_factor", "main_threads"):

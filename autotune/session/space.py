@@ -164,6 +164,11 @@ class SearchSpace:
                     params[knob.name] = values[knob.name] = min(
                         options, key=lambda v: abs(v - want)
                     )
+                else:  # a list of values without PyTorch's: the baseline is not in the space
+                    raise UsageError(
+                        f"search_space.knobs.{knob.name}.choices must include {want!r}, "
+                        "PyTorch's default, which the baseline runs"
+                    )
         return params
 
     def grid(self) -> list[dict[str, Any]]:

@@ -120,6 +120,13 @@ def test_fixed_none_means_torchs_default_where_torch_has_one(
             id="step-0",
         ),
         pytest.param(
+            "num_workers",
+            KnobConfig(type="int", low=0, high=2, choices=[0, 1, 4]),
+            r"num_workers\.choices is set but its type is int: add "
+            r"search_space\.knobs\.num_workers\.type=choice",
+            id="choices-of-an-int",
+        ),
+        pytest.param(
             "decoder",
             KnobConfig(type="choice", choices=[]),
             r"decoder\.choices must list at least one",

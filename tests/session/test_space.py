@@ -250,6 +250,18 @@ def test_batch_size_defaults_when_the_space_omits_it(facts4: MachineFacts) -> No
     assert space.suggest(FixedTrial({"num_workers": 0})).batch_size == 16
 
 
+def test_a_list_of_workers_without_pytorch_s_default_is_refused_for_its_baseline(
+    facts4: MachineFacts,
+) -> None:
+    cfg = space_cfg(
+        "search_space=quick",
+        "search_space.knobs.num_workers.type=choice",
+        "search_space.knobs.num_workers.choices=[1,4]",
+    )
+    with pytest.raises(UsageError, match=r"num_workers\.choices must include 0, PyTorch's"):
+        build(cfg, facts4).baseline_params(default_threads=1)
+
+
 def test_batch_size_choice_list(facts4: MachineFacts) -> None:
     cfg = space_cfg(
         "search_space=quick",
