@@ -164,11 +164,9 @@ class SearchSpace:
                     params[knob.name] = values[knob.name] = min(
                         options, key=lambda v: abs(v - want)
                     )
-                else:  # a list of values without PyTorch's: the baseline is not in the space
-                    raise UsageError(
-                        f"search_space.knobs.{knob.name}.choices must include {want!r}, "
-                        "PyTorch's default, which the baseline runs"
-                    )
+                else:  # a list without PyTorch's default: the baseline is not in the space
+                    where = f"search_space.knobs.{knob.name}.choices"
+                    raise UsageError(f"{where} must include {want!r}, the baseline's (PyTorch's)")
         return params
 
     def grid(self) -> list[dict[str, Any]]:

@@ -258,7 +258,9 @@ def test_a_list_of_workers_without_pytorch_s_default_is_refused_for_its_baseline
         "search_space.knobs.num_workers.type=choice",
         "search_space.knobs.num_workers.choices=[1,4]",
     )
-    with pytest.raises(UsageError, match=r"num_workers\.choices must include 0, PyTorch's"):
+    with pytest.raises(
+        UsageError, match=r"num_workers\.choices must include 0, the baseline's \(PyTorch's\)$"
+    ):
         build(cfg, facts4).baseline_params(default_threads=1)
 
 
