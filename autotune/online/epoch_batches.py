@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch.utils.data
+
+from autotune.pipeline.config import PipelineConfig
 
 
 class EpochBatches:
@@ -79,3 +82,12 @@ class HandedSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return len(self._index_sampler)
+
+
+@dataclass
+class InnerLoader:
+    """A torch DataLoader built with one set of settings, and the sampler it reads from."""
+
+    loader: torch.utils.data.DataLoader
+    settings: PipelineConfig
+    handed: HandedSampler

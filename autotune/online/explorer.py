@@ -26,6 +26,7 @@ from autotune.machine import MachineFacts
 from autotune.online import record
 from autotune.online.meter import Reading
 from autotune.pipeline.config import SWITCHABLE, PipelineConfig
+from autotune.runtime.failures import Failure
 from autotune.schema import KnobConfig, SearchSpaceConfig
 from autotune.session.space import SearchSpace
 from autotune.tuner import store
@@ -133,9 +134,12 @@ class Explorer:
             self._tell(reading.samples_per_s)
         return self._next()
 
-    def failed(self) -> PipelineConfig:
-        """The current setting's workers failed; returns the setting to run next."""
+    def failed(self, failure: Failure | None = None) -> PipelineConfig:
+        """The current setting failed (its workers, or no epoch could time it: ``failure``
+        says why); returns the setting to run next."""
         if self._trial is not None:
+            if failure is not None and self._recorded:
+                record.record_failed(self._trial, failure)
             self._tell(None)
         return self._next()
 

@@ -21,7 +21,6 @@ import logging
 import os
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -30,11 +29,12 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
-from autotune.online.epoch_batches import EpochBatches, HandedSampler
+from autotune.online.epoch_batches import EpochBatches, HandedSampler, InnerLoader
 from autotune.online.explorer import Explorer, online_space, sampler
 from autotune.online.meter import Meter, Reading, counter
 from autotune.online.switching import EpochPass, Switch, shut_down
 from autotune.pipeline.config import AS_IS, LOADER_KEYS, SWITCHABLE, PipelineConfig
+from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._threads = torch.get_num_threads()  # what main_threads=None puts back
         self._base_seed = 0
         self.epochs = 0  # begun (passes drawn)
-        self._kept: _Inner | None = None  # a loader whose workers persist, between epochs
+        self._kept: InnerLoader | None = None  # a loader whose workers persist, between epochs
         self.switches: list[Switch] = []
         self._window = window or WindowConfig()
         self.meter = self._new_meter(self._settings, after_switch=False)  # on the loop
@@ -181,7 +181,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._kept = inner
             return iter(inner.loader)
 
-    def _build(self, settings: PipelineConfig, batches: EpochBatches | None) -> _Inner:
+    def _build(self, settings: PipelineConfig, batches: EpochBatches | None) -> InnerLoader:
         handed = HandedSampler(batches, self._index_sampler)
         kwargs: dict[str, Any] = dict(
             collate_fn=self.collate_fn,
@@ -199,7 +199,7 @@ class DataLoader(torch.utils.data.DataLoader):
             kwargs.update(batch_sampler=handed)
         else:
             kwargs.update(sampler=handed, batch_size=None)
-        return _Inner(torch.utils.data.DataLoader(self.dataset, **kwargs), settings, handed)
+        return InnerLoader(torch.utils.data.DataLoader(self.dataset, **kwargs), settings, handed)
 
     @property
     def explorer(self) -> Explorer | None:
@@ -271,11 +271,18 @@ class DataLoader(torch.utils.data.DataLoader):
                 best = self._explorer.best
                 self.switch(best.settings if best is not None else self._settings)
 
-    def failed(self) -> None:
-        """The current setting's workers failed (and the loader fell back): the explorer
-        records it and proposes the next."""
+    def failed(self, failure: Failure | None = None) -> None:
+        """The current setting failed (its workers, and the loader fell back; or no epoch
+        could time it): the explorer records it and proposes the next."""
         if self._explorer is not None and not self._explorer.done:
-            self.switch(self._explorer.failed())
+            self.switch(self._explorer.failed(failure))
+
+    def epoch_ended(self) -> None:
+        """Between epochs: a setting proposed that a whole epoch could not time is failed."""
+        self.meter.epoch_ended()
+        explorer = self._explorer
+        if self.meter.untimeable and explorer and self.meter.settings == explorer.current:
+            self.failed(record.untimeable(len(self)))
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""
@@ -283,15 +290,6 @@ class DataLoader(torch.utils.data.DataLoader):
         if kept is not None and kept.loader._iterator is not None:
             shut_down(kept.loader._iterator)
             kept.loader._iterator = None
-
-
-@dataclass
-class _Inner:
-    """A torch DataLoader built with one set of settings, and the sampler it reads from."""
-
-    loader: torch.utils.data.DataLoader
-    settings: PipelineConfig
-    handed: HandedSampler
 
 
 def merged(current: PipelineConfig, requested: PipelineConfig) -> PipelineConfig:

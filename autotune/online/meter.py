@@ -86,6 +86,10 @@ class Meter:
         self._span = (0, 0, 0.0)  # batches, samples, waited in the sub-window in progress
         self._asked = 0.0
         self.done = False
+        # a whole epoch closed no span: its warm-up and one sub-window are longer than an
+        # epoch, and every epoch warms up again, so it can never be timed on this run
+        self.untimeable = False
+        self._epochs_ended, self._spans_then = 0, 0
         self._restart_warmup()
 
     def _restart_warmup(self) -> None:
@@ -125,6 +129,10 @@ class Meter:
 
     def epoch_ended(self) -> None:
         """The epoch is over: what the loop does now is not the loader's; warm up again."""
+        closed = len(self.tally.spans) - self._spans_then
+        if self._epochs_ended and not closed and not self.done:  # a whole epoch, no span
+            self.untimeable = True
+        self._epochs_ended, self._spans_then = self._epochs_ended + 1, len(self.tally.spans)
         self._restart_warmup()
 
     def _sub_window_length(self, now: float) -> int:

@@ -38,6 +38,12 @@ DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
 STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
 
 
+def untimeable(batches_per_epoch: int) -> Failure:
+    """A setting a whole epoch could not time."""
+    why = f"its warm-up and one sub-window are longer than an epoch of {batches_per_epoch} batches"
+    return Failure(FailureKind.INVALID_CONFIG, f"could not be timed on this run: {why}")
+
+
 def _name(obj: Any) -> str:
     kind = obj if isinstance(obj, type) else type(obj)
     return f"{kind.__module__}.{kind.__qualname__}"
@@ -118,6 +124,11 @@ def record_asked(trial: optuna.Trial) -> None:
     """A setting about to be measured: by this process (a run killed outright leaves its
     trial running; the next run of the job marks it failed)."""
     store.set_trial_attr(trial, TrialKey.HOST, this_process())
+
+
+def record_failed(trial: optuna.Trial, failure: Failure) -> None:
+    """Why a setting explored failed (its workers, or no epoch could time it)."""
+    store.set_trial_attr(trial, TrialKey.FAILURE, failure.to_dict())
 
 
 def record_stopped(study: optuna.Study, trial: optuna.Trial) -> None:

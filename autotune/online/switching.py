@@ -62,6 +62,8 @@ class Owner(Protocol):
 
     def failed(self) -> None: ...  # the current settings' workers failed
 
+    def epoch_ended(self) -> None: ...  # between epochs
+
     def __len__(self) -> int: ...
 
 
@@ -99,7 +101,7 @@ class EpochPass:
                 batch = next(self._it)
                 break
             except StopIteration:
-                loader.meter.epoch_ended()
+                loader.epoch_ended()
                 self._end()
                 raise
             except Exception as exc:

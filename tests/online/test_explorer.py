@@ -4,6 +4,7 @@ fastest kept; and on a real loop, exploring loses and repeats no sample."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import optuna
@@ -14,9 +15,11 @@ from torch.utils.data import Dataset
 
 import autotune
 from autotune.machine import detect
+from autotune.online import loader as online_loader
 from autotune.online.explorer import Explorer, online_space
 from autotune.online.meter import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.session.space import SearchSpace
 from autotune.tuner.store import StudyKey, TrialKey
 
 START = PipelineConfig(decoder=AS_IS)  # torch's defaults: no workers
@@ -186,3 +189,36 @@ def test_a_budget_shorter_than_a_setting_s_shortest_timing_explores_nothing() ->
     )
     explorer.measured(reading(START, 100.0))
     assert explorer.done and explorer.current == START
+
+
+def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
+    tmp_path, monkeypatch
+) -> None:
+    # every setting with workers prefetches 8 batches a worker: with its warm-up and a
+    # sub-window, more than an epoch of 10 batches
+    def deep_prefetch(*args, **kwargs) -> SearchSpace:
+        space = online_space(*args, **kwargs)
+        knobs = tuple(
+            dataclasses.replace(k, type="fixed", value=8) if k.name == "prefetch_factor" else k
+            for k in space.knobs
+        )
+        return dataclasses.replace(space, knobs=knobs)
+
+    monkeypatch.setattr(online_loader, "online_space", deep_prefetch)
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    data = torch.utils.data.Subset(Work(), range(40))
+    # a budget of 40 epochs' time: the space's six points are all proposed before it ends
+    kwargs = {"tune": 40.0, "window": BRIEF_WINDOW, "storage": storage}
+    loader = autotune.DataLoader(data, batch_size=4, **kwargs)
+    for _ in range(60):
+        sum(1 for _ in loader)
+        if loader.explorer is not None and loader.explorer.done:
+            break
+    assert loader.explorer is not None and loader.explorer.done  # never stuck on one
+    (summary,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    why = "longer than an epoch of 10 batches"
+    assert failed and all(why in str(t.user_attrs) for t in failed)
+    sum(1 for _ in loader)  # the setting kept is read with from the next epoch
+    assert loader.settings.num_workers == 0  # what an epoch could time (no workers): kept

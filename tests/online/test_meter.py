@@ -127,3 +127,16 @@ def test_a_cap_shortens_the_sub_windows_and_ends_the_timing() -> None:
     reading = loop.meter.reading()
     assert reading.batches == 3 * 2  # without the cap: three sub-windows of 1 s, 10 batches
     assert reading.seconds == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(("epoch", "untimeable"), [(6, True), (12, False)])
+def test_a_setting_no_whole_epoch_can_time_is_untimeable(epoch, untimeable) -> None:
+    # 2 workers x 2 prefetched + 2 extra: a warm-up of 6 batches, then sub-windows of 2
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    loop = Loop(Meter(settings, WINDOW, after_switch=False))
+    for _ in range(3):  # the first epoch may be partial: two whole ones after it
+        for _ in range(epoch):
+            loop.batch(wait=0.01, step=0.1)
+        loop.meter.requested()
+        loop.meter.epoch_ended()
+    assert loop.meter.untimeable is untimeable
