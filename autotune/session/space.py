@@ -160,7 +160,7 @@ class SearchSpace:
                 options = knob.values()
                 if want in options:
                     params[knob.name] = values[knob.name] = want
-                elif knob.type == "int":  # closest in range, e.g. threads capped by the space
+                elif knob.type == "int" or KNOBS[knob.name].torch_default == BASELINE:  # closest
                     params[knob.name] = values[knob.name] = min(
                         options, key=lambda v: abs(v - want)
                     )

@@ -264,6 +264,17 @@ def test_a_list_of_workers_without_pytorch_s_default_is_refused_for_its_baseline
         build(cfg, facts4).baseline_params(default_threads=1)
 
 
+def test_a_list_of_threads_gives_the_baseline_the_closest_to_torch_s_own(
+    facts4: MachineFacts,
+) -> None:
+    cfg = space_cfg(
+        "search_space=quick",
+        "search_space.knobs.main_threads.type=choice",
+        "search_space.knobs.main_threads.choices=[1,4]",
+    )
+    assert build(cfg, facts4).baseline_params(default_threads=3)["main_threads"] == 4
+
+
 def test_batch_size_choice_list(facts4: MachineFacts) -> None:
     cfg = space_cfg(
         "search_space=quick",
