@@ -61,7 +61,8 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
     searched = [t for t in trials if store.role_of(t) != store.POLISH]
     assert sum(is_as_is(t.params) for t in searched) >= 0.3 * len(searched) - 1
     polish = [t for t in trials if store.role_of(t) == store.POLISH]
-    assert len(polish) == 4
+    # intermittent (about one run in four): say which steps and which hosts
+    assert len(polish) == 4, [(t.number, t.params, t.user_attrs.get("host")) for t in polish]
     # the whole pipeline twice for each step of the pipeline as it is
     assert [t.user_attrs["polished_as_is"] for t in polish] == [False, False, True, False]
     assert all(is_as_is(t.params) for t in polish if t.user_attrs["polished_as_is"])
@@ -165,7 +166,8 @@ def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a
     assert len(trials) == 16
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in everything)
     polish = [t for t in trials if store.role_of(t) == store.POLISH]
-    assert len(polish) == 4
+    # intermittent (about one run in four): say which steps and which hosts
+    assert len(polish) == 4, [(t.number, t.params, t.user_attrs.get("host")) for t in polish]
     polished = [tuple(sorted(t.params.items())) for t in polish]
     assert len(set(polished)) == len(polished)
     assert len({t.user_attrs["host"] for t in trials}) == 3
