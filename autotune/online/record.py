@@ -134,7 +134,7 @@ def record_failed(trial: optuna.Trial, failure: Failure) -> None:
 def record_stopped(study: optuna.Study, trial: optuna.Trial) -> None:
     """The run stopped while measuring ``trial`` (Ctrl-C, the loop left): failed, with why."""
     try:
-        store.set_trial_attr(trial, TrialKey.FAILURE, STOPPED.to_dict())
+        record_failed(trial, STOPPED)
         study.tell(trial, state=TrialState.FAIL)
     except Exception as exc:  # noqa: BLE001 - at exit: one warning, never a traceback
         not_recorded(study.study_name, exc)
