@@ -4,6 +4,7 @@ record what was seen, and return the rate Optuna maximizes."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -20,6 +21,10 @@ from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
 
 log = logging.getLogger(__name__)
+
+
+def _nothing() -> None:
+    pass
 
 
 class TrialFailed(Exception):
@@ -91,12 +96,15 @@ class Objective:
         crop = session.conf.recipe.crop_size
         self.sample_bytes = 3 * crop * crop  # uint8 CHW crossing from the workers
 
-    def __call__(self, trial: optuna.Trial) -> float:
+    def __call__(self, trial: optuna.Trial, *, measuring: Callable[[], None] = _nothing) -> float:
+        """``measuring`` is called once the trial is known not to be a repeat, before it
+        is measured."""
         config = self.session.space.suggest(trial)
         if not isinstance(trial, optuna.trial.FixedTrial):
             earlier = store.earlier_run(trial.study, config)
             if earlier is not None:
                 return self._repeat(trial, config, earlier)
+        measuring()
         head = self._head(trial, config)
         self._skip_if_it_would_not_fit(trial, config, head)
 

@@ -145,8 +145,9 @@ def _run_one(
         queue()
 
         def measure(trial: optuna.Trial) -> float:
-            leases.release(NEXT_TRIAL)  # the trial is RUNNING: it counts; others go on
-            return objective(trial)
+            # released once the trial is known to measure (a repeat is recorded as one first,
+            # or another host would count it as spent and start its polish early)
+            return objective(trial, measuring=lambda: leases.release(NEXT_TRIAL))
 
         study.optimize(
             measure,
