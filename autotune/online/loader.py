@@ -78,8 +78,11 @@ class DataLoader(torch.utils.data.DataLoader):
         self._record: optuna.Study | None = None
         self._facts: MachineFacts | None = None
         self._explorer: Explorer | None = None
+        self._threads = torch.get_num_threads()  # what main_threads=None puts back
+        # the run's own threads named, so its start is a point of the space: a trial
         self._settings = PipelineConfig(
             decoder=AS_IS,
+            main_threads=self._threads,
             num_workers=self.num_workers,
             prefetch_factor=self.prefetch_factor if self.num_workers else None,
             persistent_workers=self.persistent_workers,
@@ -87,7 +90,6 @@ class DataLoader(torch.utils.data.DataLoader):
             batch_size=self.batch_size or 1,
         )
         self._requested: PipelineConfig | None = None
-        self._threads = torch.get_num_threads()  # what main_threads=None puts back
         self._base_seed = 0
         self.epochs = 0  # begun (passes drawn)
         self._kept: InnerLoader | None = None  # a loader whose workers persist, between epochs

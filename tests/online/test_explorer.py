@@ -99,6 +99,7 @@ class Work(Dataset):
         return torch.tensor(index)
 
 
+@pytest.mark.slow  # workers of up to four settings, eight epochs: seconds
 def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     tmp_path, monkeypatch
 ) -> None:

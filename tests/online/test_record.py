@@ -31,8 +31,9 @@ def trials(storage: str) -> list[optuna.trial.FrozenTrial]:
 
 def test_a_run_stopped_while_measuring_leaves_no_trial_running(tmp_path) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
+    # a budget of many epochs: these epochs of 16 bare indices take milliseconds
     loader = autotune.DataLoader(
-        DATA, batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+        DATA, batch_size=4, tune=1000.0, window=BRIEF_WINDOW, storage=storage
     )
     batches = iter(loader)
     while loader.explorer is None:  # the run's own settings measured: the next one asked
