@@ -21,6 +21,11 @@ adds the grid's best config with no more workers than cores. ``--scenario cached
 epochs (``study.epochs=90``) with a decoded copy in the space; it adds the grid's best config
 without a copy.
 
+``--scenario online`` measures whole runs of the PyTorch tutorial's training script
+(``--epochs`` each): untouched, with ``autotune.DataLoader`` (a first run and a second on its
+storage), and with an offline study's ``loader_kwargs``, the study's time counted
+(``app.online_benchmark``).
+
 ``--scenario ranks`` measures something else: settings tuned for 2 ranks with both running,
 against the settings people copy to their ranks (``app.ranks_benchmark``).
 
@@ -44,11 +49,12 @@ from typing import Any
 import optuna
 import torch
 
-from autotune.app import cli, exit_codes, ranks_benchmark, slow_storage
+from autotune.app import cli, exit_codes, online_benchmark, ranks_benchmark, slow_storage
 from autotune.app.benchmark_scenarios import SCENARIOS, Scenario
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.report import online_results
 from autotune.report.benchmark_results import (
     RIVALS,
     BenchmarkRun,
@@ -170,6 +176,7 @@ def run(
     *,
     rounds: int,
     out: Path,
+    epochs: int = 30,
     run_one: Run = run_trial,
 ) -> dict[str, Any]:
     """The whole benchmark; returns what results.json holds."""
@@ -179,6 +186,10 @@ def run(
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m autotune.benchmark", f"--scenario {scenario}", *overrides])
+    if chosen.online:
+        every = [*chosen.overrides, *overrides]
+        measured = online_benchmark.measure(session, every, folder, rounds, epochs)
+        return {**measured, "about": chosen.about, "command": command}
     if chosen.ranks > 1:
         together = Session.build(dataclasses.replace(conf, ranks=chosen.ranks))
         measured = ranks_benchmark.measure(session, together, folder, rounds, run_one)
@@ -212,23 +223,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m autotune.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
     parser.add_argument("--rounds", type=int, default=3, help="head-to-head rounds (default 3)")
+    parser.add_argument("--epochs", type=int, default=30, help="each run's epochs (online)")
     parser.add_argument("--out", type=Path, default=Path("studies/benchmark"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. window=quick")
     args = parser.parse_args(argv)
     cli.start_logging()
-    if args.rounds < 1:
-        print("autotune.benchmark: error: --rounds must be >= 1", file=sys.stderr)
-        return 2
+    for flag, value in (("--rounds", args.rounds), ("--epochs", args.epochs)):
+        if value < 1:
+            print(f"autotune.benchmark: error: {flag} must be >= 1", file=sys.stderr)
+            return 2
     if SCENARIOS[args.scenario].needs_cuda and not torch.cuda.is_available():
         print(f"scenario {args.scenario} needs a CUDA device: skipped (none usable here)")
         return 0
 
     def body() -> int:
-        results = run(args.scenario, args.overrides, rounds=args.rounds, out=args.out)
+        chosen = SCENARIOS[args.scenario]
+        results = run(
+            args.scenario, args.overrides, rounds=args.rounds, out=args.out, epochs=args.epochs
+        )
         folder = args.out / args.scenario
         (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        per_rank = SCENARIOS[args.scenario].ranks > 1
-        text = ranks_markdown(results) if per_rank else markdown(results)
+        if chosen.online:
+            text = online_results.markdown(results)
+        else:
+            text = ranks_markdown(results) if chosen.ranks > 1 else markdown(results)
         (folder / "results.md").write_text(text)
         print(text)
         print(f"results: {folder / 'results.json'}")

@@ -19,6 +19,7 @@ class Scenario:
     latency_ms: float = 0.0  # > 0: the dataset read through slow storage (a FUSE mount)
     tuner_budget: float = TUNER_BUDGET
     rival: str = ""  # a contender from the grid (``RIVALS``)
+    online: bool = False  # the tutorial script's whole runs: online against offline
 
 
 _SPACE = "search_space=benchmark"
@@ -65,6 +66,12 @@ SCENARIOS = {
         ),
         "1920x1080 synthetic JPEGs, resnet50 on the GPU, center_crop_eval at 224",
         needs_cuda=True,
+    ),
+    "online": Scenario(
+        ("dataset=synthetic", "model=tiny", "recipe=imagenet_train"),
+        "the tutorial script on the default synthetic set: autotune.DataLoader in its run, "
+        "against the script untouched and the offline study's loader_kwargs",
+        online=True,
     ),
     "ranks": Scenario(
         ("dataset=synthetic", "model=tiny", "device=cpu", "study.worth_budget=0"),

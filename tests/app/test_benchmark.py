@@ -202,3 +202,40 @@ def test_the_cached_scenario_plans_90_epochs_against_the_best_config_without_a_c
     assert "resized" not in " ".join(configs)
     assert "decoded" not in results["head_to_head"]["grid best, no copy"]["config"]
     assert re.search(r"\| tuner_vs_uncached \| [\d.]+ \| >= 1.5 (met|MISSED) \|", result.stdout)
+
+
+@pytest.mark.slow
+def test_the_online_scenario_runs_the_tutorial_script_each_way_after_an_offline_study(
+    tmp_path: Path,
+) -> None:
+    tiny = [a for a in TINY if not a.startswith(("diagnose.", "search_space.knobs"))]
+    args = ["--scenario", "online", "--rounds", "1", "--epochs", "2", *tiny, "study.n_trials=3"]
+    result = _benchmark(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path / "studies" / "benchmark" / "online"
+    results = json.loads((folder / "results.json").read_text())
+    assert list(results["arms"]) == [
+        "untouched",
+        "online, first run",
+        "online, second run",
+        "offline pick",
+    ]
+    assert all(
+        len(runs) == 1 and len(runs[0]["epochs_s"]) == 2 for runs in results["runs"].values()
+    )
+    assert results["offline_study_s"] > 0
+    # the offline study is a real one, and the online runs recorded theirs beside it
+    (best,) = (folder / "studies").glob("offline-*/best.yaml")
+    assert "loader_kwargs" in best.read_text()
+    second = results["runs"]["online, second run"][0]
+    assert second["kept"] == results["runs"]["online, first run"][0]["kept"]
+    assert optuna.get_all_study_summaries(f"sqlite:///{folder / 'online-round-0.db'}")
+    assert "| first_run_vs_offline_pick |" in result.stdout
+
+
+def test_the_tutorial_script_refuses_loader_kwargs_without_a_best_yaml(tmp_path: Path) -> None:
+    from autotune.app import tutorial_train
+
+    with pytest.raises(SystemExit) as refused:
+        tutorial_train.main(["--root", str(tmp_path), "--loader", "loader_kwargs"])
+    assert refused.value.code == 2
