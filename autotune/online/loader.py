@@ -16,14 +16,12 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import warnings
 import weakref
 from typing import Any
 
-import optuna
 import torch
 import torch.utils.data
 
@@ -72,10 +70,11 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(tune, (bool, int, float)) or tune < 0:
             raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
         off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
-        self._share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
+        self._tune_share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
+        self._share = self._tune_share  # 0 once a kept setting is where the run starts
         # tune=False: torch's loader with these arguments, nothing read or recorded
         self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
-        self._record: optuna.Study | None = None
+        self._job: record.JobRecord | None = None
         self._facts: MachineFacts | None = None
         self._explorer: Explorer | None = None
         self._threads = torch.get_num_threads()  # what main_threads=None puts back
@@ -106,7 +105,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def switch(self, settings: PipelineConfig) -> None:
         """Reads with ``settings``'s switchable settings from the next batch on (from the
         next epoch where ``switches_mid_epoch`` is False)."""
-        self._requested = merged(self._settings, settings)
+        self._requested = self._settings.switched_to(settings)
 
     def take_request(self) -> PipelineConfig | None:
         """The switch asked for and not made yet, handed to the pass that makes it."""
@@ -131,15 +130,13 @@ class DataLoader(torch.utils.data.DataLoader):
         return EpochPass(self, self._draw_epoch())
 
     def _resume(self, storage: str, name: str | None) -> None:
-        """Opens the job's record; where an earlier run kept a setting, starts there and
-        explores nothing."""
+        """Where an earlier run of the job kept a setting, starts there and explores
+        nothing (``record.JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
-        fingerprint = record.job_fingerprint(self, self._facts)
-        name = name or record.study_name(self, fingerprint)
-        self._record = record.open_record(storage, name, fingerprint, sampler())
-        earlier = record.kept(self._record)
+        self._job = record.JobRecord.of(self, self._facts, storage, name, sampler())
+        earlier = self._job.start()
         if earlier is not None:
-            self._settings = merged(self._settings, earlier)
+            self._settings = self._settings.switched_to(earlier)
             self._share = 0.0
             self.meter = self._new_meter(self._settings, after_switch=False)
             log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
@@ -259,7 +256,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 share=self._share,
                 batches_per_epoch=per_epoch,
                 min_setting_s=self._min_setting_s,
-                study=self._record,
+                study=self._job.study if self._job else None,
             )
             # the loop left, the loader collected or the process ending (Ctrl-C): the
             # setting being measured is recorded as interrupted, not left running
@@ -280,9 +277,18 @@ class DataLoader(torch.utils.data.DataLoader):
             self.switch(self._explorer.failed(failure))
 
     def epoch_ended(self) -> None:
-        """Between epochs: a setting proposed that a whole epoch could not time is failed."""
+        """Between epochs: the study a note put off is opened (its kept setting wins; none:
+        exploring begins); a setting proposed that a whole epoch could not time is failed."""
+        job, explorer = self._job, self._explorer
+        if job is not None and job.deferred:
+            earlier = job.open_deferred()
+            if earlier is None and job.study is not None:
+                self._share = self._tune_share
+            elif earlier is not None:
+                self.switch(earlier)  # the same settings: no switch made
+        if explorer is not None and explorer.done and job is not None:
+            job.note_kept(explorer.current)
         self.meter.epoch_ended()
-        explorer = self._explorer
         if self.meter.untimeable and explorer and self.meter.settings == explorer.current:
             self.failed(record.untimeable(len(self)))
 
@@ -292,8 +298,3 @@ class DataLoader(torch.utils.data.DataLoader):
         if kept is not None and kept.loader._iterator is not None:
             shut_down(kept.loader._iterator)
             kept.loader._iterator = None
-
-
-def merged(current: PipelineConfig, requested: PipelineConfig) -> PipelineConfig:
-    """``current`` with the switchable settings of ``requested``."""
-    return dataclasses.replace(current, **{k: getattr(requested, k) for k in SWITCHABLE})

@@ -17,13 +17,14 @@ import json
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 import torch
 from optuna.trial import TrialState
 
 from autotune.machine import MachineFacts
+from autotune.online import note
 from autotune.online.meter import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure, FailureKind
@@ -83,6 +84,66 @@ def job_fingerprint(loader: torch.utils.data.DataLoader, facts: MachineFacts) ->
 
 def study_name(loader: torch.utils.data.DataLoader, fingerprint: str) -> str:
     return f"online-{type(loader.dataset).__name__.lower()}-{fingerprint}"
+
+
+class Job(NamedTuple):
+    """Where a job's record is kept, and what its settings are tuned for."""
+
+    storage: str
+    name: str  # the study's
+    fingerprint: str
+
+
+class JobRecord:
+    """A run's record of its job: the study each setting tried goes to, and where the run
+    starts: the setting an earlier run kept, from this host's note of it at once (the study
+    then opened after the first epoch: ``note``), else from the study."""
+
+    def __init__(self, job: Job, sampler: optuna.samplers.BaseSampler) -> None:
+        self.job, self._sampler = job, sampler
+        self.study: optuna.Study | None = None
+        self.deferred = False  # a note said where to start: the study is not open yet
+        self._noted: PipelineConfig | None = None
+
+    @classmethod
+    def of(
+        cls,
+        loader: torch.utils.data.DataLoader,
+        facts: MachineFacts,
+        storage: str,
+        name: str | None,
+        sampler: optuna.samplers.BaseSampler,
+    ) -> JobRecord:
+        """The record of ``loader``'s job: study ``name``, or one named by its fingerprint."""
+        fingerprint = job_fingerprint(loader, facts)
+        return cls(Job(storage, name or study_name(loader, fingerprint), fingerprint), sampler)
+
+    def start(self) -> PipelineConfig | None:
+        """The setting kept by an earlier run, where this one starts; None: explore."""
+        self._noted = note.read(*self.job)
+        self.deferred = self._noted is not None
+        return self._noted if self.deferred else self._open()
+
+    def open_deferred(self) -> PipelineConfig | None:
+        """Opens the study a note put off; the setting it kept, which wins over the note's
+        (None where it kept none: the note is dropped)."""
+        self.deferred = False
+        return self._open()
+
+    def note_kept(self, settings: PipelineConfig) -> None:
+        """``settings`` kept and recorded: noted for the next run here (once)."""
+        if self.study is not None and settings != self._noted:
+            note.write(*self.job, settings)
+            self._noted = settings
+
+    def _open(self) -> PipelineConfig | None:
+        self.study = open_record(*self.job, self._sampler)
+        earlier = kept(self.study)
+        if earlier is not None:
+            self.note_kept(earlier)
+        elif self.study is not None:
+            note.forget(self.job.storage, self.job.name)
+        return earlier
 
 
 def open_record(

@@ -199,6 +199,11 @@ class PipelineConfig:
         needs workers back at its inactive value, with ``changes``."""
         return dataclasses.replace(self, **{**_WORKERS_IDLE, **changes, "num_workers": 0})
 
+    def switched_to(self, other: PipelineConfig) -> PipelineConfig:
+        """This config with ``other``'s ``SWITCHABLE`` settings: what a running loader may
+        change between two batches."""
+        return dataclasses.replace(self, **{k: getattr(other, k) for k in SWITCHABLE})
+
     def loader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments ``torch.utils.data.DataLoader`` accepts as they stand."""
         return {key: getattr(self, key) for key in LOADER_KEYS}

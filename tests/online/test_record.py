@@ -14,7 +14,7 @@ from helpers import BRIEF_WINDOW
 from optuna.trial import TrialState
 
 import autotune
-from autotune.online import record
+from autotune.online import note, record
 from autotune.online.explorer import sampler
 from autotune.report import markdown
 from autotune.runtime.failures import FailureKind
@@ -88,3 +88,5 @@ def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
     text = (tmp_path / "report" / "report.md").read_text()
     assert f"`autotune.DataLoader` kept `{loader.settings.short()}` at " in text
     assert "stopped before naming a best config" not in text
+    # and noted on this host, where the next run starts before its first batch
+    assert loader._job is not None and note.read(*loader._job.job) == loader.settings

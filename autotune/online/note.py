@@ -1,0 +1,64 @@
+"""A note, on this host, of the setting a job's run kept: the next run reads it before its first
+batch and starts there at once.
+
+The study's storage is where the kept setting is recorded (``record``); opening it costs about
+a second the first time in a process (Optuna's storage imports SQLAlchemy and Alembic), which
+would land in the first epoch of a run that has nothing left to explore. With a note, that
+run starts at the kept setting and opens the storage after its first epoch, where it checks the
+note (the storage wins). The note sits beside an SQLite storage (``.online-kept/`` in its
+folder: deleting the folder deletes both), else under autotune's cache folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.synthetic_images import default_cache_dir
+
+log = logging.getLogger("autotune.online.loader")
+
+FOLDER = ".online-kept"
+
+
+def path(storage: str, name: str) -> Path:
+    """Where the note of study ``name`` in ``storage`` is kept on this host."""
+    if storage.startswith("sqlite:///"):
+        base = Path(storage.removeprefix("sqlite:///")).parent / FOLDER
+    else:  # a server's storage: this host's notes of it, apart from any other's
+        base = default_cache_dir() / FOLDER / hashlib.sha256(storage.encode()).hexdigest()[:16]
+    return base / f"{name}.json"
+
+
+def read(storage: str, name: str, fingerprint: str) -> PipelineConfig | None:
+    """The setting noted for this job; None where there is no note, or one of another job
+    (a study name given by hand, reused for another job) or unreadable."""
+    try:
+        found = json.loads(path(storage, name).read_text())
+        if found["fingerprint"] != fingerprint:
+            return None
+        return PipelineConfig.from_dict(found["kept"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write(storage: str, name: str, fingerprint: str, settings: PipelineConfig) -> None:
+    """Notes the kept setting (a note that cannot be written is no note: the next run reads
+    the storage instead)."""
+    where = path(storage, name)
+    text = json.dumps({"fingerprint": fingerprint, "kept": settings.to_dict()}, indent=1)
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        partial = where.with_suffix(".partial")
+        partial.write_text(text)
+        partial.replace(where)  # whole or not at all: a run reading it meanwhile
+    except OSError as exc:
+        log.debug("autotune.DataLoader: no note of the kept setting at %s (%s)", where, exc)
+
+
+def forget(storage: str, name: str) -> None:
+    """Removes a note the storage no longer agrees with."""
+    path(storage, name).unlink(missing_ok=True)
