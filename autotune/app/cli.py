@@ -32,6 +32,7 @@ from autotune.app.exit_codes import exit_code
 from autotune.diagnose.measure import pipeline_to_diagnose
 from autotune.diagnose.measure import run as run_diagnosis
 from autotune.errors import UsageError
+from autotune.pipeline.best_file import WorkloadSection
 from autotune.pipeline.user_data import UserData
 from autotune.report import dashboard, markdown, summary
 from autotune.report.export import export, export_published
@@ -216,25 +217,24 @@ def _export(session: Session, result: StudyResult) -> Path | None:
     folder = Path(conf.studies_dir) / result.study_name
     if result.published is not None:  # another host sharing the study confirmed it
         return export_published(result, folder)
-    workload = {
-        "dataset": conf.dataset.name,
-        "model": conf.model.name,
-        "recipe": asdict(conf.recipe),
-        "device": session.device,
-        "ranks": session.ranks,
-        "images": len(source),
-        "skipped_files": len(source.skipped),
-        "skipped": [f"{path}: {reason}" for path, reason in source.skipped[:20]],
-        # where build_loader finds (or makes) the prepared copy ``cache`` names
-        "prepared_dir": str(prepared_root(conf)),
-        "epochs": conf.study.epochs,
-    }
-    if isinstance(source, UserData):  # its names, never its contents
-        workload["dataset_target"] = {
-            "_target_": source.target,
-            "kwargs": source.kwargs,
-            "collate_fn": source.collate_fn,
-        }
+    own = isinstance(source, UserData)  # its names, never its contents
+    workload = WorkloadSection(
+        dataset=conf.dataset.name,
+        model=conf.model.name,
+        recipe=asdict(conf.recipe),
+        device=session.device,
+        ranks=session.ranks,
+        images=len(source),
+        skipped_files=len(source.skipped),
+        skipped=[f"{path}: {reason}" for path, reason in source.skipped[:20]],
+        prepared_dir=str(prepared_root(conf)),
+        epochs=conf.study.epochs,
+        dataset_target=(
+            {"_target_": source.target, "kwargs": source.kwargs, "collate_fn": source.collate_fn}
+            if own
+            else None
+        ),
+    )
     return export(
         result, session.facts, workload, folder, source_fingerprint=session.source_fingerprint
     )

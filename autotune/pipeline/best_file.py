@@ -4,7 +4,7 @@ Two ways of applying a result, each measured against the same baseline (``baseli
 words): ``loader_kwargs:``, the DataLoader arguments and thread count tuned for the user's
 own Dataset as it is, with its ``measured:`` figures; and the whole tuned pipeline, a
 ``PipelineConfig`` (its ``loader:`` and ``pipeline:`` sections) with ``measured:``. Then
-three plain sections: ``workload``, ``machine`` and ``study``.
+three plain sections: ``workload``, ``machine`` and ``study``, each read into its type.
 """
 
 from __future__ import annotations
@@ -104,6 +104,48 @@ class MachineSection:
         return dataclasses.asdict(self)
 
 
+class _Section:
+    """A plain section read by its known keys (one a later autotune added is left out)."""
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any] | None) -> Any:
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in (section or {}).items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its keys, those that say nothing here (None) left out."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class WorkloadSection(_Section):
+    """``workload:``: what the session measured (None where a file does not say)."""
+
+    dataset: str | None = None
+    model: str | None = None
+    recipe: dict[str, Any] | None = None  # the recipe's settings: name, crop_size...
+    device: str | None = None
+    ranks: int = 1
+    images: int | None = None
+    skipped_files: int | None = None
+    skipped: list[str] | None = None  # the first files the scan skipped, with why
+    prepared_dir: str | None = None  # where build_loader finds (or makes) a prepared copy
+    epochs: int | None = None  # planned (study.epochs)
+    dataset_target: dict[str, Any] | None = None  # a Dataset of your own: its names
+    data_fingerprint: str | None = None  # what mode=verify checks the data against
+
+
+@dataclass(frozen=True)
+class StudySection(_Section):
+    """``study:``: where the study is, and what its trials came to."""
+
+    name: str | None = None
+    storage: str | None = None  # its password hidden
+    trials: dict[str, int] | None = None  # by state
+    interrupted: bool | None = None
+    written: str | None = None  # when, ISO 8601
+
+
 @dataclass(frozen=True)
 class BestFile:
     """The contents of a best.yaml."""
@@ -117,10 +159,9 @@ class BestFile:
     baseline: str = ""  # what the speedups are ratios to, in words
     ranks: int = 1  # processes per node measured together; the settings are each one's
     older: bool = False  # read from a file written before both ways were tuned
-    # dataset, model, recipe, device, ranks, data_fingerprint...: what the session measured
-    workload: dict[str, Any] = field(default_factory=dict)
+    workload: WorkloadSection = field(default_factory=WorkloadSection)
     machine: MachineSection | None = None  # None in a file without one
-    study: dict[str, Any] = field(default_factory=dict)  # name, storage, trial counts
+    study: StudySection = field(default_factory=StudySection)
 
 
 def write(path: Path, best: BestFile) -> None:
@@ -134,9 +175,9 @@ def write(path: Path, best: BestFile) -> None:
     doc.update(best.config.to_dict())
     doc.update(
         measured=best.measured.to_dict(),
-        workload=best.workload,
+        workload=best.workload.to_dict(),
         machine=best.machine.to_dict() if best.machine else {},
-        study=best.study,
+        study=best.study.to_dict(),
     )
     path.write_text(HEADER + yaml.safe_dump(doc, sort_keys=False, width=100))
 
@@ -165,9 +206,9 @@ def read(path: str | Path) -> BestFile:
         baseline=doc.get("baseline") or "",
         ranks=int(doc.get("ranks") or 1),
         older="loader_kwargs" not in doc,
-        workload=doc.get("workload") or {},
+        workload=WorkloadSection.from_dict(doc.get("workload")),
         machine=MachineSection.from_dict(doc.get("machine")),
-        study=doc.get("study") or {},
+        study=StudySection.from_dict(doc.get("study")),
     )
 
 

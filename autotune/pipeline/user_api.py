@@ -81,7 +81,7 @@ def build_loader(
         ...     train_step(images, labels)
     """
     if isinstance(best, PipelineConfig):
-        config, workload = best, {}
+        config, workload = best, best_file.WorkloadSection()
     else:
         read = best_file.read(best)
         best_file.warn_if_other_machine(read.machine, best)
@@ -90,15 +90,15 @@ def build_loader(
     if isinstance(data, (str, Path)):
         data = sources.scan_imagefolder(data)
     if not isinstance(recipe, recipes.Recipe):
-        measured = dict(workload.get("recipe") or {})
+        measured = dict(workload.recipe or {})
         if recipe is not None and recipe != measured.get("name"):
             measured = {"name": recipe}
         recipe = recipes.from_config(RecipeConfig(**{**measured, **recipe_settings}))
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
-    device, sampler = _placement(data, device, workload.get("device", "cpu"), seed)
+    device, sampler = _placement(data, device, workload.device or "cpu", seed)
     reading = {"recipe": recipe, "device": device, "seed": seed, "sampler": sampler}
-    folder = prepared_dir or workload.get("prepared_dir") or Path("studies") / "prepared"
+    folder = prepared_dir or workload.prepared_dir or Path("studies") / "prepared"
     copy = _prepared_copy(data, config, recipe, Path(folder))
     return loader.build(data, config, collate_fn=collate_fn, prepared=copy, **reading)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def worth_section(result: StudyResult) -> dict[str, Any] | None:
 def export(
     result: StudyResult,
     facts: MachineFacts,
-    workload: dict[str, Any],
+    workload: best_file.WorkloadSection,
     folder: Path,
     *,
     source_fingerprint: str,
@@ -83,7 +84,7 @@ def export(
     """
     assert result.best is not None
     as_is = result.as_is_winner
-    workload = {**workload, "data_fingerprint": source_fingerprint}
+    workload = dataclasses.replace(workload, data_fingerprint=source_fingerprint)
     folder.mkdir(parents=True, exist_ok=True)
     machine = best_file.MachineSection.of(facts)
     path = folder / "best.yaml"
@@ -97,22 +98,21 @@ def export(
             if as_is
             else best_file.Figures(),
             baseline=result.baseline_text,
-            ranks=workload.get("ranks", 1),
+            ranks=workload.ranks,
             workload=workload,
             machine=machine,
-            study={
-                "name": result.study_name,
-                "storage": storage.shown(result.storage),
-                "trials": result.counts,
-                "interrupted": result.interrupted,
-                "written": datetime.datetime.now().isoformat(timespec="seconds"),
-            },
+            study=best_file.StudySection(
+                name=result.study_name,
+                storage=storage.shown(result.storage),
+                trials=result.counts,
+                interrupted=result.interrupted,
+                written=datetime.datetime.now().isoformat(timespec="seconds"),
+            ),
         ),
     )
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
     # the file list of skipped files stays in best.yaml; the study keeps their count
-    counted = {k: v for k, v in workload.items() if k != "skipped"}
-    save_context(study, counted, machine)
+    save_context(study, dataclasses.replace(workload, skipped=None), machine)
     markdown.write_report(result.storage, result.study_name, folder)
     return path
 

@@ -79,16 +79,16 @@ def _workload_line(result: StudyResult) -> str:
     work, machine = result.workload, result.machine
     if not work or not machine:
         return ""
-    crop = (work.get("recipe") or {}).get("crop_size")
-    ranks = work.get("ranks") or 1
+    crop = (work.recipe or {}).get("crop_size")
+    ranks = work.ranks or 1
     together = (
         f"; {ranks} ranks (DDP) measured together, every setting below per rank"
         if ranks > 1
         else ""
     )
     return (
-        f"Dataset `{work.get('dataset')}` ({work.get('images')} images), model "
-        f"`{work.get('model')}`, crop {crop}, device `{work.get('device')}`; "
+        f"Dataset `{work.dataset}` ({work.images} images), model "
+        f"`{work.model}`, crop {crop}, device `{work.device}`; "
         f"{machine.usable_cpus} usable CPUs, GPU {machine.gpu or 'none'}, "
         f"torch {machine.torch}{together}.\n"
     )

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.pipeline.best_file import MachineSection
+from autotune.pipeline.best_file import MachineSection, WorkloadSection
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
 from autotune.tuner.metrics import speedup
@@ -53,7 +53,7 @@ class StudyResult:
     counts: dict[str, int] = field(default_factory=dict)  # measured trials by state
     failures: dict[str, int] = field(default_factory=dict)  # failure kind -> trials
     device: str | None = None
-    workload: dict[str, Any] | None = None
+    workload: WorkloadSection | None = None
     machine: MachineSection | None = None
     # where this run's time went, in seconds: each of STUDY_PHASES that ran (a resumed study:
     # this run's share)
@@ -129,7 +129,8 @@ class StudyResult:
         row = next((r for r in confirmed if r["label"] == winner), None)
         trial = trial_of_row(study, row) if row else None
         trials = study.get_trials(deepcopy=False)
-        workload = attrs.get(StudyKey.WORKLOAD)
+        stored = attrs.get(StudyKey.WORKLOAD)
+        workload = WorkloadSection.from_dict(stored) if stored else None
         kept = attrs.get(StudyKey.ONLINE_KEPT)
         return cls(
             study_name=study.study_name,
@@ -146,7 +147,7 @@ class StudyResult:
             worth=attrs.get(StudyKey.WORTH),
             counts=trial_counts(trials),
             failures=failure_counts(trials),
-            device=(workload or {}).get("device"),
+            device=workload.device if workload else None,
             workload=workload,
             machine=MachineSection.from_dict(attrs.get(StudyKey.MACHINE)),
             time_split=attrs.get(StudyKey.TIME_SPLIT) or {},
@@ -159,9 +160,9 @@ def _recorded(trial: FrozenTrial) -> bool:
     return store.trial_attr(trial, store.TrialKey.PIPELINE) is not None
 
 
-def save_context(study: optuna.Study, workload: dict[str, Any], machine: MachineSection) -> None:
+def save_context(study: optuna.Study, workload: WorkloadSection, machine: MachineSection) -> None:
     """The workload and machine, so the report can be rebuilt from the storage alone."""
-    store.set_study_attr(study, StudyKey.WORKLOAD, workload)
+    store.set_study_attr(study, StudyKey.WORKLOAD, workload.to_dict())
     store.set_study_attr(study, StudyKey.MACHINE, machine.to_dict())
 
 

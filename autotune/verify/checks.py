@@ -45,7 +45,7 @@ def check(session: Session) -> Checked:
             "run the tune on this machine, then verify"
         )
     notes = []
-    stored = best.workload.get("data_fingerprint")
+    stored = best.workload.data_fingerprint
     if stored is None:
         notes.append(
             f"{path} has no data fingerprint (written before verify): the data could not be "
@@ -63,19 +63,19 @@ def check(session: Session) -> Checked:
 def check_workload(path: Path, best: BestFile, session: Session) -> None:
     """The model, recipe and device must be the tune's: else the claim is about another job."""
     conf, workload = session.conf, best.workload
-    tuned_model = workload.get("model")
+    tuned_model = workload.model
     if tuned_model is not None and tuned_model != conf.model.name:
         raise UsageError(
             f"{path} was tuned with model {tuned_model}, this run has model "
             f"{conf.model.name}: pass model={tuned_model}"
         )
-    tuned_recipe = workload.get("recipe")
+    tuned_recipe = workload.recipe
     if tuned_recipe is not None and not _same_recipe(tuned_recipe, conf.recipe):
         raise UsageError(
             f"{path} was tuned with another recipe ({tuned_recipe.get('name')}, crop "
             f"{tuned_recipe.get('crop_size')}): pass the tune's recipe overrides"
         )
-    tuned_device = workload.get("device")
+    tuned_device = workload.device
     if tuned_device is not None and tuned_device != session.device:
         raise UsageError(
             f"{path} was tuned on device {tuned_device}, this run is on {session.device}: "

@@ -54,9 +54,11 @@ BEST = BestFile(
         samples_per_s=600.0, speedup_vs_baseline=1.2, picked="trial 3"
     ),
     baseline="ImageFolder(root) ...; DataLoader(dataset, batch_size=64, shuffle=True)",
-    workload={"dataset": "synthetic", "images": 512, "recipe": {"name": "imagenet_train"}},
+    workload=best_file.WorkloadSection(
+        dataset="synthetic", images=512, recipe={"name": "imagenet_train"}
+    ),
     machine=best_file.MachineSection(**MACHINE),
-    study={"name": "s", "trials": {"complete": 3}, "interrupted": False},
+    study=best_file.StudySection(name="s", trials={"complete": 3}, interrupted=False),
 )
 
 

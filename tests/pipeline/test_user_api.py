@@ -17,7 +17,7 @@ import autotune
 from autotune import machine
 from autotune.errors import UsageError
 from autotune.pipeline import best_file, recipes
-from autotune.pipeline.best_file import BestFile
+from autotune.pipeline.best_file import BestFile, WorkloadSection
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
 
@@ -60,7 +60,7 @@ def test_build_loader_from_a_best_yaml_with_device_augmentation(
 def test_load_pipeline_config(tmp_path: Path) -> None:
     config = PipelineConfig(batch_size=16, num_workers=2, decoder="opencv")
     path = tmp_path / "best.yaml"
-    best_file.write(path, BestFile(config, workload={"device": "cpu"}))
+    best_file.write(path, BestFile(config, workload=WorkloadSection(device="cpu")))
     assert autotune.load_pipeline_config(path) == config
     assert autotune.load_pipeline_config(str(path)) == config
 
@@ -92,7 +92,7 @@ def test_warns_about_another_machine_once(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_build_loader_takes_the_study_recipe_or_another(tmp_path: Path, small_set: Source) -> None:
     best = tmp_path / "best.yaml"
-    workload = {"recipe": {"name": "center_crop_eval", "crop_size": 24}, "device": "cpu"}
+    workload = WorkloadSection(recipe={"name": "center_crop_eval", "crop_size": 24}, device="cpu")
     best_file.write(best, BestFile(PipelineConfig(batch_size=4), workload=workload))
     measured = autotune.build_loader(small_set, best)
     images, _ = next(iter(measured))
@@ -150,11 +150,9 @@ def test_build_loader_uses_the_prepared_copy_the_study_kept(
 ) -> None:
     """The copy is made where the study kept its own the first time, then found there."""
     kept = tmp_path / "studies" / "prepared"
-    workload = {
-        "recipe": {"name": "center_crop_eval", "crop_size": 24},
-        "device": "cpu",
-        "prepared_dir": str(kept),
-    }
+    workload = WorkloadSection(
+        recipe={"name": "center_crop_eval", "crop_size": 24}, device="cpu", prepared_dir=str(kept)
+    )
     best = tmp_path / "best.yaml"
     config = PipelineConfig(batch_size=4, num_workers=1, cache="decoded")
     best_file.write(best, BestFile(config, workload=workload))

@@ -68,14 +68,13 @@ def write_best(
     """A best.yaml as the tune writes it (``fingerprint`` None: one written before verify;
     ``as_is`` None: one written before the pipeline as it is was tuned)."""
     facts = facts or machine.detect(want_cuda=True)
-    workload: dict[str, Any] = {
-        "dataset": "synthetic",
-        "model": model,
-        "recipe": asdict(recipe or RecipeConfig(crop_size=64)),
-        "device": "cpu",
-    }
-    if fingerprint is not None:
-        workload["data_fingerprint"] = fingerprint
+    workload = best_file.WorkloadSection(
+        dataset="synthetic",
+        model=model,
+        recipe=asdict(recipe or RecipeConfig(crop_size=64)),
+        device="cpu",
+        data_fingerprint=fingerprint,
+    )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "best.yaml"
     best_file.write(
