@@ -2,22 +2,27 @@
 space, narrowed to what a run may switch, searched by the study's sampler (Optuna's TPE, ask
 and tell), one setting at a time on the run's own batches, then the fastest kept.
 
-The rule: the run's own settings are measured first; then, while the budget left (``tune``
-epochs' time, at the rate first measured) still holds a setting's shortest timing (a
-trial's sub-windows at their shortest), the sampler proposes the next setting. A proposal
-already measured is told its rate at once and not run again; once three in a row are, or
-every point of the space is measured, nothing is left to try. Then the fastest setting is
-kept for the rest of the run: the run's own unless another measured faster by more than half
-the two readings' spreads. A setting whose workers failed is recorded as failed and never
-kept.
+The rule: the run's own settings are measured first, then the setting DataLoader guides give
+this machine (a worker per CPU, kept alive: a prior, ``guides_setting``); then, while the
+budget left still holds a setting's shortest timing (a trial's sub-windows at their
+shortest), the sampler proposes the next setting. The budget is the time the run spends on
+proposals: ``tune`` epochs' time at the rate first measured, or with ``run_share``
+(``tune=True``) the larger of that and this share of the run so far, so exploring grows with
+the run and never takes more of it than that share. While the budget is short, the best so
+far runs and is kept (recorded); exploring goes on once the run has earned a setting's
+timing. A proposal already measured is told its rate at once and not run again; once three
+in a row are, or every point of the space is measured, nothing is left to try. The fastest
+setting is kept: the run's own unless another measured faster by more than half the two
+readings' spreads. A setting whose workers failed is recorded as failed and never kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from importlib import resources
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import optuna
 import yaml
@@ -32,6 +37,7 @@ from autotune.session.space import SearchSpace
 from autotune.tuner import store
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
+RUN_SHARE = 0.1  # tune=True: exploring grows to this share of the run so far
 
 
 def online_space(facts: MachineFacts, *, batch_size: int, cuda: bool) -> SearchSpace:
@@ -48,6 +54,23 @@ def online_space(facts: MachineFacts, *, batch_size: int, cuda: bool) -> SearchS
     return SearchSpace.from_config(
         space_conf, facts, device=device, batch_size=batch_size, own_dataset=True
     )
+
+
+def guides_setting(space: SearchSpace, start: PipelineConfig) -> dict[str, Any] | None:
+    """The setting DataLoader guides give this machine, as params of ``space``: a worker per
+    usable CPU (the most the space, sized to this machine, allows), kept alive, torch's
+    default prefetch, the training process on one thread; None where it is the run's own or
+    not a point of the space."""
+    guides = dataclasses.replace(
+        start,
+        num_workers=max(space.choices("num_workers") or [0]),
+        prefetch_factor=2,
+        persistent_workers=True,
+        main_threads=1,
+    )
+    if not guides.num_workers or guides == start:
+        return None
+    return space.params_of(guides)
 
 
 class _Told(NamedTuple):
@@ -73,6 +96,7 @@ class Explorer:
         share: float,
         batches_per_epoch: int | None,
         min_setting_s: float = 0.0,
+        run_share: float = 0.0,
         study: optuna.Study | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -80,6 +104,7 @@ class Explorer:
         memory."""
         self.space = space
         self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
+        self._run_share = run_share
         self._min_setting_s = min_setting_s  # a setting that cannot get this long is not tried
         self._start = start
         self._recorded = study is not None
@@ -88,8 +113,11 @@ class Explorer:
                 study = optuna.create_study(direction="maximize", sampler=sampler())
         self.study = study
         self._points = len(space.grid())
-        self._started: float | None = None
-        self._budget_s: float | None = None
+        self._started: float | None = None  # the run's first timed batch
+        self._epoch_s = 0.0  # an epoch at the rate first measured
+        self._spent_s = 0.0  # on proposals, from each one's ask to its tell
+        self._asked_at = 0.0
+        self.paused = False  # the budget is short: the best so far runs until it has grown
         self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
         self._readings: dict[PipelineConfig, Reading] = {}
         self._trial: optuna.Trial | None = None
@@ -98,6 +126,10 @@ class Explorer:
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             store.enqueue(self.study, start_params, {})
+        first = guides_setting(space, start)
+        if first is not None:  # then the guides' setting: a prior the sampler refines
+            store.enqueue(self.study, first, {})
+        if start_params is not None:
             self._ask()
 
     @property
@@ -122,11 +154,13 @@ class Explorer:
 
     def measured(self, reading: Reading) -> PipelineConfig:
         """Takes the reading of the current setting; returns the setting to run next."""
-        if self._started is None:  # the budget: a share of the first epoch at this rate
+        if self._started is None:  # the budget's unit: an epoch at this rate
             self._started = self._clock() - reading.seconds
             batch_rate = reading.batches / reading.seconds if reading.seconds else 0.0
-            epoch_s = self._batches_per_epoch / batch_rate if self._batches_per_epoch else 0.0
-            self._budget_s = self._share * epoch_s if batch_rate else 0.0
+            if batch_rate and self._batches_per_epoch:
+                self._epoch_s = self._batches_per_epoch / batch_rate
+        if self.paused:  # the kept setting read again: is a proposal due yet?
+            return self._next()
         self._readings[reading.settings] = reading
         if self._trial is not None:  # else the run's own settings, outside the space
             if self._recorded:
@@ -160,16 +194,36 @@ class Explorer:
             else:
                 self.study.tell(trial, samples_per_s)
         self._told[self._current] = _Told(samples_per_s or 0.0, trial.number)
+        if self._current != self._start:  # the run's own settings cost nothing to explore
+            self._spent_s += self._clock() - self._asked_at
+
+    @property
+    def settled(self) -> bool:
+        """Whether a setting is kept, for good (``done``) or until the budget has grown."""
+        return self.done or self.paused
+
+    def budget_left_s(self) -> float:
+        """What is left of the budget for proposals."""
+        now = self._clock()
+        run_s = now - (now if self._started is None else self._started)
+        budget = max(self._share * self._epoch_s, self._run_share * run_s)
+        return budget - self._spent_s
 
     def _next(self) -> PipelineConfig:
-        started = self._clock() if self._started is None else self._started
-        left = (self._budget_s or 0.0) - (self._clock() - started)
-        if left < self._min_setting_s or left <= 0 or not self._ask():
-            self.done = True
-            best = self.best
-            self._current = best.settings if best is not None else self._current
-            if best is not None and self._recorded:
-                record.record_kept(self.study, best)
+        left = self.budget_left_s()
+        short = left < self._min_setting_s or left <= 0
+        if short and self.paused:
+            return self._current
+        if not short and self._ask():
+            self.paused = False
+            return self._current
+        # the budget spent (for now, where it grows with the run), or nothing left to try
+        self.done = not (short and self._run_share)
+        self.paused = not self.done
+        best = self.best
+        self._current = best.settings if best is not None else self._current
+        if best is not None and self._recorded:
+            record.record_kept(self.study, best)
         return self._current
 
     def _ask(self) -> bool:
@@ -188,6 +242,6 @@ class Explorer:
                 continue
             if self._recorded:
                 record.record_asked(trial)
-            self._trial, self._current = trial, config
+            self._trial, self._current, self._asked_at = trial, config, self._clock()
             return True
         return False

@@ -28,7 +28,7 @@ import torch.utils.data
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
 from autotune.online.epoch_batches import EpochBatches, HandedSampler, InnerLoader
-from autotune.online.explorer import Explorer, online_space, sampler
+from autotune.online.explorer import RUN_SHARE, Explorer, online_space, sampler
 from autotune.online.meter import Meter, Reading, counter
 from autotune.online.switching import EpochPass, Switch, shut_down
 from autotune.pipeline.config import AS_IS, LOADER_KEYS, SWITCHABLE, PipelineConfig
@@ -60,17 +60,20 @@ class DataLoader(torch.utils.data.DataLoader):
         **kwargs: Any,
     ) -> None:
         """torch's arguments, and: ``tune``: explore settings while the run trains (True:
-        for up to one epoch's time at the rate first measured; a number: that many epochs'
-        time, 0.25 a quarter of one; False, or the environment's ``AUTOTUNE=off``: never);
+        for one epoch's time at the rate first measured, or a tenth of the run so far where
+        that is more; a number: that many epochs' time, 0.25 a quarter of one; False, or the
+        environment's ``AUTOTUNE=off``: never);
         ``window``: the timing rules of each setting's measurement (a trial's,
         ``conf/window/default.yaml``, by default); ``storage``, ``study``: where each
         setting tried and the one kept are recorded (``online-<dataset>-<fingerprint>`` in
         ``studies/autotune.db`` by default), and where a later run of the job starts."""
         super().__init__(*args, **kwargs)
+        self._is_stream = isinstance(self.dataset, torch.utils.data.IterableDataset)
         if not isinstance(tune, (bool, int, float)) or tune < 0:
             raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
         off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
         self._tune_share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
+        self._run_share = RUN_SHARE if tune is True and not off else 0.0
         self._share = self._tune_share  # 0 once a kept setting is where the run starts
         # tune=False: torch's loader with these arguments, nothing read or recorded
         self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
@@ -118,10 +121,6 @@ class DataLoader(torch.utils.data.DataLoader):
         here and delivered in the order they are drawn (not a stream, nor ``in_order=False``,
         whose workers deliver as they finish)."""
         return not self._is_stream and self.in_order
-
-    @property
-    def _is_stream(self) -> bool:
-        return isinstance(self.dataset, torch.utils.data.IterableDataset)
 
     def __iter__(self) -> EpochPass:  # type: ignore[override]
         if self._record_at is not None:
@@ -256,6 +255,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 share=self._share,
                 batches_per_epoch=per_epoch,
                 min_setting_s=self._min_setting_s,
+                run_share=self._run_share,
                 study=self._job.study if self._job else None,
             )
             # the loop left, the loader collected or the process ending (Ctrl-C): the
@@ -286,7 +286,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._share = self._tune_share
             elif earlier is not None:
                 self.switch(earlier)  # the same settings: no switch made
-        if explorer is not None and explorer.done and job is not None:
+        if explorer is not None and explorer.settled and job is not None:
             job.note_kept(explorer.current)
         self.meter.epoch_ended()
         if self.meter.untimeable and explorer and self.meter.settings == explorer.current:

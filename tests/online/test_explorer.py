@@ -75,6 +75,16 @@ def test_the_budget_ends_exploring_at_a_share_of_the_first_epoch() -> None:
     assert explorer.current == max(tried, key=rate_of)
 
 
+def test_the_guides_setting_comes_right_after_the_run_s_own() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
+    explorer = Explorer(space, own, share=1.0, batches_per_epoch=100_000, clock=Clock())
+    explorer.measured(reading(own, 100.0))
+    first = explorer.current  # a worker per usable CPU, kept alive, one thread
+    assert first.num_workers == max(space.choices("num_workers")) == FACTS.usable_cpus
+    assert (first.prefetch_factor, first.persistent_workers, first.main_threads) == (2, True, 1)
+
+
 def test_a_failed_setting_is_never_kept() -> None:
     space = online_space(FACTS, batch_size=4, cuda=False)
     clock = Clock()
@@ -190,6 +200,33 @@ def test_a_budget_shorter_than_a_setting_s_shortest_timing_explores_nothing() ->
     )
     explorer.measured(reading(START, 100.0))
     assert explorer.done and explorer.current == START
+
+
+def test_tune_true_pauses_on_the_best_and_explores_on_as_the_run_earns_the_time() -> None:
+    """A budget of an epoch (10 s) or a tenth of the run so far: settings of 2 s each, a
+    reading every 2 s, a run of up to 1000 s."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(
+        space, START, share=1.0, batches_per_epoch=50, min_setting_s=2.0, run_share=0.1,
+        clock=clock,
+    )  # fmt: skip
+    spent, proposals_at, paused_at = 0.0, [], []
+    while clock.now < 1000 and not explorer.done:
+        current, proposal = explorer.current, not explorer.paused and clock.now > 0
+        clock.now += 2.0
+        explorer.measured(reading(current, rate_of(current), seconds=2.0))
+        if proposal:
+            spent += 2.0
+            proposals_at.append(clock.now)
+        # never more than the larger of an epoch and a tenth of the run so far, and one over
+        assert spent <= max(10.0, 0.1 * clock.now) + 2.0
+        if explorer.paused:  # the best so far runs, and is the one kept
+            paused_at.append(clock.now)
+            assert explorer.current == explorer.best.settings  # type: ignore[union-attr]
+    assert min(paused_at) < 20 < max(proposals_at)  # paused early, explored on later
+    measured = [r.settings for r in explorer._readings.values()]
+    assert explorer.best.settings == max(measured, key=rate_of)  # type: ignore[union-attr]
 
 
 def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
