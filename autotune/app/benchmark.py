@@ -177,6 +177,7 @@ def run(
     rounds: int,
     out: Path,
     epochs: int = 30,
+    offline_best: Path | None = None,
     run_one: Run = run_trial,
 ) -> dict[str, Any]:
     """The whole benchmark; returns what results.json holds."""
@@ -188,7 +189,9 @@ def run(
     command = " ".join(["python -m autotune.benchmark", f"--scenario {scenario}", *overrides])
     if chosen.online:
         every = [*chosen.overrides, *overrides]
-        measured = online_benchmark.measure(session, every, folder, rounds, epochs)
+        measured = online_benchmark.measure(
+            session, every, folder, rounds, epochs, offline_best=offline_best
+        )
         return {**measured, "about": chosen.about, "command": command}
     if chosen.ranks > 1:
         together = Session.build(dataclasses.replace(conf, ranks=chosen.ranks))
@@ -224,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
     parser.add_argument("--rounds", type=int, default=3, help="head-to-head rounds (default 3)")
     parser.add_argument("--epochs", type=int, default=30, help="each run's epochs (online)")
+    parser.add_argument(
+        "--offline-best",
+        type=Path,
+        help="online: the best.yaml of an offline study of the same job run before (its "
+        "recorded time is counted), instead of running one",
+    )
     parser.add_argument("--out", type=Path, default=Path("studies/benchmark"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. window=quick")
     args = parser.parse_args(argv)
@@ -239,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         chosen = SCENARIOS[args.scenario]
         results = run(
-            args.scenario, args.overrides, rounds=args.rounds, out=args.out, epochs=args.epochs
+            args.scenario,
+            args.overrides,
+            rounds=args.rounds,
+            out=args.out,
+            epochs=args.epochs,
+            offline_best=args.offline_best,
         )
         folder = args.out / args.scenario
         (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -27,10 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from autotune.errors import UsageError
+from autotune.pipeline import best_file
 from autotune.report.online_results import ARMS, OFFLINE, UNTOUCHED, results
 from autotune.runtime.lock import host_lock
 from autotune.session import Session
+from autotune.tuner.result import StudyResult
 
 log = logging.getLogger("autotune.benchmark")
 
@@ -99,11 +103,33 @@ def _offline_study(overrides: list[str], folder: Path) -> tuple[Path, float]:
     return studies / name / "best.yaml", seconds
 
 
+def _earlier_offline_study(best: Path) -> tuple[Path, float]:
+    """An offline study run before, of the same job: its best.yaml, and the time its phases
+    took as it recorded them (references, search, confirmation, worth)."""
+    section = best_file.read(best).study
+    if not section.name or not section.storage:
+        raise UsageError(f"{best} does not say which study wrote it: pass one that tune wrote")
+    study = optuna.load_study(study_name=section.name, storage=section.storage)
+    spent = StudyResult.load(study, storage=section.storage).time_split
+    if not spent:
+        raise UsageError(f"the study of {best} recorded no time split: run the offline study here")
+    return best, sum(spent.values())
+
+
 def measure(
-    session: Session, overrides: list[str], folder: Path, rounds: int, epochs: int
+    session: Session,
+    overrides: list[str],
+    folder: Path,
+    rounds: int,
+    epochs: int,
+    offline_best: Path | None = None,
 ) -> dict[str, Any]:
-    """The offline study, then the rounds of the four arms; what results.json holds."""
-    best, study_s = _offline_study(overrides, folder)
+    """The offline study (or ``offline_best``'s, run before), then the rounds of the four
+    arms; what results.json holds."""
+    if offline_best is None:
+        best, study_s = _offline_study(overrides, folder)
+    else:
+        best, study_s = _earlier_offline_study(offline_best)
     log.info("offline study: %.0f s", study_s)
     script = Script(
         root=session.source.root,
@@ -115,8 +141,11 @@ def measure(
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     # two measuring runs on one host would disturb both (the study above took it itself)
     with host_lock(Path(session.conf.studies_dir)):
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         for round_index in range(rounds):
-            storage = f"sqlite:///{(folder / f'online-round-{round_index}.db').resolve()}"
+            # each round's first run on a storage of its own, empty (and its note with it)
+            fresh = folder / f"online-{stamp}-round-{round_index}.db"
+            storage = f"sqlite:///{fresh.resolve()}"
             for arm in ARMS:
                 out, wall_s = _run(script.argv(arm, storage), folder / "runs.log")
                 run = {**json.loads(out.strip().splitlines()[-1]), "wall_s": round(wall_s, 2)}

@@ -5,8 +5,8 @@ The study's storage is where the kept setting is recorded (``record``); opening 
 a second the first time in a process (Optuna's storage imports SQLAlchemy and Alembic), which
 would land in the first epoch of a run that has nothing left to explore. With a note, that
 run starts at the kept setting and opens the storage after its first epoch, where it checks the
-note (the storage wins). The note sits beside an SQLite storage (``.online-kept/`` in its
-folder: deleting the folder deletes both), else under autotune's cache folder.
+note (the storage wins). The note sits beside an SQLite storage (``.online-kept/<file>/`` in
+its folder: deleting the folder deletes both), else under autotune's cache folder.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ FOLDER = ".online-kept"
 
 def path(storage: str, name: str) -> Path:
     """Where the note of study ``name`` in ``storage`` is kept on this host."""
-    if storage.startswith("sqlite:///"):
-        base = Path(storage.removeprefix("sqlite:///")).parent / FOLDER
+    if storage.startswith("sqlite:///"):  # by the file's name: one folder may hold several
+        database = Path(storage.removeprefix("sqlite:///"))
+        base = database.parent / FOLDER / database.name
     else:  # a server's storage: this host's notes of it, apart from any other's
         base = default_cache_dir() / FOLDER / hashlib.sha256(storage.encode()).hexdigest()[:16]
     return base / f"{name}.json"

@@ -229,7 +229,8 @@ def test_the_online_scenario_runs_the_tutorial_script_each_way_after_an_offline_
     assert "loader_kwargs" in best.read_text()
     second = results["runs"]["online, second run"][0]
     assert second["kept"] == results["runs"]["online, first run"][0]["kept"]
-    assert optuna.get_all_study_summaries(f"sqlite:///{folder / 'online-round-0.db'}")
+    (round_storage,) = folder.glob("online-*-round-0.db")
+    assert optuna.get_all_study_summaries(f"sqlite:///{round_storage}")
     assert "| first_run_vs_offline_pick |" in result.stdout
 
 

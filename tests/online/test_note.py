@@ -87,6 +87,8 @@ def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     assert note.read(storage, "online-x", "fingerprint-b") is None  # a name reused
     note.path(storage, "online-x").write_text("{ half a note")
     assert note.read(*job) is None
-    # beside an SQLite file; a server's notes under the cache folder, by its address
-    assert note.path(storage, "x").parent == tmp_path / note.FOLDER
+    # beside an SQLite file, by its name (a folder of several files: each its own notes); a
+    # server's notes under the cache folder, by its address
+    assert note.path(storage, "x").parent == tmp_path / note.FOLDER / "autotune.db"
+    assert note.path(f"sqlite:///{tmp_path}/other.db", "x") != note.path(storage, "x")
     assert note.path("postgresql://h/db", "x") != note.path("postgresql://h/other", "x")
