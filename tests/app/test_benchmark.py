@@ -240,3 +240,15 @@ def test_the_tutorial_script_refuses_loader_kwargs_without_a_best_yaml(tmp_path:
     with pytest.raises(SystemExit) as refused:
         tutorial_train.main(["--root", str(tmp_path), "--loader", "loader_kwargs"])
     assert refused.value.code == 2
+
+
+def test_an_offline_best_yaml_without_its_study_is_refused_in_one_line(tmp_path: Path) -> None:
+    from autotune.app import online_benchmark
+    from autotune.errors import UsageError
+    from autotune.pipeline import best_file
+    from autotune.pipeline.config import PipelineConfig
+
+    path = tmp_path / "best.yaml"
+    best_file.write(path, best_file.BestFile(PipelineConfig()))  # no study: section
+    with pytest.raises(UsageError, match="does not say which study wrote it"):
+        online_benchmark.measure(None, [], tmp_path, 1, 1, offline_best=path)  # type: ignore[arg-type]
