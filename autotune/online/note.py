@@ -18,6 +18,7 @@ from pathlib import Path
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.synthetic_images import default_cache_dir
+from autotune.tuner.storage import sqlite_file
 
 log = logging.getLogger("autotune.online.loader")
 
@@ -26,8 +27,8 @@ FOLDER = ".online-kept"
 
 def path(storage: str, name: str) -> Path:
     """Where the note of study ``name`` in ``storage`` is kept on this host."""
-    if storage.startswith("sqlite:///"):  # by the file's name: one folder may hold several
-        database = Path(storage.removeprefix("sqlite:///"))
+    database = sqlite_file(storage)
+    if database is not None:  # by the file's name: one folder may hold several
         base = database.parent / FOLDER / database.name
     else:  # a server's storage: this host's notes of it, apart from any other's
         base = default_cache_dir() / FOLDER / hashlib.sha256(storage.encode()).hexdigest()[:16]

@@ -18,6 +18,7 @@ from autotune.runtime.failures import FailureKind
 from autotune.schema import AutotuneConfig
 from autotune.tuner import store
 from autotune.tuner.result import StudyResult
+from autotune.tuner.storage import sqlite_file
 from autotune.tuner.store import StudyKey, TrialKey
 
 
@@ -210,7 +211,8 @@ def _cell(text: str, limit: int = 160) -> str:
 def rebuild(conf: AutotuneConfig) -> int:
     """``mode=report``: rewrites report.md and its plots from the stored study alone."""
     storage, name = conf.study.storage, conf.study.name
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+    database = sqlite_file(storage)
+    if database is not None and not database.exists():
         raise UsageError(f"no study storage at {storage}: run python -m autotune first")
     names = optuna.get_all_study_names(storage)
     if name not in names:

@@ -37,10 +37,17 @@ def lost_after_s(study_conf: StudyConfig) -> float:
     return 3 * study_conf.heartbeat_s
 
 
+def sqlite_file(storage: str) -> Path | None:
+    """The file of an SQLite storage URL (``sqlite:///studies/autotune.db``); None for a
+    server's."""
+    return Path(storage.removeprefix("sqlite:///")) if storage.startswith("sqlite:///") else None
+
+
 def make_room(storage: str) -> None:
     """Creates an SQLite storage's folder (``studies/``), where SQLite would not."""
-    if storage.startswith("sqlite:///"):
-        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    database = sqlite_file(storage)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
 
 
 def shown(storage: str) -> str:

@@ -14,6 +14,7 @@ import optuna
 
 from autotune.schema import StudyConfig
 from autotune.tuner import store
+from autotune.tuner.storage import sqlite_file
 from autotune.tuner.store import StudyKey
 from autotune.verify.figures import ArmFigures
 from autotune.verify.result import Verification
@@ -168,8 +169,8 @@ def study_attr(v: Verification) -> dict[str, Any]:
 def store_on_study(study_conf: StudyConfig, v: Verification) -> bool:
     """Sets the study's ``verify`` attribute; False (with a warning) where the study is not
     in the storage (a best.yaml copied without it)."""
-    sqlite_file = study_conf.storage.removeprefix("sqlite:///")
-    if study_conf.storage.startswith("sqlite:///") and not Path(sqlite_file).is_file():
+    database = sqlite_file(study_conf.storage)
+    if database is not None and not database.is_file():
         log.warning(
             "no study storage at %s: the verdict is not stored on the study", study_conf.storage
         )
