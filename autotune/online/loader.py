@@ -277,10 +277,11 @@ class DataLoader(torch.utils.data.DataLoader):
             self.switch(self._explorer.failed(failure))
 
     def epoch_ended(self) -> None:
-        """Between epochs: the study a note put off is opened (its kept setting wins; none:
-        exploring begins); a setting proposed that a whole epoch could not time is failed."""
+        """Between epochs: the study a note put off is checked once open (its kept setting
+        wins; none: exploring begins); a setting proposed that a whole epoch could not time is
+        failed."""
         job, explorer = self._job, self._explorer
-        if job is not None and job.deferred:
+        if job is not None and job.ready:
             earlier = job.open_deferred()
             if earlier is None and job.study is not None:
                 self._share = self._tune_share

@@ -4,9 +4,10 @@ batch and starts there at once.
 The study's storage is where the kept setting is recorded (``record``); opening it costs about
 a second the first time in a process (Optuna's storage imports SQLAlchemy and Alembic), which
 would land in the first epoch of a run that has nothing left to explore. With a note, that
-run starts at the kept setting and opens the storage after its first epoch, where it checks the
-note (the storage wins). The note sits beside an SQLite storage (``.online-kept/<file>/`` in
-its folder: deleting the folder deletes both), else under autotune's cache folder.
+run starts at the kept setting and opens the storage on a thread beside the training; at the
+first epoch's end once it is open, it checks the note (the storage wins). The note sits
+beside an SQLite storage (``.online-kept/<file>/`` in its folder: deleting the folder deletes
+both), else under autotune's cache folder.
 """
 
 from __future__ import annotations

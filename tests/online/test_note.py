@@ -1,9 +1,11 @@
 """The note of the kept setting on this host: a later run starts there before its first batch
-and opens the study's storage only after its first epoch, where the storage wins."""
+and opens the study's storage beside the training, checking it at an epoch's end, where the
+storage wins."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import torch
 
@@ -34,16 +36,22 @@ def _kept_in_storage(job: record.Job, kept: PipelineConfig | None) -> None:
     store.set_study_attr(study, StudyKey.ONLINE_KEPT, kept.to_dict() if kept else None)
 
 
-def _one_epoch(loader: autotune.DataLoader) -> list[PipelineConfig]:
-    """Each batch's settings, the storage still closed until the epoch ended."""
+def _one_epoch(
+    loader: autotune.DataLoader, *, open_by_its_end: bool = True
+) -> list[PipelineConfig]:
+    """Each batch's settings, the storage not checked until the epoch ended (and open by
+    then: its thread waited for at the first batch, so the check is not left to chance)."""
     seen = []
     for _ in loader:
         seen.append(loader.settings)
         assert loader._job is not None and loader._job.study is None
+        opening = loader._job._opening
+        if open_by_its_end and opening is not None:
+            opening.join()
     return seen
 
 
-def test_a_later_run_starts_at_the_noted_setting_and_opens_the_storage_after_its_first_epoch(
+def test_a_later_run_starts_at_the_noted_setting_and_checks_the_storage_after_its_first_epoch(
     tmp_path,
 ) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
@@ -92,3 +100,25 @@ def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     assert note.path(storage, "x").parent == tmp_path / note.FOLDER / "autotune.db"
     assert note.path(f"sqlite:///{tmp_path}/other.db", "x") != note.path(storage, "x")
     assert note.path("postgresql://h/db", "x") != note.path("postgresql://h/other", "x")
+
+
+def test_an_epoch_ends_without_waiting_for_the_storage_to_open(tmp_path, monkeypatch) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+    kept = dataclasses.replace(_loader(storage).settings, main_threads=1)
+    _kept_in_storage(job, kept)
+    note.write(*job, kept)
+    opening = threading.Event()
+    opened = record.open_record
+
+    def held_open(*args):  # a storage slow to open (a busy server): held until released
+        opening.wait(timeout=60)
+        return opened(*args)
+
+    monkeypatch.setattr(record, "open_record", held_open)
+    loader = _loader(storage)
+    assert set(_one_epoch(loader, open_by_its_end=False)) == {loader.settings}
+    assert loader._job is not None and loader._job.study is None  # not waited for
+    opening.set()
+    _one_epoch(loader)  # checked at the end of the epoch after it opened
+    assert loader._job.study is not None and not loader.switches
