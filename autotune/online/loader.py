@@ -278,8 +278,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def epoch_ended(self) -> None:
         """Between epochs: the study a note put off is checked once open (its kept setting
-        wins; none: exploring begins); a setting proposed that a whole epoch could not time is
-        failed."""
+        wins; none: exploring begins); a setting no whole epoch could time is failed."""
         job, explorer = self._job, self._explorer
         if job is not None and job.ready:
             earlier = job.open_deferred()

@@ -62,9 +62,18 @@ def _leftovers() -> list[psutil.Process]:
         if proc.pid in _BEFORE or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         cmdline = " ".join(proc.info["cmdline"] or ())
-        if "forkserver" in cmdline and proc.info["ppid"] != os.getpid():
+        if "forkserver" in cmdline and proc.info["ppid"] != os.getpid() and _ours(proc):
             left.append(proc)
     return left
+
+
+def _ours(proc: psutil.Process) -> bool:
+    """Started under this test process: under pytest-xdist, a sibling worker's trials are
+    not this one's leftovers (the worker's name is in every descendant's environment)."""
+    try:
+        return proc.environ().get("PYTEST_XDIST_WORKER") == os.environ.get("PYTEST_XDIST_WORKER")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def _no_leftovers() -> None:
