@@ -139,6 +139,8 @@ class DataLoader(torch.utils.data.DataLoader):
             self._share = 0.0
             self.meter = self._new_meter(self._settings, after_switch=False)
             log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
+        if self._job.deferred:  # the note's: checked against the storage when the run ends
+            self._check_at_end = weakref.finalize(self, self._job.check_deferred)
 
     def _draw_epoch(self) -> EpochBatches | None:
         """As torch's iterator does: its workers' base seed from ``generator`` (once in the
@@ -277,15 +279,9 @@ class DataLoader(torch.utils.data.DataLoader):
             self.switch(self._explorer.failed(failure))
 
     def epoch_ended(self) -> None:
-        """Between epochs: the study a note put off is checked once open (its kept setting
-        wins; none: exploring begins); a setting no whole epoch could time is failed."""
+        """Between epochs: the setting kept noted; a setting no whole epoch could time is
+        failed."""
         job, explorer = self._job, self._explorer
-        if job is not None and job.ready:
-            earlier = job.open_deferred()
-            if earlier is None and job.study is not None:
-                self._share = self._tune_share
-            elif earlier is not None:
-                self.switch(earlier)  # the same settings: no switch made
         if explorer is not None and explorer.settled and job is not None:
             job.note_kept(explorer.current)
         self.meter.epoch_ended()

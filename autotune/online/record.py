@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -98,15 +97,13 @@ class Job(NamedTuple):
 class JobRecord:
     """A run's record of its job: the study each setting tried goes to, and where the run
     starts: the setting an earlier run kept, from this host's note of it at once (the study
-    then opened beside the training, on a thread of its own, and checked at an epoch's end:
-    ``note``), else from the study."""
+    then checked when the run ends: ``note``), else from the study."""
 
     def __init__(self, job: Job, sampler: optuna.samplers.BaseSampler) -> None:
         self.job, self._sampler = job, sampler
         self.study: optuna.Study | None = None
+        self.deferred = False  # a note said where to start: the study is not open yet
         self._noted: PipelineConfig | None = None
-        self._opening: threading.Thread | None = None  # a note said where to start
-        self._opened: optuna.Study | None = None  # what the opening thread found
 
     @classmethod
     def of(
@@ -124,25 +121,15 @@ class JobRecord:
     def start(self) -> PipelineConfig | None:
         """The setting kept by an earlier run, where this one starts; None: explore."""
         self._noted = note.read(*self.job)
-        if self._noted is None:
-            return self._checked(open_record(*self.job, self._sampler))
-        # not waited for: opening costs about a second the first time in a process
-        self._opening = threading.Thread(target=self._open, name="autotune-storage")
-        self._opening.start()
-        return self._noted
+        self.deferred = self._noted is not None
+        return self._noted if self.deferred else self._open()
 
-    @property
-    def ready(self) -> bool:
-        """The study a note put off is open (or failed to open): ``open_deferred`` is quick."""
-        return self._opening is not None and not self._opening.is_alive()
-
-    def open_deferred(self) -> PipelineConfig | None:
-        """The study a note put off (waited for where it is still opening); the setting it
-        kept, which wins over the note's (None where it kept none: the note is dropped)."""
-        assert self._opening is not None
-        self._opening.join()
-        self._opening = None
-        return self._checked(self._opened)
+    def check_deferred(self) -> None:
+        """Opens the study a note put off and has the note follow it: the setting it kept
+        (where it kept none, the note is dropped and the next run explores)."""
+        if self.deferred:
+            self.deferred = False
+            self._open()
 
     def note_kept(self, settings: PipelineConfig) -> None:
         """``settings`` kept and recorded: noted for the next run here (once)."""
@@ -150,16 +137,12 @@ class JobRecord:
             note.write(*self.job, settings)
             self._noted = settings
 
-    def _open(self) -> None:
-        self._opened = open_record(*self.job, self._sampler)
-
-    def _checked(self, study: optuna.Study | None) -> PipelineConfig | None:
-        """``study`` is the job's: the setting it kept, noted (none: the note is dropped)."""
-        self.study = study
-        earlier = kept(study)
+    def _open(self) -> PipelineConfig | None:
+        self.study = open_record(*self.job, self._sampler)
+        earlier = kept(self.study)
         if earlier is not None:
             self.note_kept(earlier)
-        elif study is not None:
+        elif self.study is not None:
             note.forget(self.job.storage, self.job.name)
         return earlier
 
