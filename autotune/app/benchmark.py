@@ -178,10 +178,16 @@ def run(
     out: Path,
     epochs: int = 30,
     offline_best: Path | None = None,
+    latency_ms: float | None = None,
     run_one: Run = run_trial,
 ) -> dict[str, Any]:
-    """The whole benchmark; returns what results.json holds."""
+    """The whole benchmark; returns what results.json holds. ``latency_ms``: the slow
+    storage's, in place of the scenario's."""
     chosen = SCENARIOS[scenario]
+    if latency_ms is not None:
+        if not chosen.latency_ms:
+            raise UsageError("--latency-ms is for a scenario that reads through slow storage")
+        chosen = chosen.with_latency(latency_ms)
     conf = cli.to_config(cli.compose([*chosen.overrides, *overrides]))
     session = Session.build(conf)
     folder = out / scenario
@@ -233,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         help="online: the best.yaml of an offline study of the same job run before (its "
         "recorded time is counted), instead of running one",
     )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        help="storage: the latency added to each open and read, in ms (default 20)",
+    )
     parser.add_argument("--out", type=Path, default=Path("studies/benchmark"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. window=quick")
     args = parser.parse_args(argv)
@@ -241,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         if value < 1:
             print(f"autotune.benchmark: error: {flag} must be >= 1", file=sys.stderr)
             return 2
+    if args.latency_ms is not None and args.latency_ms <= 0:
+        print("autotune.benchmark: error: --latency-ms must be > 0", file=sys.stderr)
+        return 2
     if SCENARIOS[args.scenario].needs_cuda and not torch.cuda.is_available():
         print(f"scenario {args.scenario} needs a CUDA device: skipped (none usable here)")
         return 0
@@ -254,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             out=args.out,
             epochs=args.epochs,
             offline_best=args.offline_best,
+            latency_ms=args.latency_ms,
         )
         folder = args.out / args.scenario
         (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")

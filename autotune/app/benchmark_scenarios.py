@@ -3,6 +3,7 @@ it adds to the head-to-head."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from autotune.report.benchmark_results import TIMED_BUDGET
@@ -20,6 +21,11 @@ class Scenario:
     tuner_budget: float = TUNER_BUDGET
     rival: str = ""  # a contender from the grid (``RIVALS``)
     online: bool = False  # the tutorial script's whole runs: online against offline
+
+    def with_latency(self, latency_ms: float) -> Scenario:
+        """This scenario behind slow storage of another latency."""
+        about = self.about.replace(f"{self.latency_ms:g} ms", f"{latency_ms:g} ms")
+        return dataclasses.replace(self, latency_ms=latency_ms, about=about)
 
 
 _SPACE = "search_space=benchmark"
