@@ -72,9 +72,9 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(tune, (bool, int, float)) or tune < 0:
             raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
         off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
-        self._tune_share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
+        # 0 once a kept setting is where the run starts
+        self._share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
         self._run_share = RUN_SHARE if tune is True and not off else 0.0
-        self._share = self._tune_share  # 0 once a kept setting is where the run starts
         # tune=False: torch's loader with these arguments, nothing read or recorded
         self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
         self._job: record.JobRecord | None = None
