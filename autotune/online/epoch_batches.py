@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,7 +30,10 @@ from typing import Any
 
 import torch.utils.data
 
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import LOADER_KEYS, SWITCHABLE, PipelineConfig
+
+# the inner loader's arguments a switch may change; the rest are the user's, as passed
+SWITCHED_LOADER_KEYS = tuple(k for k in SWITCHABLE if k in LOADER_KEYS)
 
 
 class EpochBatches:
@@ -91,3 +96,76 @@ class InnerLoader:
     loader: torch.utils.data.DataLoader
     settings: PipelineConfig
     handed: HandedSampler
+
+    @classmethod
+    def build(
+        cls,
+        outer: torch.utils.data.DataLoader,
+        settings: PipelineConfig,
+        batches: EpochBatches | None,
+        seed: int,
+    ) -> InnerLoader:
+        """A torch DataLoader reading ``outer``'s Dataset with ``outer``'s own arguments and
+        ``settings``' switchable ones, from ``batches`` (a stream: as it flows)."""
+        handed = HandedSampler(batches, outer._index_sampler)
+        workers = settings.num_workers
+        kwargs: dict[str, Any] = dict(
+            collate_fn=outer.collate_fn,
+            timeout=outer.timeout,
+            worker_init_fn=outer.worker_init_fn,
+            multiprocessing_context=outer.multiprocessing_context if workers else None,
+            # its own generator: the user's is drawn as torch's loader draws it, and no more
+            generator=torch.Generator().manual_seed(seed),
+            in_order=outer.in_order,
+            **{k: getattr(settings, k) for k in SWITCHED_LOADER_KEYS},
+        )
+        if isinstance(outer.dataset, torch.utils.data.IterableDataset):
+            kwargs.update(batch_size=outer.batch_size, drop_last=outer.drop_last)
+        elif outer._auto_collation:
+            kwargs.update(batch_sampler=handed)
+        else:
+            kwargs.update(sampler=handed, batch_size=None)
+        return cls(torch.utils.data.DataLoader(outer.dataset, **kwargs), settings, handed)
+
+
+class InnerLoaders:
+    """The torch loaders an ``autotune.DataLoader`` reads with, one per setting: a new one
+    at each switch or epoch, except one whose workers persist, kept between epochs and read
+    again while its settings stand."""
+
+    def __init__(self) -> None:
+        self._kept: InnerLoader | None = None
+
+    def open(
+        self,
+        outer: torch.utils.data.DataLoader,
+        settings: PipelineConfig,
+        batches: EpochBatches | None,
+        seed: int,
+    ) -> Any:
+        """An iterator over ``batches`` of ``outer``'s Dataset with ``settings``."""
+        kept = self._kept
+        with warnings.catch_warnings():
+            # more workers than CPUs is a setting being measured, not a mistake to warn of
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            if kept is not None and kept.settings == settings:
+                kept.handed.batches = batches
+                return iter(kept.loader)
+            self.release()
+            inner = InnerLoader.build(outer, settings, batches, seed)
+            if settings.persistent_workers and settings.num_workers:
+                self._kept = inner
+            return iter(inner.loader)
+
+    def release(self) -> None:
+        """Shuts the kept loader's persistent workers down."""
+        kept, self._kept = self._kept, None
+        if kept is not None and kept.loader._iterator is not None:
+            shut_down(kept.loader._iterator)
+            kept.loader._iterator = None
+
+
+def shut_down(iterator: Any) -> None:
+    """Takes an inner iterator's workers down now, rather than when it is collected."""
+    with contextlib.suppress(AttributeError):
+        iterator._shutdown_workers()

@@ -25,6 +25,7 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 import optuna
+import torch
 import yaml
 
 from autotune.machine import MachineFacts
@@ -32,17 +33,40 @@ from autotune.online import record
 from autotune.online.meter import Reading
 from autotune.pipeline.config import SWITCHABLE, PipelineConfig
 from autotune.runtime.failures import Failure
-from autotune.schema import KnobConfig, SearchSpaceConfig
+from autotune.schema import KnobConfig, SearchSpaceConfig, WindowConfig
 from autotune.session.space import SearchSpace
 from autotune.tuner import store
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 RUN_SHARE = 0.1  # tune=True: exploring grows to this share of the run so far
+SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
 
 
-def online_space(facts: MachineFacts, *, batch_size: int, cuda: bool) -> SearchSpace:
+def min_setting_s(window: WindowConfig) -> float:
+    """The least a setting is timed: a trial's sub-windows at their shortest."""
+    return window.min_sub_window_s * window.sub_windows
+
+
+def setting_cap(
+    share: float, batches_per_epoch: int, window: WindowConfig
+) -> Callable[[float], float]:
+    """Seconds to time one setting while exploring, at a batch rate: the budget (``share``
+    of an epoch at that rate) over the settings it should leave room for, and never less
+    than a trial's shortest timing."""
+
+    def cap_s(batch_rate: float) -> float:
+        budget_s = share * batches_per_epoch / batch_rate
+        return max(budget_s / SETTINGS_IN_BUDGET, min_setting_s(window))
+
+    return cap_s
+
+
+def online_space(
+    facts: MachineFacts, *, batch_size: int, cuda: bool, ranks: int = 1
+) -> SearchSpace:
     """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
-    this machine; the user's Dataset and batches are as they are."""
+    this machine (a rank's share of it, where ``ranks`` share it); the user's Dataset and
+    batches are as they are."""
     text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
     knobs = {
         name: KnobConfig(**conf)
@@ -52,7 +76,7 @@ def online_space(facts: MachineFacts, *, batch_size: int, cuda: bool) -> SearchS
     device = "cuda" if cuda else "cpu"
     space_conf = SearchSpaceConfig(name="online", knobs=knobs)
     return SearchSpace.from_config(
-        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True
+        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks
     )
 
 
@@ -131,6 +155,24 @@ class Explorer:
             store.enqueue(self.study, first, {})
         if start_params is not None:
             self._ask()
+
+    @classmethod
+    def on_run(
+        cls,
+        facts: MachineFacts,
+        start: PipelineConfig,
+        *,
+        batch_size: int,
+        ranks: int,
+        window: WindowConfig,
+        **budget: Any,
+    ) -> Explorer:
+        """An explorer of the settings a run on this machine may switch (``online_space``, a
+        rank's share of it), from the run's ``start``, each setting timed by ``window``'s
+        rules; ``budget``: the explorer's own arguments (``share``, ...)."""
+        cuda = torch.cuda.is_available()
+        space = online_space(facts, batch_size=batch_size, cuda=cuda, ranks=ranks)
+        return cls(space, start, min_setting_s=min_setting_s(window), **budget)
 
     @property
     def current(self) -> PipelineConfig:

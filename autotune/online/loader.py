@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 import weakref
 from typing import Any
 
@@ -27,20 +26,18 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
-from autotune.online.epoch_batches import EpochBatches, HandedSampler, InnerLoader
-from autotune.online.explorer import RUN_SHARE, Explorer, online_space, sampler
+from autotune.online.epoch_batches import EpochBatches, InnerLoaders
+from autotune.online.explorer import RUN_SHARE, Explorer, sampler, setting_cap
 from autotune.online.meter import Meter, Reading, counter
-from autotune.online.switching import EpochPass, Switch, shut_down
-from autotune.pipeline.config import AS_IS, LOADER_KEYS, SWITCHABLE, PipelineConfig
+from autotune.online.ranks import Decision, Ranks
+from autotune.online.switching import EpochPass, Switch
+from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time
-SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
-# the inner loader's arguments a switch may change; the rest are the user's, as passed
-SWITCHED_LOADER_KEYS = tuple(k for k in SWITCHABLE if k in LOADER_KEYS)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -80,6 +77,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._job: record.JobRecord | None = None
         self._facts: MachineFacts | None = None
         self._explorer: Explorer | None = None
+        self._ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
         self._threads = torch.get_num_threads()  # what main_threads=None puts back
         # the run's own threads named, so its start is a point of the space: a trial
         self._settings = PipelineConfig(
@@ -94,7 +92,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._requested: PipelineConfig | None = None
         self._base_seed = 0
         self.epochs = 0  # begun (passes drawn)
-        self._kept: InnerLoader | None = None  # a loader whose workers persist, between epochs
+        self._inner = InnerLoaders()  # torch's loaders, reading with one setting each
         self.switches: list[Switch] = []
         self._window = window or WindowConfig()
         self.meter = self._new_meter(self._settings, after_switch=False)  # on the loop
@@ -111,7 +109,10 @@ class DataLoader(torch.utils.data.DataLoader):
         self._requested = self._settings.switched_to(settings)
 
     def take_request(self) -> PipelineConfig | None:
-        """The switch asked for and not made yet, handed to the pass that makes it."""
+        """The switch asked for and not made yet, handed to the pass that makes it (with
+        several ranks, the one they agreed on)."""
+        if self._ranks is not None:
+            return self._ranks.take_agreed()
         requested, self._requested = self._requested, None
         return requested
 
@@ -124,23 +125,54 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> EpochPass:  # type: ignore[override]
         if self._record_at is not None:
-            self._resume(*self._record_at)
+            self._start(*self._record_at)
             self._record_at = None
+        elif self._ranks is not None and self._ranks.syncing:  # an epoch's start: agreed
+            self._ranks.sync(self)
+        if self._ranks is not None:
+            self._ranks.epoch_started()
         return EpochPass(self, self._draw_epoch())
 
-    def _resume(self, storage: str, name: str | None) -> None:
-        """Where an earlier run of the job kept a setting, starts there and explores
-        nothing (``record.JobRecord``)."""
+    def _start(self, storage: str, name: str | None) -> None:
+        """Where the run starts: where an earlier run of the job kept a setting, there,
+        exploring nothing. With several ranks, rank 0 reads it for all."""
+        self._ranks = ranks = Ranks.joined()
+        if ranks is None or ranks.leader:
+            self._resume(storage, name, ranks.world if ranks else 1)
+        if ranks is not None:
+            batches = None if self._is_stream else len(self)
+            start = ranks.start(batches, lambda: Decision(self._settings, self._share))
+            if not ranks.leader:
+                self._start_at(start.settings or self._settings, start.share)
+
+    def _resume(self, storage: str, name: str | None, ranks: int) -> None:
+        """The setting an earlier run of the job kept, from its record (``record.JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
-        self._job = record.JobRecord.of(self, self._facts, storage, name, sampler())
+        self._job = record.JobRecord.of(self, self._facts, storage, name, sampler(), ranks)
         earlier = self._job.start()
         if earlier is not None:
-            self._settings = self._settings.switched_to(earlier)
-            self._share = 0.0
-            self.meter = self._new_meter(self._settings, after_switch=False)
+            self._start_at(earlier, 0.0)
             log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
         if self._job.deferred:  # the note's: checked against the storage when the run ends
             self._check_at_end = weakref.finalize(self, self._job.check_deferred)
+
+    def _start_at(self, settings: PipelineConfig, share: float) -> None:
+        self._settings, self._share = self._settings.switched_to(settings), share
+        self.meter = self._new_meter(self._settings, after_switch=False)
+
+    def before_batch(self, delivered: int) -> None:
+        """With several ranks: where a sync is due before the epoch's batch ``delivered``,
+        the ranks agree on the settings from there."""
+        if self._ranks is not None and self._ranks.due(delivered):
+            self._ranks.sync(self)
+
+    def decision(self) -> Decision:
+        """Rank 0, at a sync: the switch its explorer asked for, for every rank, and the
+        budget left (0: nothing left to decide)."""
+        requested, self._requested = self._requested, None
+        explorer = self._explorer
+        exploring = self._share and (explorer is None or not explorer.done)
+        return Decision(requested, self._share if exploring else 0.0)
 
     def _draw_epoch(self) -> EpochBatches | None:
         """As torch's iterator does: its workers' base seed from ``generator`` (once in the
@@ -168,38 +200,7 @@ class DataLoader(torch.utils.data.DataLoader):
         workers persist with these settings, else a new torch DataLoader."""
         if torch.get_num_threads() != (settings.main_threads or self._threads):
             torch.set_num_threads(settings.main_threads or self._threads)
-        kept = self._kept
-        with warnings.catch_warnings():
-            # more workers than CPUs is a setting being measured, not a mistake to warn of
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
-            if kept is not None and kept.settings == settings:
-                kept.handed.batches = batches
-                return iter(kept.loader)
-            self.release()
-            inner = self._build(settings, batches)
-            if settings.persistent_workers and settings.num_workers:
-                self._kept = inner
-            return iter(inner.loader)
-
-    def _build(self, settings: PipelineConfig, batches: EpochBatches | None) -> InnerLoader:
-        handed = HandedSampler(batches, self._index_sampler)
-        kwargs: dict[str, Any] = dict(
-            collate_fn=self.collate_fn,
-            timeout=self.timeout,
-            worker_init_fn=self.worker_init_fn,
-            multiprocessing_context=self.multiprocessing_context if settings.num_workers else None,
-            # its own generator: the user's is drawn as torch's loader draws it, and no more
-            generator=torch.Generator().manual_seed(self._base_seed + self.epochs),
-            in_order=self.in_order,
-            **{k: getattr(settings, k) for k in SWITCHED_LOADER_KEYS},
-        )
-        if self._is_stream:
-            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
-        elif self._auto_collation:
-            kwargs.update(batch_sampler=handed)
-        else:
-            kwargs.update(sampler=handed, batch_size=None)
-        return InnerLoader(torch.utils.data.DataLoader(self.dataset, **kwargs), settings, handed)
+        return self._inner.open(self, settings, batches, seed=self._base_seed + self.epochs)
 
     @property
     def explorer(self) -> Explorer | None:
@@ -213,8 +214,10 @@ class DataLoader(torch.utils.data.DataLoader):
         meter = self.meter
         if meter.tally.spans:
             self.readings.append(meter.reading())
-            if meter.done:
-                self._explore(self.readings[-1])
+            if meter.done and self._ranks is not None:  # rank 0 explores, at the next sync
+                self._ranks.measured(self.readings[-1])
+            elif meter.done:
+                self.explore(self.readings[-1])
         self.meter = self._new_meter(settings, after_switch=after_switch)
 
     def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
@@ -226,37 +229,24 @@ class DataLoader(torch.utils.data.DataLoader):
             settings,
             self._window,
             after_switch=after_switch,
-            cap_s=self._cap_s if exploring else None,
+            cap_s=setting_cap(self._share, len(self), self._window) if exploring else None,
             count=counter(self.batch_size if self._auto_collation else None),
         )
 
-    def _cap_s(self, batch_rate: float) -> float:
-        """Seconds to time one setting while exploring, at ``batch_rate``: the budget (its
-        share of an epoch at that rate) over the settings it should leave room for, and never
-        less than a trial's shortest timing (``min_setting_s``)."""
-        return max(self._share * len(self) / batch_rate / SETTINGS_IN_BUDGET, self._min_setting_s)
-
-    @property
-    def _min_setting_s(self) -> float:
-        """The least a setting is timed: a trial's sub-windows at their shortest."""
-        return self._window.min_sub_window_s * self._window.sub_windows
-
-    def _explore(self, reading: Reading) -> None:
+    def explore(self, reading: Reading) -> None:
         """Tells the explorer a settled reading of the setting it proposed; switches to the
         setting it proposes next."""
         if not self._share or (self._explorer is not None and self._explorer.done):
             return
         if self._explorer is None:
-            facts = self._facts or detect(want_cuda=torch.cuda.is_available())
-            cuda = torch.cuda.is_available()
-            space = online_space(facts, batch_size=self.batch_size or 1, cuda=cuda)
-            per_epoch = None if self._is_stream else len(self)
-            self._explorer = Explorer(
-                space,
+            self._explorer = Explorer.on_run(
+                self._facts or detect(want_cuda=torch.cuda.is_available()),
                 self._settings,
+                batch_size=self.batch_size or 1,
+                ranks=self._ranks.local if self._ranks else 1,
+                window=self._window,
                 share=self._share,
-                batches_per_epoch=per_epoch,
-                min_setting_s=self._min_setting_s,
+                batches_per_epoch=None if self._is_stream else len(self),
                 run_share=self._run_share,
                 study=self._job.study if self._job else None,
             )
@@ -274,9 +264,18 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def failed(self, failure: Failure | None = None) -> None:
         """The current setting failed (its workers, and the loader fell back; or no epoch
-        could time it): the explorer records it and proposes the next."""
-        if self._explorer is not None and not self._explorer.done:
-            self.switch(self._explorer.failed(failure))
+        could time it): the explorer records it and proposes the next (with several ranks,
+        at the next sync)."""
+        if self._ranks is not None:
+            self._ranks.failed(self.meter.settings, failure)
+        else:
+            self.fail(self.meter.settings, failure)
+
+    def fail(self, settings: PipelineConfig, failure: Failure | None) -> None:
+        """``settings`` failed: where they are the explorer's, it proposes the next."""
+        explorer = self._explorer
+        if explorer is not None and not explorer.done and settings == explorer.current:
+            self.switch(explorer.failed(failure))
 
     def epoch_ended(self) -> None:
         """Between epochs: the setting kept noted; a setting no whole epoch could time is
@@ -285,12 +284,9 @@ class DataLoader(torch.utils.data.DataLoader):
         if explorer is not None and explorer.settled and job is not None:
             job.note_kept(explorer.current)
         self.meter.epoch_ended()
-        if self.meter.untimeable and explorer and self.meter.settings == explorer.current:
+        if self.meter.untimeable:
             self.failed(record.untimeable(len(self)))
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""
-        kept, self._kept = self._kept, None
-        if kept is not None and kept.loader._iterator is not None:
-            shut_down(kept.loader._iterator)
-            kept.loader._iterator = None
+        self._inner.release()

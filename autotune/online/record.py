@@ -1,9 +1,10 @@
 """Where ``autotune.DataLoader`` keeps what it explored: an Optuna study in the study storage
 (``sqlite:///studies/autotune.db`` by default, as the command's), one per job, named by a
-fingerprint of what the loader cannot change: the machine, the Dataset (its class and
-length), the batches (size, sampler, collate, ``drop_last``, ``in_order``) and whether CUDA is
-there. Each setting explored is a trial with the tuner's trial attributes; the setting kept is
-a study attribute, where a later run of the same job starts, exploring nothing.
+fingerprint of what the loader cannot change: the machine (and the ranks sharing it), the
+Dataset (its class and length), the batches (size, sampler, collate, ``drop_last``,
+``in_order``) and whether CUDA is there. Each setting explored is a trial with the tuner's
+trial attributes; the setting kept is a study attribute, where a later run of the same job
+starts, exploring nothing.
 
 A storage that cannot be opened or written never stops the training: one warning, and the
 run goes on unrecorded.
@@ -62,8 +63,11 @@ def quiet() -> Iterator[None]:
         optuna.logging.set_verbosity(before)
 
 
-def job_fingerprint(loader: torch.utils.data.DataLoader, facts: MachineFacts) -> str:
-    """What the loader's settings are tuned for, hashed: the same job on the same machine."""
+def job_fingerprint(
+    loader: torch.utils.data.DataLoader, facts: MachineFacts, ranks: int = 1
+) -> str:
+    """What the loader's settings are tuned for, hashed: the same job on the same machine
+    (of ``ranks`` ranks, each with its loader)."""
     try:
         length: int | None = len(loader.dataset)  # type: ignore[arg-type]
     except TypeError:
@@ -79,6 +83,8 @@ def job_fingerprint(loader: torch.utils.data.DataLoader, facts: MachineFacts) ->
         "drop_last": loader.drop_last,
         "in_order": getattr(loader, "in_order", True),
     }
+    if ranks > 1:  # one rank's loader alone is the job it always was
+        job["ranks"] = ranks
     return hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -113,9 +119,11 @@ class JobRecord:
         storage: str,
         name: str | None,
         sampler: optuna.samplers.BaseSampler,
+        ranks: int = 1,
     ) -> JobRecord:
-        """The record of ``loader``'s job: study ``name``, or one named by its fingerprint."""
-        fingerprint = job_fingerprint(loader, facts)
+        """The record of ``loader``'s job (on each of ``ranks`` ranks): study ``name``, or one
+        named by its fingerprint."""
+        fingerprint = job_fingerprint(loader, facts, ranks)
         return cls(Job(storage, name or study_name(loader, fingerprint), fingerprint), sampler)
 
     def start(self) -> PipelineConfig | None:

@@ -6,7 +6,6 @@ user's own Dataset raising is raised as torch raises it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
@@ -14,9 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autotune.online.epoch_batches import EpochBatches
+from autotune.online.epoch_batches import EpochBatches, shut_down
 from autotune.online.meter import Meter
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import Failure, classify
 
 log = logging.getLogger("autotune.online.loader")
 
@@ -52,6 +52,8 @@ class Owner(Protocol):
 
     def take_request(self) -> PipelineConfig | None: ...  # a switch asked for, once
 
+    def before_batch(self, delivered: int) -> None: ...  # several ranks: a sync, where due
+
     def switched(self, switch: Switch) -> None: ...  # reads with its settings from now
 
     def measured(self) -> None: ...  # the meter settled: its reading kept
@@ -60,7 +62,7 @@ class Owner(Protocol):
 
     def release(self) -> None: ...  # a kept loader's persistent workers shut down
 
-    def failed(self) -> None: ...  # the current settings' workers failed
+    def failed(self, failure: Failure) -> None: ...  # the current settings' workers failed
 
     def epoch_ended(self) -> None: ...  # between epochs
 
@@ -90,6 +92,7 @@ class EpochPass:
     def __next__(self) -> Any:
         loader = self._loader
         if loader.switches_mid_epoch:
+            loader.before_batch(self._batches.count)  # type: ignore[union-attr]
             requested = loader.take_request()
             if requested is not None and requested != loader.settings:
                 self._next = requested
@@ -148,14 +151,15 @@ class EpochPass:
         restartable = loader.switches_mid_epoch or delivered == 0
         if fallback is None or not restartable or not _loader_failure(exc):
             raise exc
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         log.warning(
             "autotune.DataLoader: %s failed (%s); back to %s",
             loader.settings.short(),
-            str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            why,
             fallback.short(),
         )
         self._next, self._fallback, self._falling_back = fallback, None, True
-        loader.failed()
+        loader.failed(Failure(classify(exc), why))
 
     def _end(self) -> None:
         if self._batches is not None and self._batches.outstanding:
@@ -177,9 +181,3 @@ def _loader_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or (
         isinstance(exc, RuntimeError) and "DataLoader worker" in text
     )
-
-
-def shut_down(iterator: Any) -> None:
-    """Takes an inner iterator's workers down now, rather than when it is collected."""
-    with contextlib.suppress(AttributeError):
-        iterator._shutdown_workers()

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 import autotune
 from autotune.machine import detect
-from autotune.online import loader as online_loader
+from autotune.online import explorer as explorer_module
 from autotune.online.explorer import Explorer, online_space
 from autotune.online.meter import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
@@ -242,7 +242,7 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
         )
         return dataclasses.replace(space, knobs=knobs)
 
-    monkeypatch.setattr(online_loader, "online_space", deep_prefetch)
+    monkeypatch.setattr(explorer_module, "online_space", deep_prefetch)
     storage = f"sqlite:///{tmp_path}/autotune.db"
     data = torch.utils.data.Subset(Work(), range(40))
     # a budget of 40 epochs' time: the space's six points are all proposed before it ends

@@ -1,0 +1,168 @@
+"""Tests for autotune.online.ranks: the node's reading from the ranks' own; and two real
+torch.distributed ranks (gloo, two processes), each with its autotune.DataLoader over its
+DistributedSampler share, deciding together: rank 0 explores for both, both switch at the
+same batches, and each reads its share of every epoch once, in torch's batches."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+import torch.distributed as dist
+from helpers import BRIEF_WINDOW
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
+
+import autotune
+from autotune.online.meter import Reading
+from autotune.online.ranks import node_reading
+from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.tuner.store import StudyKey, TrialKey
+
+N, RANKS, EPOCHS = 70, 2, 6  # 35 a rank: 9 batches of 4, the last of 3
+START = PipelineConfig(decoder=AS_IS)
+
+
+def test_the_node_adds_the_ranks_rates_and_takes_the_worst_of_the_rest() -> None:
+    zero = Reading(START, 100.0, 0.02, 0.1, 0.3, batches=10, seconds=1.0)
+    one = Reading(START, 80.0, 0.05, 0.4, 0.2, batches=8, seconds=1.2)
+    node = node_reading([zero, one])
+    assert node == Reading(START, 180.0, 0.05, 0.4, 0.3, batches=10, seconds=1.0)
+    other = Reading(START.switched_to(PipelineConfig(num_workers=2)), 90.0, 0, 0, 0, 9, 1.0)
+    assert node_reading([zero, other]) is None  # not one setting: no reading of the node
+
+
+class Work(Dataset):
+    """Items that take a little computing, so that workers change the rate."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        x = torch.full((48, 48), float(index))
+        for _ in range(10):
+            x = torch.tanh(x @ torch.eye(48))
+        return torch.tensor(index)
+
+
+def _sampler(rank: int) -> DistributedSampler:
+    return DistributedSampler(Work(), num_replicas=RANKS, rank=rank, shuffle=True, seed=5)
+
+
+def _epochs(loader: DataLoader, sampler: DistributedSampler) -> list[list[list[int]]]:
+    epochs = []
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        epochs.append([batch.tolist() for batch in loader])
+    return epochs
+
+
+class DiesOnRankOne(Work):
+    """On rank 1 only, a worker really dies (SIGKILL): every setting with workers fails
+    there, and works on rank 0."""
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if get_worker_info() is not None and os.environ["RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(index)
+
+
+def _rank_main(rank: int, rendezvous: str, storage: str, data: type, out: Connection) -> None:
+    torch.set_num_threads(1)
+    os.environ["RANK"] = str(rank)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+    try:
+        sampler = _sampler(rank)
+        loader = autotune.DataLoader(
+            data(), batch_size=4, sampler=sampler, tune=2.0, window=BRIEF_WINDOW, storage=storage
+        )
+        epochs = _epochs(loader, sampler)
+        switches = [(s.epoch, s.at_batch, s.settings, s.fell_back) for s in loader.switches]
+        out.send((epochs, switches, loader.explorer is not None, loader.settings))
+    except BaseException as exc:
+        out.send(exc)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_ranks(tmp_path: Path, storage: str, data: type = Work) -> list[Any]:
+    ctx = multiprocessing.get_context("fork")
+    rendezvous = tmp_path / f"rendezvous-{len(list(tmp_path.glob('rendezvous-*')))}"
+    procs, links = [], []
+    for rank in range(RANKS):
+        here, there = ctx.Pipe()
+        proc = ctx.Process(target=_rank_main, args=(rank, str(rendezvous), storage, data, there))
+        proc.start()
+        procs.append(proc)
+        links.append(here)
+    try:
+        results = []
+        for rank, link in enumerate(links):
+            assert link.poll(180), f"rank {rank} sent nothing"
+            result = link.recv()
+            if isinstance(result, BaseException):
+                raise AssertionError(f"rank {rank} failed") from result
+            results.append(result)
+        return results
+    finally:
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+
+
+@pytest.mark.slow  # two rank processes and their workers, through several settings
+def test_two_ranks_explore_once_switch_together_and_read_each_share_once(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    results = _run_ranks(tmp_path, storage)
+    for rank, (epochs, *_) in enumerate(results):
+        sampler = _sampler(rank)
+        assert epochs == _epochs(DataLoader(Work(), batch_size=4, sampler=sampler), sampler)
+    for epoch in range(EPOCHS):  # together: every index once an epoch (the padding aside)
+        read = sorted(i for epochs, *_ in results for batch in epochs[epoch] for i in batch)
+        assert set(read) == set(range(N)) and len(read) == N
+
+    (_, switches_0, explored_0, kept_0), (_, switches_1, explored_1, kept_1) = results
+    assert switches_0 and switches_0 == switches_1  # the same settings, at the same batches
+    assert any(at for _, at, _, _ in switches_0)  # within epochs, not only at their starts
+    assert explored_0 and not explored_1 and kept_0 == kept_1
+
+    # recorded once, by rank 0, in a study of its own: the node's job is not one rank's
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    assert len(study.trials) >= 2 and {t.user_attrs[TrialKey.HOST] for t in study.trials} == {
+        study.trials[0].user_attrs[TrialKey.HOST]
+    }
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT]) == kept_0
+    assert len({t.user_attrs[TrialKey.CONFIG] for t in complete}) == len(complete)
+
+    # the next run of the node starts there on both ranks, exploring nothing
+    again = _run_ranks(tmp_path, storage)
+    for _, switches, explored, kept in again:
+        assert not switches and not explored and kept == kept_0
+
+
+@pytest.mark.slow  # two rank processes, workers that really die on one of them
+def test_a_setting_whose_workers_die_on_one_rank_fails_for_the_node(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    results = _run_ranks(tmp_path, storage, DiesOnRankOne)
+    for rank, (epochs, *_) in enumerate(results):  # nothing lost where a switch failed
+        sampler = _sampler(rank)
+        assert epochs == _epochs(DataLoader(Work(), batch_size=4, sampler=sampler), sampler)
+    (_, switches_0, _, kept_0), (_, switches_1, _, kept_1) = results
+    assert any(fell_back for *_, fell_back in switches_1)  # rank 1 went back on its own
+    assert not any(fell_back for *_, fell_back in switches_0)
+    assert kept_0.num_workers == kept_1.num_workers == 0  # what works on every rank
+
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed and all(t.user_attrs[TrialKey.FAILURE] for t in failed)
