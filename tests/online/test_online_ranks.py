@@ -1,10 +1,12 @@
 """Tests for autotune.online.ranks: the node's reading from the ranks' own; and two real
 torch.distributed ranks (gloo, two processes), each with its autotune.DataLoader over its
 DistributedSampler share, deciding together: rank 0 explores for both, both switch at the
-same batches, and each reads its share of every epoch once, in torch's batches."""
+same batches, and each reads its share of every epoch once, in torch's batches; and under
+Lightning's Trainer, which re-creates the loader with its DistributedSampler on each rank."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -12,6 +14,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import optuna
 import pytest
 import torch
@@ -166,3 +169,79 @@ def test_a_setting_whose_workers_die_on_one_rank_fails_for_the_node(tmp_path) ->
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed and all(t.user_attrs[TrialKey.FAILURE] for t in failed)
+
+
+class Indexed(Work):
+    """The index, with a feature to learn from."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().__getitem__(index).float().unsqueeze(0), torch.tensor(index)
+
+
+class IndexedData(L.LightningDataModule):
+    def __init__(self, storage: str) -> None:
+        super().__init__()
+        self.storage = storage
+
+    def train_dataloader(self) -> autotune.DataLoader:
+        return autotune.DataLoader(
+            Indexed(),
+            batch_size=4,
+            shuffle=True,
+            tune=2.0,
+            window=BRIEF_WINDOW,
+            storage=self.storage,
+        )
+
+
+class Recorder(L.LightningModule):
+    """Keeps the indices of each batch it trains on; at the end, with what its loader did,
+    in ``rank<N>.json`` of ``out``."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.head, self.out, self.seen = torch.nn.Linear(1, 1), out, []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        features, indices = batch
+        self.seen.append((self.current_epoch, indices.tolist()))
+        return self.head(features).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def on_train_end(self) -> None:
+        loader = self.trainer.train_dataloader
+        done = {
+            "autotune": isinstance(loader, autotune.DataLoader),
+            "sampler": type(loader.sampler).__name__,
+            "switches": [(s.epoch, s.at_batch, s.settings.short()) for s in loader.switches],
+            "explored": loader.explorer is not None,
+            "seen": self.seen,
+        }
+        (self.out / f"rank{self.global_rank}.json").write_text(json.dumps(done))
+
+
+@pytest.mark.slow  # Lightning's Trainer, two ranks forked by it
+@pytest.mark.parametrize("devices", [1, 2])
+def test_lightning_re_creates_it_for_its_ranks_and_they_tune_together(tmp_path, devices) -> None:
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp_fork" if devices > 1 else "auto",
+        max_epochs=EPOCHS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Recorder(tmp_path), datamodule=IndexedData(f"sqlite:///{tmp_path}/autotune.db"))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(devices)]
+    for epoch in range(EPOCHS):  # each index once an epoch, the ranks' shares together
+        read = [i for rank in ranks for e, batch in rank["seen"] if e == epoch for i in batch]
+        assert sorted(read) == list(range(N))
+    # the loader Lightning re-created with its DistributedSampler is still autotune's
+    sampler = "DistributedSampler" if devices > 1 else "RandomSampler"
+    assert all(rank["autotune"] and rank["sampler"] == sampler for rank in ranks)
+    assert ranks[0]["switches"] and all(r["switches"] == ranks[0]["switches"] for r in ranks)
+    assert [rank["explored"] for rank in ranks] == [True] + [False] * (devices - 1)
