@@ -10,20 +10,31 @@ benchmark's small CNN, SGD, a plain loop over epochs.
 - ``loader_kwargs``: ``DataLoader(dataset, shuffle=True, **autotune.loader_kwargs(best))``,
   the offline study's pick.
 
+``--ranks N`` runs it as ``torchrun --nproc-per-node N`` would: N processes in one gloo
+group (``OMP_NUM_THREADS=1`` each, as torchrun sets it), each over its ``DistributedSampler``
+share, the model in ``DistributedDataParallel``.
+
     python -m autotune.app.tutorial_train --root DIR --epochs 30 --loader autotune
 
-Prints one JSON line: each epoch's seconds, the loop's, and (``autotune``) what it kept.
+Prints one JSON line: each epoch's seconds (rank 0's), the loop's, and (``autotune``) what it
+kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+import torch.distributed as dist
+import torch.multiprocessing
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import datasets
 from torchvision.transforms import v2
 
@@ -34,14 +45,17 @@ LOADERS = ("torch", "autotune", "loader_kwargs")
 IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-def _loader(args: argparse.Namespace, dataset: datasets.ImageFolder) -> DataLoader:
+def _loader(
+    args: argparse.Namespace, dataset: datasets.ImageFolder, sampler: DistributedSampler | None
+) -> DataLoader:
+    order: dict[str, Any] = {"sampler": sampler} if sampler else {"shuffle": True}
     if args.loader == "loader_kwargs":
-        return DataLoader(dataset, shuffle=True, **autotune.loader_kwargs(args.best))
+        return DataLoader(dataset, **order, **autotune.loader_kwargs(args.best))
     if args.loader == "autotune":
         return autotune.DataLoader(
-            dataset, batch_size=args.batch_size, shuffle=True, storage=args.storage
+            dataset, batch_size=args.batch_size, storage=args.storage, **order
         )
-    return DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
+    return DataLoader(dataset, batch_size=args.batch_size, **order)
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,11 +72,16 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     )
     started = time.perf_counter()
     dataset = datasets.ImageFolder(args.root, transform=transform)
-    loader = _loader(args, dataset)
-    model = TinyCNN(num_classes=len(dataset.classes))
+    sampler = DistributedSampler(dataset, seed=args.seed) if dist.is_initialized() else None
+    loader = _loader(args, dataset, sampler)
+    model: torch.nn.Module = TinyCNN(num_classes=len(dataset.classes))
+    if sampler is not None:
+        model = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     epochs = []
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         epoch_started = time.perf_counter()
         for images, labels in loader:
             loss = torch.nn.functional.cross_entropy(model(images), labels)
@@ -91,11 +110,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--best", help="the best.yaml of --loader loader_kwargs")
     parser.add_argument("--storage", default="sqlite:///studies/autotune.db")
+    parser.add_argument("--ranks", type=int, default=1, help="processes, as torchrun starts")
     args = parser.parse_args(argv)
     if args.loader == "loader_kwargs" and not args.best:
         parser.error("--loader loader_kwargs needs --best")
-    print(json.dumps(train(args)), flush=True)
+    if args.ranks == 1:
+        print(json.dumps(train(args)), flush=True)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="tutorial-ranks-") as folder:
+        torch.multiprocessing.start_processes(
+            _rank, args=(args, folder), nprocs=args.ranks, start_method="fork"
+        )
+        print((Path(folder) / "rank0.json").read_text(), flush=True)
     return 0
+
+
+def _rank(rank: int, args: argparse.Namespace, folder: str) -> None:
+    """One rank, as torchrun starts it; rank 0's measurement to ``folder``."""
+    os.environ.update(OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(args.ranks), RANK=str(rank))
+    torch.set_num_threads(1)
+    init = f"file://{folder}/rendezvous"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=args.ranks)
+    try:
+        measured = train(args)
+        if rank == 0:
+            (Path(folder) / "rank0.json").write_text(json.dumps(measured))
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
