@@ -13,32 +13,35 @@ far runs and is kept (recorded); exploring goes on once the run has earned a set
 timing. A proposal already measured is told its rate at once and not run again; once three
 in a row are, or every point of the space is measured, nothing is left to try. The fastest
 setting is kept: the run's own unless another measured faster by more than half the two
-readings' spreads. A setting whose workers failed is recorded as failed and never kept.
+readings' spreads. A setting whose workers failed is recorded as failed and never kept. Once
+settled, the kept setting's readings are watched (``drift``); where its rate has moved, the
+choice is made again: the runners-up measured again first, then the sampler, with the budget
+of a fresh start.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
-from importlib import resources
 from typing import Any, NamedTuple
 
 import optuna
 import torch
-import yaml
 
 from autotune.machine import MachineFacts
 from autotune.online import record
+from autotune.online.drift import DriftWatch
 from autotune.online.meter import Reading
-from autotune.pipeline.config import SWITCHABLE, PipelineConfig
+from autotune.online.space import guides_setting, online_space
+from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
-from autotune.schema import KnobConfig, SearchSpaceConfig, WindowConfig
+from autotune.schema import WindowConfig
 from autotune.session.space import SearchSpace
 from autotune.tuner import store
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 RUN_SHARE = 0.1  # tune=True: exploring grows to this share of the run so far
+RECHECKED = 3  # after a drift, the settings measured fastest before, measured again
 SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
 
 
@@ -59,42 +62,6 @@ def setting_cap(
         return max(budget_s / SETTINGS_IN_BUDGET, min_setting_s(window))
 
     return cap_s
-
-
-def online_space(
-    facts: MachineFacts, *, batch_size: int, cuda: bool, ranks: int = 1
-) -> SearchSpace:
-    """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
-    this machine (a rank's share of it, where ``ranks`` share it); the user's Dataset and
-    batches are as they are."""
-    text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
-    knobs = {
-        name: KnobConfig(**conf)
-        for name, conf in yaml.safe_load(text)["knobs"].items()
-        if name in SWITCHABLE
-    }
-    device = "cuda" if cuda else "cpu"
-    space_conf = SearchSpaceConfig(name="online", knobs=knobs)
-    return SearchSpace.from_config(
-        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks
-    )
-
-
-def guides_setting(space: SearchSpace, start: PipelineConfig) -> dict[str, Any] | None:
-    """The setting DataLoader guides give this machine, as params of ``space``: a worker per
-    usable CPU (the most the space, sized to this machine, allows), kept alive, torch's
-    default prefetch, the training process on one thread; None where it is the run's own or
-    not a point of the space."""
-    guides = dataclasses.replace(
-        start,
-        num_workers=max(space.choices("num_workers") or [0]),
-        prefetch_factor=2,
-        persistent_workers=True,
-        main_threads=1,
-    )
-    if not guides.num_workers or guides == start:
-        return None
-    return space.params_of(guides)
 
 
 class _Told(NamedTuple):
@@ -147,6 +114,8 @@ class Explorer:
         self._trial: optuna.Trial | None = None
         self._current = start
         self.done = False
+        self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
+        self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             store.enqueue(self.study, start_params, {})
@@ -201,8 +170,12 @@ class Explorer:
             batch_rate = reading.batches / reading.seconds if reading.seconds else 0.0
             if batch_rate and self._batches_per_epoch:
                 self._epoch_s = self._batches_per_epoch / batch_rate
-        if self.paused:  # the kept setting read again: is a proposal due yet?
-            return self._next()
+        if self.settled:  # the kept setting read again: has its rate moved?
+            if self._drift is not None and self._drift.drifted(reading):
+                self._recheck(reading)
+            elif self.done:
+                return self._current
+            return self._next()  # paused: is a proposal due yet?
         self._readings[reading.settings] = reading
         if self._trial is not None:  # else the run's own settings, outside the space
             if self._recorded:
@@ -264,9 +237,26 @@ class Explorer:
         self.paused = not self.done
         best = self.best
         self._current = best.settings if best is not None else self._current
-        if best is not None and self._recorded:
-            record.record_kept(self.study, best)
+        if best is not None:
+            self._drift = DriftWatch(best)
+            if self._recorded:
+                record.record_kept(self.study, best)
         return self._current
+
+    def _recheck(self, reading: Reading) -> None:
+        """The kept setting's rate moved (``drift``): what was measured before no longer
+        holds. Its new reading stands; the runners-up are measured again, ahead of the
+        sampler's proposals, with the budget of a fresh start."""
+        earlier = sorted(self._readings.values(), key=lambda r: r.samples_per_s, reverse=True)
+        self._readings = {reading.settings: reading}
+        for other in earlier[:RECHECKED]:
+            params = self.space.params_of(other.settings)
+            if other.settings != reading.settings and params is not None:
+                self._told.pop(other.settings, None)
+                store.enqueue(self.study, params, {})
+        self.done = self.paused = False
+        self._spent_s, self._drift = 0.0, None
+        self.rechecks += 1
 
     def _ask(self) -> bool:
         """Asks the sampler for a setting not measured yet; False where none is left."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
+from multiprocessing.util import Finalize
 from typing import Any
 
 import torch
@@ -154,7 +154,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self._start_at(earlier, 0.0)
             log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
         if self._job.deferred:  # the note's: checked against the storage when the run ends
-            self._check_at_end = weakref.finalize(self, self._job.check_deferred)
+            self._check_at_end = Finalize(self, self._job.check_deferred, exitpriority=0)
 
     def _start_at(self, settings: PipelineConfig, share: float) -> None:
         self._settings, self._share = self._settings.switched_to(settings), share
@@ -168,11 +168,10 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def decision(self) -> Decision:
         """Rank 0, at a sync: the switch its explorer asked for, for every rank, and the
-        budget left (0: nothing left to decide)."""
+        budget (0: nothing left to decide; while the kept setting's rate is watched for a
+        drift, the syncs go on)."""
         requested, self._requested = self._requested, None
-        explorer = self._explorer
-        exploring = self._share and (explorer is None or not explorer.done)
-        return Decision(requested, self._share if exploring else 0.0)
+        return Decision(requested, self._share)
 
     def _draw_epoch(self) -> EpochBatches | None:
         """As torch's iterator does: its workers' base seed from ``generator`` (once in the
@@ -236,7 +235,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def explore(self, reading: Reading) -> None:
         """Tells the explorer a settled reading of the setting it proposed; switches to the
         setting it proposes next."""
-        if not self._share or (self._explorer is not None and self._explorer.done):
+        if not self._share:  # off, or a kept setting where the run started
             return
         if self._explorer is None:
             self._explorer = Explorer.on_run(
@@ -250,15 +249,16 @@ class DataLoader(torch.utils.data.DataLoader):
                 run_share=self._run_share,
                 study=self._job.study if self._job else None,
             )
-            # the loop left, the loader collected or the process ending (Ctrl-C): the
-            # setting being measured is recorded as interrupted, not left running
-            weakref.finalize(self, self._explorer.close)
+            # the loop left, the loader collected or the process ending (Ctrl-C; a rank
+            # process of torch.multiprocessing too, which skips atexit): the setting being
+            # measured is recorded as interrupted, not left running
+            Finalize(self, self._explorer.close, exitpriority=0)
         if reading.settings == self._explorer.current:
             try:
                 self.switch(self._explorer.measured(reading))
             except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
                 record.not_recorded("the study's storage", exc)
-                self._explorer.done = True
+                self._explorer.done, self._share = True, 0.0
                 best = self._explorer.best
                 self.switch(best.settings if best is not None else self._settings)
 

@@ -16,8 +16,10 @@ from torch.utils.data import Dataset
 import autotune
 from autotune.machine import detect
 from autotune.online import explorer as explorer_module
-from autotune.online.explorer import Explorer, online_space
+from autotune.online.drift import SUSTAINED
+from autotune.online.explorer import Explorer
 from autotune.online.meter import Reading
+from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.session.space import SearchSpace
 from autotune.tuner.store import StudyKey, TrialKey
@@ -260,3 +262,34 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     assert failed and all(why in str(t.user_attrs) for t in failed)
     sum(1 for _ in loader)  # the setting kept is read with from the next epoch
     assert loader.settings.num_workers == 0  # what an epoch could time (no workers): kept
+
+
+def test_a_drift_of_the_kept_rate_measures_the_runners_up_again_and_keeps_the_fastest() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=clock)
+
+    def rate(settings: PipelineConfig) -> float:  # no two settings alike
+        kept_alive = 0.3 if settings.persistent_workers else 0.0
+        return rate_of(settings) + kept_alive + 0.01 * (settings.main_threads or 0)
+
+    while not explorer.done:  # every point measured, the fastest kept
+        explorer.measured(reading(explorer.current, rate(explorer.current)))
+    kept = explorer.current
+    ranked = sorted(explorer._readings.values(), key=lambda r: r.samples_per_s, reverse=True)
+
+    def now_rate(settings: PipelineConfig) -> float:  # the kept setting lost half its rate
+        return rate(settings) / (2 if settings == kept else 1)
+
+    for _ in range(SUSTAINED - 1):  # a reading or two off is noise
+        assert explorer.measured(reading(kept, now_rate(kept))) == kept and explorer.done
+    explorer.measured(reading(kept, now_rate(kept)))
+    assert explorer.rechecks == 1 and not explorer.done
+    measured_again = []
+    while not explorer.done and len(measured_again) < 20:
+        measured_again.append(explorer.current)
+        clock.now += 1.0
+        explorer.measured(reading(explorer.current, now_rate(explorer.current)))
+    assert measured_again[:2] == [r.settings for r in ranked[1:3]]  # the runners-up first
+    # then the sampler, with a fresh budget; what is kept is measured since the drift
+    assert explorer.best.settings == max(measured_again, key=now_rate)  # type: ignore[union-attr]

@@ -46,7 +46,7 @@ def _one_epoch(loader: autotune.DataLoader) -> list[PipelineConfig]:
 def _run_ends(loader: autotune.DataLoader) -> None:
     """The loader collected, as at the end of a run: its check of the storage runs once."""
     loader._check_at_end()
-    assert not loader._check_at_end.alive
+    assert not loader._check_at_end.still_active()
 
 
 def test_a_later_run_starts_at_the_noted_setting_and_checks_the_storage_when_it_ends(

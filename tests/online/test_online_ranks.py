@@ -30,6 +30,7 @@ from autotune.tuner.store import StudyKey, TrialKey
 
 N, RANKS, EPOCHS = 70, 2, 6  # 35 a rank: 9 batches of 4, the last of 3
 START = PipelineConfig(decoder=AS_IS)
+LIVE: list[DataLoader] = []
 
 
 def test_the_node_adds_the_ranks_rates_and_takes_the_worst_of_the_rest() -> None:
@@ -58,12 +59,14 @@ def _sampler(rank: int) -> DistributedSampler:
     return DistributedSampler(Work(), num_replicas=RANKS, rank=rank, shuffle=True, seed=5)
 
 
-def _epochs(loader: DataLoader, sampler: DistributedSampler) -> list[list[list[int]]]:
-    epochs = []
-    for epoch in range(EPOCHS):
+def _epochs(
+    loader: DataLoader, sampler: DistributedSampler, epochs: int = EPOCHS
+) -> list[list[list[int]]]:
+    read = []
+    for epoch in range(epochs):
         sampler.set_epoch(epoch)
-        epochs.append([batch.tolist() for batch in loader])
-    return epochs
+        read.append([batch.tolist() for batch in loader])
+    return read
 
 
 class DiesOnRankOne(Work):
@@ -76,18 +79,22 @@ class DiesOnRankOne(Work):
         return super().__getitem__(index)
 
 
-def _rank_main(rank: int, rendezvous: str, storage: str, data: type, out: Connection) -> None:
+def _rank_main(
+    rank: int, rendezvous: str, storage: str, data: type, run: tuple[float, int], out: Connection
+) -> None:
+    tune, epochs = run
     torch.set_num_threads(1)
     os.environ["RANK"] = str(rank)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
     try:
         sampler = _sampler(rank)
         loader = autotune.DataLoader(
-            data(), batch_size=4, sampler=sampler, tune=2.0, window=BRIEF_WINDOW, storage=storage
+            data(), batch_size=4, sampler=sampler, tune=tune, window=BRIEF_WINDOW, storage=storage
         )
-        epochs = _epochs(loader, sampler)
+        read = _epochs(loader, sampler, epochs)
+        LIVE.append(loader)  # as a script's loader, alive until its process ends
         switches = [(s.epoch, s.at_batch, s.settings, s.fell_back) for s in loader.switches]
-        out.send((epochs, switches, loader.explorer is not None, loader.settings))
+        out.send((read, switches, loader.explorer is not None, loader.settings))
     except BaseException as exc:
         out.send(exc)
         raise
@@ -95,13 +102,17 @@ def _rank_main(rank: int, rendezvous: str, storage: str, data: type, out: Connec
         dist.destroy_process_group()
 
 
-def _run_ranks(tmp_path: Path, storage: str, data: type = Work) -> list[Any]:
+def _run_ranks(
+    tmp_path: Path, storage: str, data: type = Work, tune: float = 2.0, epochs: int = EPOCHS
+) -> list[Any]:
     ctx = multiprocessing.get_context("fork")
     rendezvous = tmp_path / f"rendezvous-{len(list(tmp_path.glob('rendezvous-*')))}"
     procs, links = [], []
     for rank in range(RANKS):
         here, there = ctx.Pipe()
-        proc = ctx.Process(target=_rank_main, args=(rank, str(rendezvous), storage, data, there))
+        proc = ctx.Process(
+            target=_rank_main, args=(rank, str(rendezvous), storage, data, (tune, epochs), there)
+        )
         proc.start()
         procs.append(proc)
         links.append(here)
@@ -145,6 +156,7 @@ def test_two_ranks_explore_once_switch_together_and_read_each_share_once(tmp_pat
     }
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT]) == kept_0
+
     assert len({t.user_attrs[TrialKey.CONFIG] for t in complete}) == len(complete)
 
     # the next run of the node starts there on both ranks, exploring nothing
@@ -245,3 +257,15 @@ def test_lightning_re_creates_it_for_its_ranks_and_they_tune_together(tmp_path, 
     assert all(rank["autotune"] and rank["sampler"] == sampler for rank in ranks)
     assert ranks[0]["switches"] and all(r["switches"] == ranks[0]["switches"] for r in ranks)
     assert [rank["explored"] for rank in ranks] == [True] + [False] * (devices - 1)
+
+
+@pytest.mark.slow  # two rank processes
+def test_a_rank_process_that_ends_while_exploring_leaves_no_trial_running(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    _run_ranks(tmp_path, storage, tune=1000.0, epochs=2)  # ends long before its budget
+    (summary,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    # its process ends as multiprocessing's do, without atexit: still recorded as stopped
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in trials)
+    (stopped,) = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert stopped.user_attrs[TrialKey.FAILURE]["kind"] == "interrupted"

@@ -1,0 +1,54 @@
+"""The settings ``autotune.DataLoader`` may explore on a run: the study's default search space,
+narrowed to what a running loader may switch (``SWITCHABLE``: the DataLoader's worker
+settings and the training process's threads), sized to this machine; and the setting
+DataLoader guides would give it, measured right after the run's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from autotune.machine import MachineFacts
+from autotune.pipeline.config import SWITCHABLE, PipelineConfig
+from autotune.schema import KnobConfig, SearchSpaceConfig
+from autotune.session.space import SearchSpace
+
+
+def online_space(
+    facts: MachineFacts, *, batch_size: int, cuda: bool, ranks: int = 1
+) -> SearchSpace:
+    """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
+    this machine (a rank's share of it, where ``ranks`` share it); the user's Dataset and
+    batches are as they are."""
+    text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
+    knobs = {
+        name: KnobConfig(**conf)
+        for name, conf in yaml.safe_load(text)["knobs"].items()
+        if name in SWITCHABLE
+    }
+    device = "cuda" if cuda else "cpu"
+    space_conf = SearchSpaceConfig(name="online", knobs=knobs)
+    return SearchSpace.from_config(
+        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks
+    )
+
+
+def guides_setting(space: SearchSpace, start: PipelineConfig) -> dict[str, Any] | None:
+    """The setting DataLoader guides give this machine, as params of ``space``: a worker per
+    usable CPU (the most the space, sized to this machine, allows), kept alive, torch's
+    default prefetch, the training process on one thread; None where it is the run's own or
+    not a point of the space."""
+    guides = dataclasses.replace(
+        start,
+        num_workers=max(space.choices("num_workers") or [0]),
+        prefetch_factor=2,
+        persistent_workers=True,
+        main_threads=1,
+    )
+    if not guides.num_workers or guides == start:
+        return None
+    return space.params_of(guides)

@@ -1,0 +1,38 @@
+"""Tests for autotune.online.drift: a span of readings off the same way is a drift; noise,
+or readings off both ways, is not."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.online.drift import SUSTAINED, DriftWatch
+from autotune.online.meter import Reading
+from autotune.pipeline.config import AS_IS, PipelineConfig
+
+KEPT = Reading(PipelineConfig(decoder=AS_IS), 100.0, 0.04, 0.2, 0.0, batches=10, seconds=1.0)
+
+
+def at(rate: float, spread: float = 0.02) -> Reading:
+    return Reading(KEPT.settings, rate, spread, 0.2, 0.0, batches=10, seconds=1.0)
+
+
+@pytest.mark.parametrize("rate", [70.0, 130.0])
+def test_readings_off_the_same_way_in_a_row_are_a_drift(rate) -> None:
+    watch = DriftWatch(KEPT)
+    assert [watch.drifted(at(rate)) for _ in range(SUSTAINED)] == [False] * (SUSTAINED - 1) + [
+        True
+    ]
+
+
+def test_noise_and_readings_off_both_ways_are_not() -> None:
+    watch = DriftWatch(KEPT)
+    assert not any(watch.drifted(at(r)) for r in (108.0, 93.0, 109.0, 91.0))  # within 10 %
+    assert not any(watch.drifted(at(r)) for r in (80.0, 80.0, 120.0, 120.0))  # not one way
+    assert not watch.drifted(at(75.0, spread=0.3))  # the reading's own spread is wider
+
+
+def test_a_reading_within_the_noise_starts_the_count_again() -> None:
+    watch = DriftWatch(KEPT)
+    rates = [70.0] * (SUSTAINED - 1) + [100.0] + [70.0] * (SUSTAINED - 1)
+    assert not any(watch.drifted(at(r)) for r in rates)
+    assert watch.drifted(at(70.0))
