@@ -97,6 +97,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         measured["kept"] = loader.settings.short()
         measured["tried"] = len({r.settings for r in loader.readings})
         measured["switches"] = len(loader.switches)
+        measured["rechecks"] = loader.explorer.rechecks if loader.explorer else 0
     return measured
 
 

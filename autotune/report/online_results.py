@@ -33,6 +33,7 @@ def results(
             "kept": [r.get("kept") for r in rows],
             "tried": [r.get("tried") for r in rows],
             "switches": [r.get("switches") for r in rows],
+            "rechecks": [r.get("rechecks") for r in rows],
         }
         for arm, rows in runs.items()
     }
