@@ -12,10 +12,12 @@ at a collective on another's restart more than once per switch. A rank whose swi
 falls back at once on its own, and says so at the next sync; rank 0 then records the failure
 and decides for all.
 
-The syncs travel over a gloo group of their own (made once a process, at the first loader's
-first epoch on every rank): they never interleave with the training's own collectives, whatever
-its backend, and NCCL's device tensors are never needed. Syncs end once nothing is left to
-decide.
+The syncs travel over a gloo group of their own (made at the first loader's first epoch on
+every rank, once for each process group the user initialises): they never interleave with the
+training's own collectives, whatever its backend, and NCCL's device tensors are never needed.
+They go on while the run tunes (once settled, rank 0 watches the node's rate for a drift); a
+run that explores nothing (a kept setting where it starts, ``AUTOTUNE=off``) meets once, before
+its first batch.
 
 Example (on each rank of ``torchrun --nproc-per-node 2 train.py``):
     >>> torch.distributed.init_process_group("gloo")
@@ -38,7 +40,8 @@ from autotune.runtime.failures import Failure
 
 SYNC_S = 0.5  # within an epoch, a sync about every this many seconds of rank 0's batches,
 SYNCS_PER_EPOCH = 4  # and at least this many times an epoch
-_group: dist.ProcessGroup | None = None  # the syncs' own gloo group, one per process
+# the user's process group, and the syncs' own gloo group made in it
+_made_in: tuple[object, dist.ProcessGroup] | None = None
 
 
 class Row(NamedTuple):
@@ -53,7 +56,7 @@ class Decision(NamedTuple):
     """What rank 0 sends back."""
 
     settings: PipelineConfig | None  # read with these from this batch on (None: as they are)
-    share: float  # the exploring budget (``tune``); 0: nothing left to decide, no more syncs
+    share: float  # the exploring budget (``tune``); 0: the run explores nothing, no more syncs
     every: int = 0  # batches to the next sync within the epoch (0: only at epochs' starts)
 
 
@@ -106,12 +109,12 @@ class Ranks:
         (call at the same point on every rank: the first one makes the syncs' group)."""
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return None
-        global _group
-        if _group is None:
-            _group = dist.new_group(backend="gloo")
+        global _made_in
+        if _made_in is None or _made_in[0] is not dist.group.WORLD:  # first, or made again
+            _made_in = (dist.group.WORLD, dist.new_group(backend="gloo"))
         world = dist.get_world_size()
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        return cls(_group, dist.get_rank(), world, local)
+        return cls(_made_in[1], dist.get_rank(), world, local)
 
     @property
     def leader(self) -> bool:

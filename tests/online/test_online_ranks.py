@@ -269,3 +269,52 @@ def test_a_rank_process_that_ends_while_exploring_leaves_no_trial_running(tmp_pa
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in trials)
     (stopped,) = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
     assert stopped.user_attrs[TrialKey.FAILURE]["kind"] == "interrupted"
+
+
+def _twice_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
+    """Two process groups in turn in one process, as two fits of a Trainer make them."""
+    torch.set_num_threads(1)
+    try:
+        kept = []
+        for turn in range(2):
+            init = f"file://{rendezvous}-{turn}"
+            dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+            sampler = _sampler(rank)
+            loader = autotune.DataLoader(
+                Work(),
+                batch_size=4,
+                sampler=sampler,
+                tune=2.0,
+                window=BRIEF_WINDOW,
+                storage=storage,
+            )
+            _epochs(loader, sampler, 3)
+            kept.append(loader.settings)
+            dist.destroy_process_group()
+        out.send(kept)
+    except BaseException as exc:
+        out.send(exc)
+        raise
+
+
+@pytest.mark.slow  # two rank processes
+def test_a_process_group_made_again_in_the_same_processes_gets_its_own_meetings(tmp_path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    links, procs = [], []
+    for rank in range(RANKS):
+        here, there = ctx.Pipe()
+        args = (rank, str(tmp_path / "rendezvous"), f"sqlite:///{tmp_path}/autotune.db", there)
+        procs.append(ctx.Process(target=_twice_main, args=args))
+        procs[-1].start()
+        links.append(here)
+    try:
+        for link in links:
+            assert link.poll(120)
+            kept = link.recv()
+            assert not isinstance(kept, BaseException), kept
+            assert len(kept) == 2  # the second group met: it started at what the first kept
+    finally:
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
