@@ -26,6 +26,7 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
+from autotune.online.drift import DriftWatch
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders
 from autotune.online.explorer import RUN_SHARE, Explorer, sampler, setting_cap
 from autotune.online.meter import Meter, Reading, counter
@@ -78,6 +79,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._facts: MachineFacts | None = None
         self._explorer: Explorer | None = None
         self._ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
+        self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._threads = torch.get_num_threads()  # what main_threads=None puts back
         # the run's own threads named, so its start is a point of the space: a trial
         self._settings = PipelineConfig(
@@ -126,7 +128,6 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> EpochPass:  # type: ignore[override]
         if self._record_at is not None:
             self._start(*self._record_at)
-            self._record_at = None
         elif self._ranks is not None and self._ranks.syncing:  # an epoch's start: agreed
             self._ranks.sync(self)
         if self._ranks is not None:
@@ -134,8 +135,8 @@ class DataLoader(torch.utils.data.DataLoader):
         return EpochPass(self, self._draw_epoch())
 
     def _start(self, storage: str, name: str | None) -> None:
-        """Where the run starts: where an earlier run of the job kept a setting, there,
-        exploring nothing. With several ranks, rank 0 reads it for all."""
+        """Where the run starts: the setting an earlier run kept (rank 0 reads it for all)."""
+        self._record_at = None
         self._ranks = ranks = Ranks.joined()
         if ranks is None or ranks.leader:
             self._resume(storage, name, ranks.world if ranks else 1)
@@ -150,8 +151,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self._job = record.JobRecord.of(self, self._facts, storage, name, sampler(), ranks)
         earlier = self._job.start()
-        if earlier is not None:
-            self._start_at(earlier, 0.0)
+        if earlier is not None:  # explored again only where its rate moves during the run
+            self._start_at(earlier, self._share)
+            self._watch = DriftWatch() if self._share else None
             log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
         if self._job.deferred:  # the note's: checked against the storage when the run ends
             self._check_at_end = Finalize(self, self._job.check_deferred, exitpriority=0)
@@ -167,9 +169,8 @@ class DataLoader(torch.utils.data.DataLoader):
             self._ranks.sync(self)
 
     def decision(self) -> Decision:
-        """Rank 0, at a sync: the switch its explorer asked for, for every rank, and the
-        budget (0: nothing left to decide; while the kept setting's rate is watched for a
-        drift, the syncs go on)."""
+        """Rank 0, at a sync: its explorer's switch, for every rank, and the budget (0: off;
+        else the syncs go on, the kept setting's rate watched for a drift)."""
         requested, self._requested = self._requested, None
         return Decision(requested, self._share)
 
@@ -235,8 +236,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def explore(self, reading: Reading) -> None:
         """Tells the explorer a settled reading of the setting it proposed; switches to the
         setting it proposes next."""
-        if not self._share:  # off, or a kept setting where the run started
+        if not self._share:  # off
             return
+        if self._watch is not None:  # a kept setting where the run started: has it drifted?
+            if not self._watch.drifted(reading):
+                return
+            log.info("autotune.DataLoader: %s's rate moved: exploring again", reading.settings)
+            self._watch = None
+            if self._job is not None:  # the study a note put off, opened to record in
+                self._job.check_deferred()
         if self._explorer is None:
             self._explorer = Explorer.on_run(
                 self._facts or detect(want_cuda=torch.cuda.is_available()),

