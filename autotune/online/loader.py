@@ -70,7 +70,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(tune, (bool, int, float)) or tune < 0:
             raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
         off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
-        # 0 once a kept setting is where the run starts
+        # 0: nothing explored (off, or the study's storage failed while exploring)
         self._share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
         self._run_share = RUN_SHARE if tune is True and not off else 0.0
         # tune=False: torch's loader with these arguments, nothing read or recorded
@@ -241,7 +241,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._watch is not None:  # a kept setting where the run started: has it drifted?
             if not self._watch.drifted(reading):
                 return
-            log.info("autotune.DataLoader: %s's rate moved: exploring again", reading.settings)
+            log.info("autotune.DataLoader: %s's rate moved: exploring", reading.settings.short())
             self._watch = None
             if self._job is not None:  # the study a note put off, opened to record in
                 self._job.check_deferred()

@@ -4,7 +4,7 @@ fingerprint of what the loader cannot change: the machine (and the ranks sharing
 Dataset (its class and length), the batches (size, sampler, collate, ``drop_last``,
 ``in_order``) and whether CUDA is there. Each setting explored is a trial with the tuner's
 trial attributes; the setting kept is a study attribute, where a later run of the same job
-starts, exploring nothing.
+starts, exploring nothing unless its rate moves.
 
 A storage that cannot be opened or written never stops the training: one warning, and the
 run goes on unrecorded.
@@ -28,7 +28,7 @@ from autotune.machine import MachineFacts
 from autotune.online import note
 from autotune.online.meter import Reading
 from autotune.pipeline.config import PipelineConfig
-from autotune.runtime.failures import Failure, FailureKind
+from autotune.runtime.failures import Failure, FailureKind, first_line
 from autotune.tuner import storage as study_storage
 from autotune.tuner import store
 from autotune.tuner.lease import is_gone, this_process
@@ -240,5 +240,4 @@ def record_kept(study: optuna.Study, reading: Reading) -> None:
 
 def not_recorded(where: str, exc: BaseException) -> None:
     """One warning: the run goes on, unrecorded."""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    log.warning("autotune.DataLoader: not recorded: %s failed (%s)", where, first)
+    log.warning("autotune.DataLoader: not recorded: %s failed (%s)", where, first_line(exc))

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from autotune.online.epoch_batches import EpochBatches, shut_down
 from autotune.online.meter import Meter
 from autotune.pipeline.config import PipelineConfig
-from autotune.runtime.failures import Failure, classify
+from autotune.runtime.failures import Failure, classify, first_line
 
 log = logging.getLogger("autotune.online.loader")
 
@@ -151,7 +151,7 @@ class EpochPass:
         restartable = loader.switches_mid_epoch or delivered == 0
         if fallback is None or not restartable or not _loader_failure(exc):
             raise exc
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = first_line(exc)
         log.warning(
             "autotune.DataLoader: %s failed (%s); back to %s",
             loader.settings.short(),

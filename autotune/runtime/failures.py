@@ -96,6 +96,12 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message's first line, or its type's name where it has none."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def classify(exc: BaseException) -> FailureKind:
     """The failure kind of an exception raised inside a trial."""
     if isinstance(exc, RankFailed):
