@@ -4,6 +4,10 @@ answers late), and the space's num_workers bound raised only there."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -47,6 +51,26 @@ def test_local_data_keeps_the_workers_at_the_cpus(images, facts):
     wait = read_wait.measure(images, RECIPE, facts)
     assert not wait.waits and wait.workers == 2
     assert _high(_space(facts, wait=wait)) == 2
+
+
+@contextmanager
+def _cores_taken(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPUs meanwhile: a neighbour's job, a busy CI host."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def test_a_busy_machine_is_not_read_as_reads_that_wait(images, facts):
+    # every stage waits for a core, not the read alone: the stretch is the machine's
+    with _cores_taken(3):
+        wait = read_wait.measure(images, RECIPE, facts)
+    assert wait.busy > 1.0
+    assert not wait.waits and wait.workers == 2, wait
 
 
 def test_waiting_reads_raise_the_bound_of_cpus_only(facts):
