@@ -69,11 +69,12 @@ def measure(source: Source, recipe: Recipe, facts: MachineFacts) -> ReadWait:
     # Another process on the cores stretches every stage's wall over its CPU, and a read that
     # waits stretches the read alone: the stretch of the stages after it is the machine's
     # (a busy CI host, a neighbour's job), not the storage's, and is divided out.
-    after = [name for name in profile.stages if name != "read"]
-    busy = max(1.0, profile.wall_s(after) / max(profile.cpu_s(after), 1e-6)) if after else 1.0
+    after = [name for name in profile.stages if name != "read"]  # decode, augment, collate
+    busy = max(1.0, profile.wall_s(after) / max(profile.cpu_s(after), 1e-6))
     cpus = facts.usable_cpus
-    if wall <= WAITING * cpu * busy:
-        return ReadWait(wall, cpu, read, cpus, busy=busy)
+    at_cpus = ReadWait(wall, cpu, read, cpus, busy=busy)
+    if not at_cpus.waits:
+        return at_cpus
     # a power of 2: stable on resume
     wanted = 2 ** math.ceil(math.log2(cpus * wall / (cpu * busy)))
     most, binding = _worker_limit(facts)
