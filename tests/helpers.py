@@ -41,6 +41,23 @@ BRIEF_WINDOW = WindowConfig(
     min_sub_window_s=0.0,
     target_spread=0.0,
 )
+# the benchmark shrunk with Hydra overrides (a grid of 6, short windows): its tests check what
+# is measured and written, not the figures, which come from full runs
+BENCHMARK_TINY = [
+    "search_space=quick",
+    "window=quick",
+    "window.sub_windows=2",
+    "search_space.knobs.decoder.choices=[pil]",
+    "dataset.count=32",
+    "dataset.num_classes=2",
+    "recipe.crop_size=48",
+    "batch_size=8",
+    "study.n_startup_trials=1",
+    "study.confirm_top_k=1",
+    "study.confirm_rounds=1",
+    "study.worth_budget=0",  # the worth table is tune's, tested there
+    "diagnose.shards=false",  # files against shards: tested in tests/diagnose
+]
 
 
 def run_cli(
@@ -55,6 +72,18 @@ def run_cli(
         text=True,
         timeout=timeout,
         env=full_env,
+    )
+
+
+def run_benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m autotune.benchmark ARGS`` in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.benchmark", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import psutil
 
+from autotune.runtime import fork_server
 from autotune.runtime.child import measure
 from autotune.runtime.epochs import EpochTimes
 from autotune.runtime.failures import Failure, FailureKind, classify_signal, reported
@@ -41,17 +42,6 @@ log = logging.getLogger(__name__)
 
 MEMORY_SAMPLE_INTERVAL_S = 0.25
 GRACEFUL_EXIT_S = 10.0
-# imported once, in the fork server, instead of in every trial: the modules of the child's
-# code and of what it unpickles. The server skips a name it cannot import, silently.
-FORKSERVER_PRELOAD = (
-    "autotune.runtime.trial",
-    "autotune.runtime.job",
-    "autotune.runtime.child",
-    "autotune.runtime.ranks",
-    "autotune.runtime.workload",
-    "autotune.pipeline.loader",
-    "torchvision.models",
-)
 
 
 @dataclass(frozen=True)
@@ -77,7 +67,7 @@ def run_trial(
     ``should_prune(index, running_median)`` is asked after each sub-window (in this process,
     so it may talk to Optuna's storage). Setting ``stop`` (Ctrl-C) ends the trial at once.
     """
-    ctx = _context()
+    ctx = fork_server.context()
     parent_conn, child_conn = ctx.Pipe()
     # not a daemon: a daemonic process may not start DataLoader workers
     child = ctx.Process(target=_child, args=(job, child_conn))
@@ -99,12 +89,6 @@ def run_trial(
         wall_s=time.monotonic() - start,
         intermediate=tuple(seen.intermediate),
     )
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-    return ctx
 
 
 def _child(job: TrialJob, conn: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import subprocess
@@ -15,9 +14,9 @@ from helpers import BRIEF_WINDOW
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
-from autotune.runtime import child, trial
+from autotune.runtime import trial
 from autotune.runtime.job import TrialJob
-from autotune.runtime.trial import FORKSERVER_PRELOAD, run_trial
+from autotune.runtime.trial import run_trial
 from autotune.schema import ModelConfig, RecipeConfig
 
 
@@ -161,12 +160,3 @@ def test_a_child_stopped_before_it_has_a_group_of_its_own_is_killed_alone() -> N
     assert other.poll() is None
     other.kill()
     other.wait()
-
-
-def test_the_fork_server_preloads_the_childs_code() -> None:
-    # the server skips a name it cannot import, silently: each must import
-    for name in FORKSERVER_PRELOAD:
-        importlib.import_module(name)
-    # what the child unpickles and runs comes from modules the server has already
-    for thing in (trial._child, TrialJob, child.measure):
-        assert thing.__module__ in FORKSERVER_PRELOAD

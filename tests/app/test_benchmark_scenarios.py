@@ -1,0 +1,64 @@
+"""The benchmark's scenarios on other data: slow storage and a planned run of many epochs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+from helpers import BENCHMARK_TINY, run_benchmark
+
+from autotune.app import slow_storage
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(slow_storage.unavailable_reason() is not None, reason="no FUSE here")
+def test_the_storage_scenario_reads_through_slow_storage_against_the_best_capped_config(
+    tmp_path: Path,
+) -> None:
+    # 4: past 2 cores, as waiting reads ask; 0: the baseline's
+    workers = [
+        "search_space.knobs.num_workers.type=choice",
+        "search_space.knobs.num_workers.choices=[0,1,4]",
+    ]
+    # reads still wait (the baseline's data wait is most of its time), at a quarter of the cost
+    late = ["--latency-ms", "5"]
+    args = ["--scenario", "storage", "--rounds", "1", *late, *BENCHMARK_TINY, *workers]
+    result = run_benchmark(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "studies/benchmark/storage/results.json").read_text())
+    assert "behind 5 ms of added latency" in results["about"]
+    rival = results["head_to_head"]["grid best, workers <= cores"]
+    cores = results["machine"]["usable_cpus"]
+    assert int(rival["config"].split()[0].removeprefix("w")) <= cores
+    assert results["ratios"]["tuner_vs_capped_at_cores"] > 0
+    assert "(FUSE)" in results["about"]
+    # half the grid's trials: the search-time target is for a quarter, so none is shown
+    assert re.search(r"\| search_time_fraction \| [\d.]+ \| \|", result.stdout)
+
+
+@pytest.mark.slow
+def test_the_cached_scenario_plans_90_epochs_against_the_best_config_without_a_copy(
+    tmp_path: Path,
+) -> None:
+    small = [
+        "search_space.knobs.num_workers.high=1",
+        "search_space.knobs.main_threads.high=1",
+        "search_space.knobs.prefetch_factor.high=2",  # a grid of 4: copy or not, w0 or w1
+    ]
+    # the scenario's own space, made small
+    space = [a for a in BENCHMARK_TINY if a != "search_space=quick"]
+    result = run_benchmark(["--scenario", "cached", "--rounds", "1", *space, *small], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "studies/benchmark/cached/results.json").read_text())
+    grid = optuna.load_study(
+        study_name=results["studies"]["grid"], storage=results["studies"]["storage"]
+    )
+    configs = [t.user_attrs["config"] for t in grid.trials]
+    assert len(configs) == len(set(configs))  # on decoded pixels, every decoder is one config
+    assert any("decoded" in c for c in configs)
+    assert "resized" not in " ".join(configs)
+    assert "decoded" not in results["head_to_head"]["grid best, no copy"]["config"]
+    assert re.search(r"\| tuner_vs_uncached \| [\d.]+ \| >= 1.5 (met|MISSED) \|", result.stdout)
