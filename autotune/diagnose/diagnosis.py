@@ -19,7 +19,7 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.sample_stages import LOADER_STAGES
 from autotune.runtime.stages import StageProfile, StageTime
-from autotune.session.read_wait import WAITING
+from autotune.session import read_wait
 
 BUSY = 1.1  # a rate this much above one that bounds it: the machine was busy
 READ_WAIT = "waiting reads"  # the binding limit where each reading process waits on storage
@@ -69,10 +69,12 @@ class Diagnosis:
     @property
     def storage_bound(self) -> bool:
         """Whether a sample waits on storage in a worker: its wall time over the workers'
-        stages well above its CPU time (``read_wait.WAITING``), so that more workers than
-        CPUs would keep the CPUs busy."""
+        stages well above its CPU time, a busy machine's stretch divided out (the study's
+        rule, ``read_wait.reads_wait``), so that more workers than CPUs would keep the CPUs
+        busy."""
         stages = self.worker_stages
-        return self.profile.wall_s(stages) > WAITING * max(self.profile.cpu_s(stages), 1e-9)
+        wall, cpu = self.profile.wall_s(stages), max(self.profile.cpu_s(stages), 1e-9)
+        return read_wait.reads_wait(wall, cpu, read_wait.stretch(self.profile, stages))
 
     @property
     def cpu_work_bound(self) -> float:

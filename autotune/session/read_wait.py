@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.machine import MachineFacts
 from autotune.pipeline.recipes import Recipe
 from autotune.pipeline.sources import Source
-from autotune.runtime.stages import profile_stages
+from autotune.runtime.stages import OWN_READ, StageProfile, profile_stages
 
 PROFILED = 16  # samples, read twice: the second pass is what a study's trials meet
 WAITING = 1.5  # wall / CPU per sample above which reads are said to wait
@@ -36,7 +37,7 @@ class ReadWait:
 
     @property
     def waits(self) -> bool:
-        return self.wall_s > WAITING * self.cpu_s * self.busy
+        return reads_wait(self.wall_s, self.cpu_s, self.busy)
 
     def note(self, cpus: int) -> str:
         capped = f" ({self.limit})" if self.limit else ""
@@ -46,6 +47,22 @@ class ReadWait:
             f"num_workers is searched up to {self.workers}{capped}, beyond the {cpus} usable "
             "CPUs"
         )
+
+
+def reads_wait(wall_s: float, cpu_s: float, busy: float) -> bool:
+    """Whether a sample's ``wall_s`` over its ``cpu_s`` says its read waits on storage, once
+    the ``busy`` machine's own stretch (``stretch``) is divided out."""
+    return wall_s > WAITING * cpu_s * busy
+
+
+def stretch(profile: StageProfile, stages: Sequence[str] | None = None) -> float:
+    """How much the machine stretches ``stages`` (None: all) besides the read: their wall over
+    their CPU, at least 1. A read that waits stretches the read alone; another process on the
+    cores (a busy CI host, a neighbour's job) stretches every stage, and is divided out."""
+    after = [name for name in stages or profile.stages if name not in ("read", OWN_READ)]
+    if not after:
+        return 1.0
+    return max(1.0, profile.wall_s(after) / max(profile.cpu_s(after), 1e-6))
 
 
 def _worker_limit(facts: MachineFacts) -> tuple[int, str]:
@@ -66,11 +83,7 @@ def measure(source: Source, recipe: Recipe, facts: MachineFacts) -> ReadWait:
     profile = profiles[-1]
     wall, cpu = profile.wall_s(), max(profile.cpu_s(), 1e-6)
     read = profile.stages["read"].wall_s
-    # Another process on the cores stretches every stage's wall over its CPU, and a read that
-    # waits stretches the read alone: the stretch of the stages after it is the machine's
-    # (a busy CI host, a neighbour's job), not the storage's, and is divided out.
-    after = [name for name in profile.stages if name != "read"]  # decode, augment, collate
-    busy = max(1.0, profile.wall_s(after) / max(profile.cpu_s(after), 1e-6))
+    busy = stretch(profile)  # of decode, augment and collate
     cpus = facts.usable_cpus
     at_cpus = ReadWait(wall, cpu, read, cpus, busy=busy)
     if not at_cpus.waits:

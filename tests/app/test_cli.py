@@ -173,8 +173,9 @@ def test_a_study_over_many_epochs_charges_each_prepared_copy_once(tmp_path):
     notes = " ".join(best["measured"]["notes"])
     if best["pipeline"]["cache"] == "decoded":
         assert f"the decoded copy took {seconds:.1f} s to prepare, once" in notes
-    else:  # the baseline kept: nothing beat it
-        assert "nothing beat the baseline" in notes
+    elif any(t.state == optuna.trial.TrialState.COMPLETE for t in tuned):
+        # a pipeline without the copy won (the baseline or another): the notes say why
+        assert "cache=decoded tried, not picked: with its preparation charged over" in notes
 
 
 @pytest.mark.slow

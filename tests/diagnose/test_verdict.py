@@ -188,3 +188,18 @@ def test_the_user_s_own_dataset_is_judged_on_its_read_and_collate() -> None:
     assert "storage-bound: a sample of your Dataset takes 20.2 ms in a worker for 1.2 ms" in (
         verdict(waiting)
     )
+
+
+def test_a_busy_machine_stretching_every_stage_is_not_read_as_storage_that_waits() -> None:
+    # another process on the cores: every stage's wall three times its CPU, the read's too
+    busy = stage_profile("pil", 3.0)
+    busy.stages.update({k: StageTime(v.cpu_s, 3 * v.wall_s) for k, v in busy.stages.items()})
+    assert not diagnosis(profile=busy).storage_bound
+    own = own_profile(1.0, 3.0)
+    own.stages["collate"] = StageTime(0.2 * MS, 0.6 * MS)
+    assert not diagnosis(
+        profile=own, decoders={}, pipeline=PipelineConfig(decoder="as_is")
+    ).storage_bound
+    # the read alone stretched further than the rest: it waits on storage
+    busy.stages["read"] = StageTime(0.1 * MS, 20.1 * MS)
+    assert diagnosis(profile=busy).storage_bound
