@@ -7,6 +7,7 @@ takes and that the slowest files are named.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -86,15 +87,21 @@ def test_stages_add_up_to_the_serial_loader(small_source: Source) -> None:
         ),
         device="cpu",
     )
-    outcome = run_trial(job, timeout_s=120)  # the loader alone, in a child process
-    assert outcome.measurement is not None, outcome.failure
-    measured = outcome.measurement.process_cpu_s_per_sample
-    assert measured is not None and measured > 0
-    profile = profile_stages(small_source, recipe, "pil", len(small_source), 8)
     tuned = loader.build(small_source, serial, recipe=recipe)
-    with threads(1):  # as in the trial (main_threads=1)
-        copy = profile_copy(tuned.dataloader, tuned.stage)
-    summed = profile.cpu_s() + copy.cpu_s
+    # CPU seconds too grow while another process shares the core (a parallel test run, a
+    # busy host): each side is its least of up to three measurements, taken in turn
+    measured = summed = math.inf
+    for _ in range(3):
+        outcome = run_trial(job, timeout_s=120)  # the loader alone, in a child process
+        assert outcome.measurement is not None, outcome.failure
+        assert outcome.measurement.process_cpu_s_per_sample
+        measured = min(measured, outcome.measurement.process_cpu_s_per_sample)
+        profile = profile_stages(small_source, recipe, "pil", len(small_source), 8)
+        with threads(1):  # as in the trial (main_threads=1)
+            copy = profile_copy(tuned.dataloader, tuned.stage)
+        summed = min(summed, profile.cpu_s() + copy.cpu_s)
+        if LOW < summed / measured < HIGH:
+            break
     assert LOW < summed / measured < HIGH, (summed, measured, profile.stages, copy)
     # the band has teeth: without its largest stage the sum falls out of it
     largest = max(profile.stages[s].cpu_s for s in LOADER_STAGES)
