@@ -184,6 +184,8 @@ class Summary:
             if r.get("spread") is not None:  # stored since windows lengthen on uneven data
                 iqr += f" (spread {r['spread']:.0%})"
             marks = self.marks(r["label"])
+            if r.get("raced_out"):  # stored since the finalists race
+                marks = f"left the race after round {r['raced_out']}"
             rate = f"{r['samples_per_s']:.1f}"
             out.append((rank[r["label"]], r["label"], rate, iqr, r["config"], marks))
         if self.result.ceiling:

@@ -15,7 +15,7 @@ from autotune.runtime.failures import FailureKind
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import store
+from autotune.tuner import racing, store
 from autotune.tuner.metrics import Confirmed, epoch_rate, feasible_complete, startup_per_epoch
 from autotune.tuner.store import TrialKey
 
@@ -60,19 +60,27 @@ def confirm(
     stage: str = "confirm",
     deadline: float | None = None,
     ranking: bool = True,
+    searched: dict[str, float] | None = None,
 ) -> list[Confirmed]:
     """Re-measures ``picked`` for ``rounds`` interleaved rounds (A B C A B C ...); ``stage``
     names them in the log. Given a ``deadline`` (``time.monotonic()``), no run starts that
     would end past it at the longest run's length so far: the rest are not measured.
-    ``ranking``: runs as long as the ones that name a winner (else a search trial's)."""
+    ``ranking``: runs as long as the ones that name a winner (else a search trial's).
+    Given ``searched`` (label -> its search trial's rate), the finalists race: after each
+    round but the last, the ones clearly beaten (``racing``) are measured no more."""
     timeout = session.conf.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
+    out: dict[str, int] = {}  # label -> the round after which it left the race
     longest = 0.0
     for round_index in range(rounds):
+        if searched is not None and round_index > 0:
+            out |= _race(session, picked, runs, searched, round_index, stage)
         for label, _, config in picked:
+            if label in out:
+                continue
             if deadline is not None and time.monotonic() + longest > deadline:
                 log.info("%s: the time allowed is spent, the rest is not measured", stage)
-                return _confirmed(session, picked, runs)
+                return _confirmed(session, picked, runs, out)
             started = time.monotonic()
             outcome = run(session.job(config, ranking=ranking), timeout_s=timeout)
             longest = max(longest, time.monotonic() - started)
@@ -89,13 +97,47 @@ def confirm(
                 config.short(),
                 rate,
             )
-    return _confirmed(session, picked, runs)
+    return _confirmed(session, picked, runs, out)
+
+
+def _race(
+    session: Session,
+    picked: list[Finalist],
+    runs: dict[str, list[TrialOutcome]],
+    searched: dict[str, float],
+    done: int,
+    stage: str,
+) -> dict[str, int]:
+    """The finalists that leave the race after ``done`` rounds, logged with why."""
+    so_far = [c for c in _confirmed(session, picked, runs, {}) if c.rounds == done]
+    allowance = racing.noise(so_far, searched)
+    if allowance is None:
+        return {}
+    out = {}
+    for loser, leader in racing.clearly_beaten(so_far, allowance):
+        log.info(
+            "%s: %s leaves the race after round %d: %.1f samples/s, clearly below %s's %.1f "
+            "(runs of one config differ by %.0f%% here)",
+            stage,
+            loser.label,
+            done,
+            loser.median,
+            leader.label,
+            leader.median,
+            100 * allowance,
+        )
+        out[loser.label] = done
+    return out
 
 
 def _confirmed(
-    session: Session, picked: list[Finalist], runs: dict[str, list[TrialOutcome]]
+    session: Session,
+    picked: list[Finalist],
+    runs: dict[str, list[TrialOutcome]],
+    out: dict[str, int],
 ) -> list[Confirmed]:
-    """Each of ``picked`` with a measurement in ``runs``, its figures over them."""
+    """Each of ``picked`` with a measurement in ``runs``, its figures over them; ``out``:
+    the round after which each one that left the race did."""
     confirmed = []
     for label, number, config in picked:
         measured = [o.measurement for o in runs[label] if o.measurement is not None]
@@ -128,6 +170,7 @@ def _confirmed(
                     epoch_rate(m.samples_per_s, s, epoch_samples=epoch)
                     for m, s in zip(measured, startups, strict=True)
                 ),
+                raced_out=out.get(label),
             )
         )
     return confirmed

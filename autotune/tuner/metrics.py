@@ -110,6 +110,7 @@ class Confirmed:
     rounds: int = 0
     spread: float | None = None  # the median run's spread reached (Measurement.spread)
     round_rates: tuple[float, ...] = ()  # each round's rate: how far runs of it differ
+    raced_out: int | None = None  # the round after which it left the race (``racing``)
 
     def _project(self, steady: float) -> float:
         return epoch_rate(steady, self.startup_s, epoch_samples=self.epoch_samples)
@@ -142,6 +143,7 @@ class Confirmed:
             "iqr": [round(v, 1) for v in self.iqr],
             "rounds": self.rounds,
             "spread": None if self.spread is None else round(self.spread, 3),
+            "raced_out": self.raced_out,
             "pipeline": self.config.to_dict(),
             "peak_memory_mb": round(self.peak_memory_bytes / 2**20, 1)
             if self.peak_memory_bytes
@@ -220,7 +222,9 @@ def pick_each_way(
 ) -> tuple[Confirmed, Confirmed | None, list[str]]:
     """The pick for the whole tuned pipeline (``build_loader``: any config), the pick for the
     user's pipeline as it is (``loader_kwargs``: among the as-is configs, the baseline one of
-    them), and the notes that explain them. None for the second where none was confirmed."""
+    them), and the notes that explain them. None for the second where none was confirmed.
+    A finalist that left the race (``racing``) is no pick."""
+    confirmed = [c for c in confirmed if c.raced_out is None]
     winner, notes = _pick_beating_the_baseline(confirmed, "build_loader")
     as_is = [c for c in confirmed if c.config.as_is]
     if not as_is:

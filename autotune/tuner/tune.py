@@ -21,7 +21,7 @@ from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
 from autotune.tuner import hosts, storage, store
-from autotune.tuner.confirm import confirm, finalists, from_search
+from autotune.tuner.confirm import Finalist, confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run
 from autotune.tuner.objective import Objective
@@ -125,17 +125,33 @@ def _confirmed(
     picked = finalists(study, study_conf.confirm_top_k, baseline)
     confirmed: list[Confirmed] = []
     if not stop.is_set() and study_conf.confirm_top_k > 0 and len(picked) > 1:
+        rounds = study_conf.confirm_rounds
         log.info(
-            "confirming %d finalists against the baseline, %d interleaved rounds",
+            "confirming %d finalists against the baseline, %d interleaved rounds, racing",
             len(picked) - 1,
-            study_conf.confirm_rounds,
+            rounds,
         )
-        confirmed = confirm(session, picked, rounds=study_conf.confirm_rounds, run=run)
+        confirmed = confirm(
+            session, picked, rounds=rounds, run=run, searched=_searched(study, picked)
+        )
     if stop.is_set() or not any(c.label != store.BASELINE for c in confirmed):
         confirmed = from_search(study, picked, epoch_samples=session.epoch_samples)
         if confirmed:
             return confirmed, ["finalists were not re-measured: figures are from the search"]
-    return confirmed, []
+    return confirmed, [n for n in (_race_note(confirmed, study_conf.confirm_rounds),) if n]
+
+
+def _race_note(confirmed: list[Confirmed], rounds: int) -> str | None:
+    """Which finalists left the race, and the runs that saved."""
+    out = [c for c in confirmed if c.raced_out is not None]
+    if not out:
+        return None
+    runs = sum(c.rounds for c in confirmed)
+    left = ", ".join(f"{c.label} after round {c.raced_out}" for c in out)
+    return (
+        f"the finalists raced: {left} left, clearly slower than the leader beyond how far "
+        f"runs of one config differ here; {runs} runs of {len(confirmed) * rounds}"
+    )
 
 
 def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
@@ -149,6 +165,20 @@ def _baseline_text(session: Session, baseline: PipelineConfig) -> str:
         f"{session.source.describe()} as it is; DataLoader(dataset, "
         f"batch_size={baseline.batch_size}{order}); torch's {threads} threads"
     )
+
+
+def _searched(study: optuna.Study, picked: list[Finalist]) -> dict[str, float]:
+    """Each finalist's rate in its search trial (the baseline's: its first), which the race
+    reads run-to-run noise from."""
+    rates = {}
+    complete = feasible_complete(study)
+    for label, number, config in picked:
+        trial = next((t for t in complete if store.pipeline_of(t) == config), None)
+        if number is not None:
+            trial = next((t for t in complete if t.number == number), trial)
+        if trial is not None and trial.value:
+            rates[label] = trial.value
+    return rates
 
 
 def _prepared_copy_notes(

@@ -38,3 +38,16 @@ def test_each_claim_is_stated_with_the_range_its_rounds_measured() -> None:
         "(IQR 0.95-1.05)" in lines
     )
     assert StudyResult("s", "mem", rows[1:]).speedup_range_of("trial 4") is None  # no baseline
+
+
+def test_a_finalist_that_left_the_race_is_marked_in_the_table() -> None:
+    rows = (
+        {"label": "baseline", "samples_per_s": 200.0, "iqr": [190.0, 210.0], "config": "w0"},
+        {"label": "trial 4", "samples_per_s": 260.0, "iqr": [242.0, 278.0], "config": "w2"},
+        {"label": "trial 7", "samples_per_s": 120.0, "iqr": [118.0, 121.0], "config": "w1"},
+    )
+    raced = ({**rows[2], "raced_out": 1},)
+    result = StudyResult("s", "mem", rows[:2] + raced, winner_label="trial 4")
+    marks = {row[1]: row[5] for row in Summary(result).rows()}
+    assert marks["trial 7"] == "left the race after round 1"
+    assert marks["trial 4"] and "race" not in marks["trial 4"]

@@ -11,6 +11,7 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.tuner.confirm import confirm, finalists
+from autotune.tuner.metrics import Confirmed, pick_each_way
 
 BASELINE = PipelineConfig(batch_size=32, main_threads=2, decoder="as_is")
 
@@ -95,3 +96,45 @@ def test_confirmation_interleaves_the_finalists():
     assert confirmed[1].round_rates == pytest.approx((300.0, 300.0, 300.0))  # one a round
     assert confirmed[1].median == pytest.approx(300.0)
     assert confirmed[1].spread == 0.0 and confirmed[1].to_dict()["spread"] == 0.0
+
+
+def test_finalists_race_the_clearly_beaten_leave_and_are_no_pick():
+    session = make_session(["study.epoch_aware=false", "window.max_timed_s=2"])
+    rates = {0: 100.0, 1: 300.0, 2: 295.0, 3: 150.0}  # by num_workers; 2% run to run
+    order = []
+
+    def run(job, *, timeout_s):
+        workers = job.pipeline.num_workers
+        order.append(workers)
+        rate = rates[workers] * (1.02 if len(order) % 2 else 1.0)
+        return TrialOutcome("ok", measurement=Measurement(rate, (rate, rate), 0.1, 0.01, 4, 8))
+
+    def tuned(workers: int) -> PipelineConfig:
+        return PipelineConfig(num_workers=workers, prefetch_factor=2, decoder="pil")
+
+    picked = [("baseline", None, BASELINE)] + [(f"trial {w}", w, tuned(w)) for w in (1, 2, 3)]
+    searched = {"baseline": 100.0, "trial 1": 300.0, "trial 2": 295.0, "trial 3": 150.0}
+    confirmed = confirm(session, picked, rounds=3, run=run, searched=searched)
+    # round 1 measures all; then trial 3 (half the leader's rate) is measured no more; the
+    # baseline stays however slow, and trial 2 stays: within the noise of trial 1
+    assert order == [0, 1, 2, 3, 0, 1, 2, 0, 1, 2]
+    by_label = {c.label: c for c in confirmed}
+    assert by_label["trial 3"].raced_out == 1 and by_label["trial 3"].rounds == 1
+    assert by_label["trial 3"].to_dict()["raced_out"] == 1
+    assert all(by_label[k].raced_out is None for k in ("baseline", "trial 1", "trial 2"))
+    # without the search's rates nothing tells how noisy runs are: nobody leaves
+    order.clear()
+    assert all(c.raced_out is None for c in confirm(session, picked, rounds=2, run=run))
+    assert order == [0, 1, 2, 3] * 2
+
+
+def test_a_finalist_that_left_the_race_is_no_pick():
+    rows = [
+        Confirmed("baseline", None, BASELINE, (100.0,)),
+        Confirmed("trial 1", 1, PipelineConfig(num_workers=1, prefetch_factor=2), (300.0,)),
+        Confirmed(
+            "trial 2", 2, PipelineConfig(num_workers=2, prefetch_factor=2), (900.0,), raced_out=1
+        ),
+    ]
+    winner, _, _ = pick_each_way(rows)
+    assert winner.label == "trial 1"

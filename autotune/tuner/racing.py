@@ -1,0 +1,55 @@
+"""Racing the finalists (F-Race's idea, on this study's own noise): after each confirmation
+round but the last, a finalist clearly slower than the leader of every way it could be picked
+for is measured no more, so that the rounds left go to the configs still close.
+
+"Clearly" is read against how far two runs of one config differ here: the rounds' own range
+where a config has two, and each finalist's confirmed rate against its search trial (a run of
+the same config, earlier) — the larger. A finalist is out where, raised by that noise, it
+stays below the leader lowered by it, and by more than the margin within which the cheaper
+of two configs is picked (``SAME_SPEED``): a config that could still win on cost stays. The
+baseline always stays: every claim is against it.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from autotune.tuner.metrics import SAME_SPEED, Confirmed, run_to_run
+from autotune.tuner.store import BASELINE
+
+
+def noise(confirmed: list[Confirmed], searched: dict[str, float]) -> float | None:
+    """How far two runs of one config differ here (a share of the rate): the larger of the
+    rounds' own range (``run_to_run``) and the median of each finalist's confirmed rate
+    against its search trial's (``searched``: label -> that trial's rate). None where
+    neither was measured: then nothing is out."""
+    against_search = [
+        abs(c.median / searched[c.label] - 1)
+        for c in confirmed
+        if searched.get(c.label, 0) > 0 and c.median > 0
+    ]
+    rounds = run_to_run(confirmed)
+    if not against_search and not any(len(c.round_rates) >= 2 for c in confirmed):
+        return None
+    return max(rounds, statistics.median(against_search) if against_search else 0.0)
+
+
+def clearly_beaten(
+    confirmed: list[Confirmed], allowance: float
+) -> list[tuple[Confirmed, Confirmed]]:
+    """(finalist, the leader it is clearly slower than) for each finalist out of the race.
+    Its ways: any config is a ``build_loader`` pick; an as-is config is also a
+    ``loader_kwargs`` pick, where it races the as-is configs only."""
+    overall = max(confirmed, key=lambda c: c.median)
+    as_is = [c for c in confirmed if c.config.as_is]
+    as_is_leader = max(as_is, key=lambda c: c.median) if as_is else None
+    out = []
+    for c in confirmed:
+        leader = as_is_leader if c.config.as_is else overall
+        if c.label == BASELINE or leader is None or c is leader:
+            continue
+        best_plausible = c.median * (1 + allowance)
+        leader_worst = leader.median * (1 - allowance) * (1 - SAME_SPEED)
+        if best_plausible < leader_worst:
+            out.append((c, leader))
+    return out
