@@ -11,6 +11,7 @@ import os
 # studies) inherit it. Tests check behaviour, never figures; a user's own runs are untouched.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import json  # noqa: E402
 import subprocess  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -18,6 +19,7 @@ from pathlib import Path  # noqa: E402
 import postgres  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from filelock import FileLock  # noqa: E402
 from helpers import QUICK, WORTH, run_cli  # noqa: E402
 
 SLOW_CALL_S = 5.0  # a test not marked slow whose call takes longer is listed at the end
@@ -48,20 +50,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def _of_the_run(factory: pytest.TempPathFactory, worker_id: str, name: str) -> Path:
+    """A folder of this test run: under pytest-xdist one for all its worker processes (each
+    worker's own temp folder lies in the run's), else this session's own."""
+    if worker_id == "master":
+        return factory.mktemp(name)
+    folder = factory.getbasetemp().parent / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Synthetic datasets go to a per-session cache, not the user's ~/.cache."""
-    os.environ["AUTOTUNE_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+def _cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
+    """Synthetic datasets go to the run's cache, not the user's ~/.cache (the workers share
+    it: a dataset is written to a temp folder and renamed into place)."""
+    os.environ["AUTOTUNE_CACHE"] = str(_of_the_run(tmp_path_factory, worker_id, "cache"))
 
 
 @pytest.fixture(scope="session")
 def quick_study(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """A finished quick study, its worth table too: (working directory, completed CLI
-    process)."""
-    cwd = tmp_path_factory.mktemp("quick_study")
-    result = run_cli([*QUICK, *WORTH], cwd)
+    process). Run once per test run: the first worker to ask runs it, the others wait for it
+    and read the same folder (a test that changes the study works on a copy)."""
+    shared = _of_the_run(tmp_path_factory, worker_id, "quick_study")
+    cwd, said = shared / "cwd", shared / "completed.json"
+    with FileLock(shared / ".lock"):
+        if not said.is_file():
+            cwd.mkdir()
+            result = run_cli([*QUICK, *WORTH], cwd)
+            fields = ("args", "returncode", "stdout", "stderr")
+            said.write_text(json.dumps({k: getattr(result, k) for k in fields}))
+        result = subprocess.CompletedProcess(**json.loads(said.read_text()))
     assert result.returncode == 0, result.stderr[-3000:]
     return cwd, result
 
