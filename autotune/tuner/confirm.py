@@ -182,11 +182,9 @@ def from_search(
     """The search's own figures for ``picked``, where there was no confirmation round."""
     out = []
     for label, number, config in picked:
-        trials = [
-            t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if store.pipeline_of(t) == config
-        ]
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        # a repeat holds its earlier trial's value and no measurement of its own
+        trials = [t for t in store.measured(complete) if store.pipeline_of(t) == config]
         values = [v for t in trials for v in store.trial_attr(t, TrialKey.SUB_WINDOWS, [])]
         if not values:
             continue

@@ -138,3 +138,32 @@ def test_a_finalist_that_left_the_race_is_no_pick():
     ]
     winner, _, _ = pick_each_way(rows)
     assert winner.label == "trial 1"
+
+
+def test_figures_from_the_search_pass_over_a_repeat_of_a_finalist():
+    """Without a confirmation (confirm_top_k=0, or Ctrl-C during it) the search's figures
+    stand; a repeat of a finalist holds its value and no measurement of its own."""
+    from autotune.tuner.confirm import from_search
+    from autotune.tuner.store import TrialKey
+
+    config = PipelineConfig(num_workers=1, prefetch_factor=2, decoder="pil")
+    measured = {
+        TrialKey.STEADY: 300.0,
+        TrialKey.SUB_WINDOWS: [290.0, 310.0],
+        TrialKey.EPOCH_START: 0.2,
+        TrialKey.TIME_TO_FIRST_BATCH: 0.3,
+        TrialKey.PEAK_MEMORY_MB: 100.0,
+        TrialKey.SPREAD: 0.07,
+    }
+    study = optuna.create_study(direction="maximize")
+    for attrs in (measured, {TrialKey.REPEAT_OF: 0}):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={},
+                distributions={},
+                value=300.0,
+                user_attrs={"pipeline": config.to_dict(), **attrs},
+            )
+        )
+    (row,) = from_search(study, [("trial 0", 0, config)], epoch_samples=None)
+    assert row.sub_windows == (290.0, 310.0) and row.spread == 0.07
