@@ -30,6 +30,7 @@ import autotune
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
+SWITCHED_EPOCHS = 10  # each a few dozen switches to random settings: every worker count met
 
 # switched by the test alone: autotune.DataLoader with its explorer off
 Manual = functools.partial(autotune.DataLoader, tune=False)
@@ -133,16 +134,17 @@ CASES: dict[str, Make] = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_switching_every_few_batches_gives_torchs_batches_in_torchs_order(case) -> None:
     make = CASES[case]
-    expected = epochs_of(make(torch.utils.data.DataLoader), 20)
+    expected = epochs_of(make(torch.utils.data.DataLoader), SWITCHED_EPOCHS)
     loader = make(Manual)
     # a batch of one sample without automatic batching: fewer switches per batch
-    got = epochs_of(loader, 20, switch_every=(1, 4) if "no auto" not in case else (3, 9))
+    every = (1, 4) if "no auto" not in case else (3, 9)
+    got = epochs_of(loader, SWITCHED_EPOCHS, switch_every=every)
     assert got == expected
     for epoch in got:  # each index at most once an epoch, every one where nothing is dropped
         counts = Counter(i for batch in epoch for i in batch)
         assert set(counts.values()) == {1}
     mid_epoch = [s for s in loader.switches if s.at_batch > 0]
-    assert len(mid_epoch) > 40  # the switches happened, between batches
+    assert len(mid_epoch) > 25, len(mid_epoch)  # the switches happened, between batches
     assert {s.settings.num_workers for s in loader.switches} == set(range(5))
 
 
@@ -155,8 +157,10 @@ def test_a_distributed_sampler_of_two_replicas_switching_covers_the_data_once_an
     for rank in (0, 1):
         reference, ref_sampler = make(torch.utils.data.DataLoader, rank)
         loader, sampler = make(Manual, rank)
-        expected = epochs_of(reference, 20, before_epoch=ref_sampler.set_epoch)
-        got = epochs_of(loader, 20, switch_every=(1, 3), before_epoch=sampler.set_epoch)
+        expected = epochs_of(reference, SWITCHED_EPOCHS, before_epoch=ref_sampler.set_epoch)
+        got = epochs_of(
+            loader, SWITCHED_EPOCHS, switch_every=(1, 3), before_epoch=sampler.set_epoch
+        )
         assert got == expected  # set_epoch reaches the sampler: each epoch its own order
         assert got[0] != got[1]
 
