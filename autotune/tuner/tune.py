@@ -127,9 +127,10 @@ def _confirmed(
     if not stop.is_set() and study_conf.confirm_top_k > 0 and len(picked) > 1:
         rounds = study_conf.confirm_rounds
         log.info(
-            "confirming %d finalists against the baseline, %d interleaved rounds, racing",
+            "confirming %d finalists against the baseline, %d interleaved rounds%s",
             len(picked) - 1,
             rounds,
+            ", racing" if rounds > 1 else "",
         )
         confirmed = confirm(
             session, picked, rounds=rounds, run=run, searched=_searched(study, picked)
