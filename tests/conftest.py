@@ -78,7 +78,7 @@ def quick_study(
     cwd, said = shared / "cwd", shared / "completed.json"
     with FileLock(shared / ".lock"):
         if not said.is_file():
-            cwd.mkdir()
+            cwd.mkdir(exist_ok=True)  # a worker before may have failed in it
             result = run_cli([*QUICK, *WORTH], cwd)
             fields = ("args", "returncode", "stdout", "stderr")
             said.write_text(json.dumps({k: getattr(result, k) for k in fields}))
