@@ -15,12 +15,15 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-import postgres  # noqa: E402
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from filelock import FileLock  # noqa: E402
-from helpers import QUICK, WORTH, run_cli  # noqa: E402
+
+# torch, and the package through ``helpers``, are imported by the fixtures and hooks that use
+# them: under pytest-xdist the process that hands out the tests runs none of them, and would
+# otherwise spend 4-5 s importing them before any worker starts
+if TYPE_CHECKING:
+    import postgres
 
 SLOW_CALL_S = 5.0  # a test not marked slow whose call takes longer is listed at the end
 _slow_unmarked: list[tuple[float, str]] = []
@@ -42,6 +45,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``@pytest.mark.gpu`` tests run only where CUDA is usable (``pytest -m gpu`` there)."""
+    import torch
+
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device: run `pytest -m gpu` on a GPU machine")
@@ -74,6 +79,9 @@ def quick_study(
     """A finished quick study, its worth table too: (working directory, completed CLI
     process). Run once per test run: the first worker to ask runs it, the others wait for it
     and read the same folder (a test that changes the study works on a copy)."""
+    from filelock import FileLock
+    from helpers import QUICK, WORTH, run_cli
+
     shared = _of_the_run(tmp_path_factory, worker_id, "quick_study")
     cwd, said = shared / "cwd", shared / "completed.json"
     with FileLock(shared / ".lock"):
@@ -90,6 +98,8 @@ def quick_study(
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[postgres.Server]:
     """A real PostgreSQL server on loopback, for this test session."""
+    import postgres
+
     server = postgres.start()
     try:
         yield server
