@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
+import zygote
 
 from autotune import machine
 from autotune.app.cli import compose, to_config
@@ -63,28 +64,27 @@ BENCHMARK_TINY = [
 def run_cli(
     args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m autotune ARGS`` in ``cwd``, as a user would run it."""
+    """``python -m autotune ARGS`` in ``cwd``, as a user would run it (its process forked from
+    this test process's ``zygote``, which has imported the package)."""
     full_env = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-    )
+    return run_python(["-m", "autotune", *args], cwd, env=full_env, timeout=timeout)
 
 
 def run_benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """``python -m autotune.benchmark ARGS`` in ``cwd``."""
-    return subprocess.run(
-        [sys.executable, "-m", "autotune.benchmark", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-    )
+    return run_python(["-m", "autotune.benchmark", *args], cwd, timeout=300)
+
+
+_ZYGOTE = zygote.Zygote()
+
+
+def run_python(
+    args: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` (``-m MODULE ...`` or ``SCRIPT ...``) in ``cwd`` with ``env`` (this
+    process's by default), its output captured as text: forked from the zygote."""
+    command = [sys.executable, *args]
+    return _ZYGOTE.run(command, cwd, dict(os.environ) if env is None else env, timeout)
 
 
 def interrupt_cli(

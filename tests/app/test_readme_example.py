@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import run_cli
+from helpers import run_cli, run_python
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-dataset.md"
 SECTION = "# Your own Dataset, collate, model and loss\n"
@@ -64,9 +63,7 @@ def _command(mode: str = "") -> list[str]:
 
 
 def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, script], cwd=folder, capture_output=True, text=True, timeout=300
-    )
+    return run_python([script], folder)
 
 
 def test_the_readme_project_s_files_and_command_are_there() -> None:

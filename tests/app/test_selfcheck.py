@@ -4,14 +4,12 @@ the table, a failing check recorded without stopping the others, a stop, bad arg
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TESTS
+from helpers import TESTS, run_python
 
 from autotune.app import selfcheck
 from autotune.app.selfcheck import CheckResult, run_checks, table
@@ -44,11 +42,9 @@ def _broken(bench: Bench) -> str:
 @pytest.mark.slow
 def test_the_cpu_half_passes_and_every_gpu_path_says_why_it_was_skipped(tmp_path):
     out = tmp_path / "report" / "selfcheck.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "autotune.selfcheck", "--out", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    done = run_python(
+        ["-m", "autotune.selfcheck", "--out", str(out)],
+        tmp_path,
         timeout=400,
         env={**os.environ, "PYTHONPATH": str(TESTS.parent)},
     )

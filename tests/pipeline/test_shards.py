@@ -7,15 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers import QUICK, TESTS, run_cli, torchrun
+from helpers import QUICK, TESTS, run_cli, run_python, torchrun
 from torch.utils.data import DataLoader
 
 from autotune.app import shard
@@ -108,12 +106,9 @@ def test_two_ranks_of_two_workers_read_disjoint_shares_covering_every_sample_eac
 def test_the_shard_command_writes_shards_and_refuses_bad_input_in_one_line(
     tmp_path, monkeypatch, capsys
 ):
-    done = subprocess.run(  # the real command, as a user runs it
-        [sys.executable, "-m", "autotune.shard", "dataset.count=12"]
-        + ["out=out", "samples_per_shard=5"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    done = run_python(  # the real command, as a user runs it
+        ["-m", "autotune.shard", "dataset.count=12", "out=out", "samples_per_shard=5"],
+        tmp_path,
         timeout=120,
         env={**os.environ, "PYTHONPATH": str(TESTS)},
     )
