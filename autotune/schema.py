@@ -153,12 +153,12 @@ class StudyConfig:
     polish_fraction: float = 0.25  # last trials: the best's unmeasured one-knob neighbours
     as_is_share: float = 0.3  # of the search's trials, on the pipeline as it is (loader_kwargs)
     step_bound_wait: float = 0.05  # a best waiting less for data ends TPE early: the step binds
+    warm_start: bool = True  # a new study first measures earlier studies' picks of its job
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
     worth_budget: float = 0.25  # what each setting is worth: at most this share of the search
     worth_rounds: int = 1  # interleaved rounds of the winner and its variants
-    # objective = samples/s over an epoch: each epoch's start (measured at a real boundary)
-    # charged once per epoch (the steady rate stored beside it)
+    # objective = samples/s over an epoch, each epoch's start (at a real boundary) charged once
     epoch_aware: bool = True
     epochs: int = 1  # planned: a prepared copy (`cache`) costs its preparation / epochs each
     memory_budget_gb: float | None = None  # peak memory of the process tree; over = infeasible

@@ -100,7 +100,10 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
 
 
 def _study(session: Session, name: str, storage: str, n_trials: int) -> Session:
-    study = dataclasses.replace(session.conf.study, name=name, storage=storage, n_trials=n_trials)
+    # cold: the tuner's search is what the benchmark measures, not the picks of earlier runs
+    study = dataclasses.replace(
+        session.conf.study, name=name, storage=storage, n_trials=n_trials, warm_start=False
+    )
     return session.with_conf(dataclasses.replace(session.conf, study=study))
 
 

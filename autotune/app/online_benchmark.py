@@ -96,6 +96,7 @@ def _offline_study(overrides: list[str], folder: Path) -> tuple[Path, float]:
         *overrides,
         f"study.name={name}",
         f"studies_dir={studies}",
+        "study.warm_start=false",  # what a first study costs, as the online run's first run
         "quiet=true",
     ]
     log.info("the offline study: %s", " ".join(argv[1:]))

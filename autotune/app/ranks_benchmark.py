@@ -48,7 +48,7 @@ def contenders(session: Session) -> dict[str, PipelineConfig]:
 
 
 def _tuned(session: Session, name: str, storage: str) -> PipelineConfig:
-    study = dataclasses.replace(session.conf.study, name=name, storage=storage)
+    study = dataclasses.replace(session.conf.study, name=name, storage=storage, warm_start=False)
     result, _ = tune(session.with_conf(dataclasses.replace(session.conf, study=study)))
     if result.interrupted:
         raise KeyboardInterrupt

@@ -9,11 +9,9 @@ measured here too, once, because both the tuner and the diagnosis stand on it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig
-from autotune.session import copy_fit, read_wait
+from autotune.session import copy_fit, fingerprints, read_wait
 from autotune.session.data import load_source
 from autotune.session.placement import resolve_device, resolve_ranks
 from autotune.session.space import SearchSpace
@@ -164,24 +162,16 @@ class Session:
     @property
     def fingerprint(self) -> str:
         """What a study's numbers depend on; a resumed study must match it."""
-        conf = self.conf
-        parts: dict[str, Any] = {
-            "source": self.source_fingerprint,
-            "space": self.space.fingerprint(),
-            "device": self.device,
-            "model": asdict(conf.model),
-            "recipe": asdict(conf.recipe),
-            "window": asdict(conf.window),
-            "batch_size": conf.batch_size,
-            "seed": conf.seed,
-            "optimizer": asdict(conf.optimizer),
-            "precision": conf.precision,
-            "step": asdict(conf.step),
-            "compile": conf.compile,
-        }
-        if self.ranks > 1:  # one rank's studies keep the fingerprint they had
-            parts["ranks"] = self.ranks
-        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+        return fingerprints.of_study(self.conf, self._job, self.space.fingerprint())
+
+    @property
+    def job_fingerprint(self) -> str:
+        """The job a study tunes, however it searches: not its space, window or seed."""
+        return fingerprints.of_job(self._job)
+
+    @property
+    def _job(self) -> dict[str, Any]:
+        return fingerprints.job_parts(self.conf, self.source_fingerprint, self.device, self.ranks)
 
     @property
     def default_threads(self) -> int:

@@ -30,7 +30,8 @@ class TrialKey:
 
     CONFIG = "config"  # the short label, e.g. "w2 pf4 persist torchvision t1 bs32"
     PIPELINE = "pipeline"  # PipelineConfig as best.yaml's loader and pipeline sections
-    ROLE = "role"  # "baseline" (enqueued first) or "polish"; absent for TPE's trials
+    ROLE = "role"  # "baseline" (enqueued first), "warm_start" or "polish"; absent for TPE's
+    WARM_FROM = "warm_start_from"  # a warm start's source: "trial N of study S"
     POLISHED = "polished_as_is"  # a polish step from the best of the pipeline as it is
     POLISH_KNOB = "polish_knob"  # the knob a polish step moves ("decoder swap": another decoder)
     POLISH_FROM = "polish_from"  # the trial number of the best it moves from
@@ -66,6 +67,7 @@ class StudyKey:
     """The study's user attributes: what ``mode=report`` rebuilds the report from."""
 
     FINGERPRINT = "fingerprint"
+    JOB = "job_fingerprint"  # the job alone (session.fingerprints.of_job): for warm starts
     FORMAT = "format"  # STUDY_FORMAT of the autotune that made the study
     CEILING = "ceiling_samples_per_s"
     CPU_WORK_BOUND = "cpu_work_bound_samples_per_s"  # one figure, or one per decoder
@@ -89,6 +91,7 @@ class StudyKey:
 
 BASELINE = "baseline"
 POLISH = "polish"
+WARM_START = "warm_start"  # an earlier study's pick, of the same job (``warm_start``)
 INSTEAD_OF_REPEAT = "instead_of_repeat"  # a neighbour of the best, where TPE repeated itself
 # What a study's trials mean: 2 since the baseline is the pipeline as it is and every epoch's
 # start is measured. A study of another format resumes nothing: its figures are not these.
@@ -111,6 +114,12 @@ def set_trial_attr(trial: optuna.Trial, key: str, value: Any) -> None:
 def study_attr(study: optuna.Study, key: str, default: Any = None) -> Any:
     """One of the study's attributes (a ``StudyKey``), or ``default`` where it has none."""
     return study.user_attrs.get(key, default)
+
+
+def studies_of_job(storage: str, job: str) -> list[str]:
+    """The names of the studies in ``storage`` whose ``StudyKey.JOB`` is ``job``."""
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    return [s.study_name for s in summaries if s.user_attrs.get(StudyKey.JOB) == job]
 
 
 def study_attrs(study: optuna.Study) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import hosts, storage, store
+from autotune.tuner import hosts, storage, store, warm_start
 from autotune.tuner.confirm import Finalist, confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run
@@ -86,6 +86,9 @@ def _search_and_confirm(
     with leases.one_at_a_time(NEXT_TRIAL):
         if not study.get_trials(deepcopy=False):
             store.enqueue(study, baseline_params, {store.TrialKey.ROLE: store.BASELINE})
+            if session.conf.study.warm_start:
+                warm_start.enqueue_earlier_picks(study, session, baseline_params)
+            store.set_study_attr(study, StudyKey.JOB, session.job_fingerprint)
     spent = Stopwatch()
     with stoppable(run_trial) as (stop, run):
         with spent("references"):

@@ -15,6 +15,7 @@ from helpers import QUICK, run_cli
 
 from autotune.app import cli
 from autotune.tuner import store
+from autotune.tuner.result import StudyResult
 
 
 @pytest.mark.slow
@@ -98,7 +99,7 @@ def test_trials_carry_their_measurements(quick_study):
 
 
 @pytest.mark.slow
-def test_resume_continues_and_refuses_a_changed_workload(
+def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm(
     quick_study, tmp_path, monkeypatch, capsys
 ):
     # a copy: the shared quick study must stay at its 4 trials for the tests that read it
@@ -132,6 +133,17 @@ def test_resume_continues_and_refuses_a_changed_workload(
     assert cli.main([*QUICK, "recipe.crop_size=72"]) == 2
     err = capsys.readouterr().err
     assert "pick a new study.name" in err and len(err.strip().splitlines()) == 1
+
+    # a new study of the same job in the same storage starts from the earlier winners
+    earlier = StudyResult.load(resumed, storage=storage)
+    rows = [r for r in (earlier.winner, earlier.as_is_winner) if r and r["label"] != "baseline"]
+    picks = list(dict.fromkeys(r["config"] for r in rows))
+    warm = run_cli([*QUICK, "study.name=again", f"study.n_trials={1 + len(picks)}"], cwd)
+    assert warm.returncode == 0, warm.stderr[-2000:]
+    again = optuna.load_study(study_name="again", storage=storage).trials
+    assert [store.role_of(t) for t in again[1:]] == [store.WARM_START] * len(picks)
+    assert [store.trial_attr(t, store.TrialKey.CONFIG) for t in again[1:]] == picks
+    assert ("warm start: the picks of earlier studies" in warm.stdout) == bool(picks)
 
 
 COPY_SPACE = """name: copy
