@@ -78,6 +78,11 @@ def run_benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str
 _ZYGOTE = zygote.Zygote()
 
 
+def zygote_pid() -> int | None:
+    """The process the tests' commands fork from (``run_python``), where it has started."""
+    return _ZYGOTE.pid
+
+
 def run_python(
     args: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ status, once the command ended. Its stdin closing (the test process ended) ends 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,6 +43,12 @@ class Zygote:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[str] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The zygote's process id (None before its first command): a child of the test
+        process that outlives each command by design."""
+        return self._proc.pid if self._proc is not None else None
 
     def _started(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
@@ -112,6 +119,7 @@ def _command(request: dict[str, Any]) -> None:
         os.environ.update(request["env"])
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [os.getcwd(), *extra, *_BASE_PATH]
+        _start_fork_server_by_fork()
         code = _run_main(request["command"])
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -128,6 +136,45 @@ def _command(request: dict[str, Any]) -> None:
         os._exit(code)
 
 
+def _start_fork_server_by_fork() -> None:
+    """Starts the command's fork server for its trials (``autotune.runtime.fork_server``) as
+    a fork of the command, now, while it has run nothing: the server multiprocessing would
+    start runs ``python -c "from multiprocessing.forkserver import main; main(...)"`` and
+    imports torch and the trials' code again, which this process has imported already. The
+    same code runs, in a process forked where it would be exec'd; the command then finds it
+    running. Any later start (none, while it lives) is multiprocessing's own."""
+    import multiprocessing.util
+
+    from autotune.runtime import fork_server
+
+    spawn = multiprocessing.util.spawnv_passfds
+
+    def by_fork(path: str, args: list[str], passfds: tuple[int, ...]) -> int:
+        code = args[-1]
+        if args[-2:-1] != ["-c"] or "multiprocessing.forkserver import main" not in code:
+            return spawn(path, args, passfds)
+        pid = os.fork()
+        if pid:
+            return pid
+        try:
+            keep = {0, 1, 2, *passfds}
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd not in keep:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            exec(code, {"__name__": "__main__"})
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+
+    multiprocessing.util.spawnv_passfds = by_fork
+    try:
+        fork_server.start()
+    finally:
+        multiprocessing.util.spawnv_passfds = spawn
+
+
 def _run_main(command: list[str]) -> int:
     """``-m MODULE ARGS`` or ``SCRIPT ARGS`` run as ``__main__``; 0 where it returns."""
     import runpy
@@ -136,9 +183,10 @@ def _run_main(command: list[str]) -> int:
         sys.argv = [command[1], *command[2:]]
         runpy.run_module(command[1], run_name="__main__", alter_sys=True)
     else:
-        sys.argv = list(command)
-        sys.path[0] = str(Path(command[0]).resolve().parent)  # as python SCRIPT sets it
-        runpy.run_path(command[0], run_name="__main__")
+        script = str(Path(command[0]).resolve())  # as python SCRIPT sets __file__, sys.path
+        sys.argv = [script, *command[1:]]
+        sys.path[0] = str(Path(script).parent)
+        runpy.run_path(script, run_name="__main__")
     return 0
 
 
@@ -146,8 +194,11 @@ def serve() -> None:
     """The zygote's loop: a command per line of stdin, each in a child forked from here."""
     import importlib
 
-    for name in PRELOAD:
-        importlib.import_module(name)
+    from autotune.runtime import fork_server
+
+    for name in (*PRELOAD, *fork_server.PRELOAD):  # the trials' too: their server forks from here
+        with contextlib.suppress(ImportError):  # as the fork server skips one
+            importlib.import_module(name)
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()

@@ -10,7 +10,7 @@ import optuna
 import psutil
 import pytest
 import yaml
-from helpers import QUICK, interrupt_cli, run_cli
+from helpers import QUICK, interrupt_cli, run_cli, zygote_pid
 from PIL import Image
 
 from autotune.runtime.lock import host_lock
@@ -85,14 +85,15 @@ def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
 
 def psutil_children():
     """This test's descendants, less the fork server an earlier in-process trial may have
-    started (it outlives trials by design)."""
+    started and the zygote an earlier command started (both outlive them by design)."""
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
             cmdline = " ".join(proc.cmdline())
         except psutil.NoSuchProcess:
             continue
-        if "forkserver" not in cmdline and "resource_tracker" not in cmdline:
+        ours = "forkserver" in cmdline or "resource_tracker" in cmdline
+        if not ours and proc.pid != zygote_pid():
             out.append(proc)
     return out
 
