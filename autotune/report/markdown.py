@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import UsageError
 from autotune.report import dashboard, importances, plots
@@ -17,6 +17,7 @@ from autotune.report.summary import UNIT, WORTH_HEADER, Summary
 from autotune.runtime.failures import FailureKind
 from autotune.schema import AutotuneConfig
 from autotune.tuner import store
+from autotune.tuner.rate_model import ModelError
 from autotune.tuner.result import StudyResult
 from autotune.tuner.storage import sqlite_file
 from autotune.tuner.store import StudyKey, TrialKey
@@ -64,6 +65,7 @@ def render(
     parts = [f"# autotune study `{study.study_name}`\n", _workload_line(summary.result)]
     parts += ["## Summary\n", _summary_markdown(summary)]
     parts += ["## Trials\n", _counts_line(trials), _failures_markdown(trials)]
+    parts.append(_model_markdown(study, trials))
     parts += ["## Settings that mattered\n", mattered]
     parts.append("## Plots\n")
     for fig in figures:
@@ -200,6 +202,32 @@ def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
         numbers = ", ".join(str(t.number) for t in skipped)
         reason = _cell(store.trial_attr(skipped[0], TrialKey.SKIPPED))
         lines.append(f"| skipped (would not fit) | {len(skipped)}: {numbers} | {reason} | |")
+    return "\n".join(lines) + "\n"
+
+
+def _model_markdown(study: optuna.Study, trials: list[FrozenTrial]) -> str:
+    """Each measured trial's steady rate beside the rate model's, predicted before it ran."""
+    complete = store.measured([t for t in trials if t.state == TrialState.COMPLETE])
+    predicted = [t for t in complete if store.trial_attr(t, TrialKey.PREDICTED)]
+    error = store.study_attr(study, StudyKey.MODEL_ERROR)
+    if not predicted or not error:
+        return ""
+    lines = [
+        "### The rate model\n",
+        "Each trial's steady rate as the model predicted it before the trial ran: the least of "
+        "the ceiling, the main process, the workers and the CPUs, from the ceiling and the "
+        "stage profile, scaled by the trials before it. "
+        f"{ModelError(**error).text().capitalize()}.\n",
+        f"| trial | config | {UNIT} | predicted | binds |",
+        "|---:|---|---:|---:|---|",
+    ]
+    for t in predicted:
+        config = store.trial_attr(t, TrialKey.CONFIG)
+        lines.append(
+            f"| {t.number} | `{config}` | {store.trial_attr(t, TrialKey.STEADY)} | "
+            f"{store.trial_attr(t, TrialKey.PREDICTED)} | "
+            f"{store.trial_attr(t, TrialKey.PREDICTED_BINDS)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

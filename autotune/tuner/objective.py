@@ -15,7 +15,7 @@ from autotune.pipeline.user_data import UserData
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import store
+from autotune.tuner import rate_model, store
 from autotune.tuner.metrics import epoch_rate, startup_per_epoch
 from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
@@ -85,6 +85,14 @@ def precheck(
     return None
 
 
+def _said(trial: optuna.Trial, predicted: rate_model.Prediction | None) -> str:
+    """Stores the rate model's prediction on the trial; its words for the trial's line."""
+    if predicted is None:
+        return ""
+    rate_model.record(trial, predicted)
+    return f", model {predicted.samples_per_s:.1f} ({predicted.binds})"
+
+
 class Objective:
     """``objective(trial)``: suggest, pre-check, measure in a child process, record.
 
@@ -107,6 +115,7 @@ class Objective:
         measuring()
         head = self._head(trial, config)
         self._skip_if_it_would_not_fit(trial, config, head)
+        predicted = self._predict(trial, config)  # before the run: the model's own guess
 
         def should_prune(index: int, running_median: float) -> bool:
             trial.report(running_median, index)
@@ -142,17 +151,35 @@ class Objective:
         )
         value = epoch_rate(m.samples_per_s, startup, epoch_samples=self.session.epoch_samples)
         store.set_trial_attr(trial, TrialKey.EPOCH, round(value, 1))
+        model = _said(trial, predicted)
         log.info(
-            "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%)%s%s",
+            "%s %7.1f samples/s (steady %.1f, spread %3.0f%%, data wait %3.0f%%%s)%s%s",
             head,
             value,
             m.samples_per_s,
             100 * m.spread,
             100 * m.data_wait_fraction,
+            model,
             compiled_while_timed(m.timed_compiles),
             best_so_far(trial, value),
         )
         return value
+
+    def _predict(
+        self, trial: optuna.Trial, config: PipelineConfig
+    ) -> rate_model.Prediction | None:
+        """The rate model's steady rate for ``config``, from the trials before this one."""
+        if isinstance(trial, optuna.trial.FixedTrial):
+            return None
+        session = self.session
+        model = rate_model.for_study(
+            trial.study,
+            cpus=session.facts.usable_cpus,
+            batch_size=session.conf.batch_size,
+            device=session.device,
+            ranks=session.ranks,
+        )
+        return model.predict(config, rate_model.earlier(trial.study)) if model else None
 
     def _repeat(self, trial: optuna.Trial, config: PipelineConfig, earlier: FrozenTrial) -> float:
         """A config measured before is not measured again: the trial takes the earlier

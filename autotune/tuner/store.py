@@ -40,6 +40,9 @@ class TrialKey:
     PEAK_MEMORY_MB = "peak_memory_mb"
     EPOCH = "samples_per_s_epoch"  # the objective when study.epoch_aware
     STEADY = "samples_per_s_steady"
+    PREDICTED = "samples_per_s_predicted"  # the rate model's, before the trial (``rate_model``)
+    PREDICTED_BINDS = "predicted_binds"  # the part that binds in the model
+    PREDICTED_BOUND = "predicted_bound"  # that part's limit, before the earlier trials scale it
     SUB_WINDOWS = "samples_per_s_sub_windows"
     SPREAD = "spread"
     DATA_WAIT = "data_wait_fraction"  # with several ranks: the slowest rank's
@@ -83,6 +86,7 @@ class StudyKey:
     BEST_FILE = "best_yaml"  # best.yaml as the host that confirmed wrote it, for every host
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
     TIME_SPLIT = "time_split_s"  # the last run's seconds per phase (result.STUDY_PHASES)
+    MODEL_ERROR = "rate_model_error"  # rate_model.ModelError: how far its predictions missed
     # autotune.DataLoader's study: the setting it kept (PipelineConfig.to_dict()), where the
     # next run of the job starts, and its samples/s measured on the run
     ONLINE_KEPT = "online_kept"

@@ -20,7 +20,7 @@ from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import hosts, storage, store, warm_start
+from autotune.tuner import hosts, rate_model, storage, store, warm_start
 from autotune.tuner.confirm import Finalist, confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run
@@ -231,7 +231,8 @@ def _result(
     with spent("confirmation"):
         confirmed, notes = _confirmed(session, study, baseline, stop, run)
     interrupted = stop.is_set()
-    notes = [*search_notes, *session.space.notes, *notes]
+    model_note = rate_model.record_error(study)
+    notes = [*search_notes, *session.space.notes, *notes, *([model_note] if model_note else [])]
     winner = as_is_winner = worth = None
     baseline_text = _baseline_text(session, baseline)
     if confirmed:

@@ -96,6 +96,19 @@ def test_trials_carry_their_measurements(quick_study):
     assert polish and polish[-1] is trials[-1]  # the last quarter polishes the best so far
     assert study.user_attrs["ceiling_samples_per_s"] > 0
     assert study.metric_names == ["samples_per_s"]
+    # the rate model's prediction beside each measured rate, and its error over the study
+    uncopied = [t for t in complete if t.user_attrs["pipeline"]["pipeline"]["cache"] == "none"]
+    for t in uncopied:
+        assert t.user_attrs["samples_per_s_predicted"] > 0
+        assert t.user_attrs["predicted_binds"] in ("ceiling", "main process", "workers", "CPUs")
+    error = study.user_attrs["rate_model_error"]
+    assert error["trials"] == len(uncopied) and 0 <= error["median"] <= error["worst"]
+    summary = quick_study[1].stdout
+    assert re.search(r"rate model: off by \d+% at the median, \d+% at worst", summary)
+    binds = "(main process|workers|CPUs|ceiling)"
+    assert re.search(rf"data wait +\d+%, model [\d.]+ \({binds}\)", summary)
+    report = (cwd / "studies" / "synthetic-tiny" / "report.md").read_text()
+    assert re.search(rf"^\| \d+ \| `[^`]+` \| [\d.]+ \| [\d.]+ \| {binds} \|$", report, re.M)
 
 
 @pytest.mark.slow
