@@ -43,6 +43,18 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A pytest-xdist worker ends here, once it has sent its results and run the exit
+    handlers, without the interpreter's teardown: with torch imported that took 5-6 s after
+    the last test, which the whole run waited for (``autotune.app.exit_codes.exit_now`` does
+    the same for the CLI)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from autotune.app.exit_codes import exit_now
+
+        exit_now(0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``@pytest.mark.gpu`` tests run only where CUDA is usable (``pytest -m gpu`` there)."""
     import torch
