@@ -14,7 +14,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import optuna
 import pytest
 import torch
@@ -191,52 +190,61 @@ class Indexed(Work):
         return super().__getitem__(index).float().unsqueeze(0), torch.tensor(index)
 
 
-class IndexedData(L.LightningDataModule):
-    def __init__(self, storage: str) -> None:
-        super().__init__()
-        self.storage = storage
+def _lightning_parts() -> tuple[type, type]:
+    """The DataModule and the LightningModule of the test: Lightning imported where it runs,
+    not where the tests are collected (every pytest-xdist process collects them all)."""
+    import lightning as L
 
-    def train_dataloader(self) -> autotune.DataLoader:
-        return autotune.DataLoader(
-            Indexed(),
-            batch_size=4,
-            shuffle=True,
-            tune=2.0,
-            window=BRIEF_WINDOW,
-            storage=self.storage,
-        )
+    class IndexedData(L.LightningDataModule):
+        def __init__(self, storage: str) -> None:
+            super().__init__()
+            self.storage = storage
 
+        def train_dataloader(self) -> autotune.DataLoader:
+            return autotune.DataLoader(
+                Indexed(),
+                batch_size=4,
+                shuffle=True,
+                tune=2.0,
+                window=BRIEF_WINDOW,
+                storage=self.storage,
+            )
 
-class Recorder(L.LightningModule):
-    """Keeps the indices of each batch it trains on; at the end, with what its loader did,
-    in ``rank<N>.json`` of ``out``."""
+    class Recorder(L.LightningModule):
+        """Keeps the indices of each batch it trains on; at the end, with what its loader did,
+        in ``rank<N>.json`` of ``out``."""
 
-    def __init__(self, out: Path) -> None:
-        super().__init__()
-        self.head, self.out, self.seen = torch.nn.Linear(1, 1), out, []
+        def __init__(self, out: Path) -> None:
+            super().__init__()
+            self.head, self.out, self.seen = torch.nn.Linear(1, 1), out, []
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        features, indices = batch
-        self.seen.append((self.current_epoch, indices.tolist()))
-        return self.head(features).pow(2).mean()
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            features, indices = batch
+            self.seen.append((self.current_epoch, indices.tolist()))
+            return self.head(features).pow(2).mean()
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    def on_train_end(self) -> None:
-        loader = self.trainer.train_dataloader
-        done = {
-            "autotune": isinstance(loader, autotune.DataLoader),
-            "sampler": type(loader.sampler).__name__,
-            "switches": [(s.epoch, s.at_batch, s.settings.short()) for s in loader.switches],
-            "explored": loader.explorer is not None,
-            "seen": self.seen,
-        }
-        (self.out / f"rank{self.global_rank}.json").write_text(json.dumps(done))
+        def on_train_end(self) -> None:
+            loader = self.trainer.train_dataloader
+            done = {
+                "autotune": isinstance(loader, autotune.DataLoader),
+                "sampler": type(loader.sampler).__name__,
+                "switches": [(s.epoch, s.at_batch, s.settings.short()) for s in loader.switches],
+                "explored": loader.explorer is not None,
+                "seen": self.seen,
+            }
+            (self.out / f"rank{self.global_rank}.json").write_text(json.dumps(done))
+
+    return IndexedData, Recorder
 
 
 def _fit(out: Path, devices: int) -> None:
     """Lightning's fit on ``devices`` CPU ranks (forked by it for more than one)."""
+    import lightning as L
+
+    IndexedData, Recorder = _lightning_parts()  # noqa: N806  # classes, named as classes
     trainer = L.Trainer(
         accelerator="cpu",
         devices=devices,

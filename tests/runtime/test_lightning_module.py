@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lightning_example import ToneModule
 
 from autotune.errors import UsageError
 from autotune.pipeline.user_data import UserData
 from autotune.runtime.lightning_module import optimizer_of
 from autotune.runtime.workload import TrainStep
+
+
+def _tone_module() -> torch.nn.Module:
+    """lightning_example's LightningModule, Lightning imported where a test runs, not where
+    the tests are collected (every pytest-xdist process collects them all)."""
+    from lightning_example import ToneModule
+
+    return ToneModule()
 
 
 def test_the_datamodule_s_train_dataloader_is_what_is_read(tmp_path) -> None:
@@ -25,7 +32,7 @@ def test_the_datamodule_s_train_dataloader_is_what_is_read(tmp_path) -> None:
 
 def test_the_lightning_module_s_step_and_optimizer_are_the_step_s() -> None:
     data, batch = UserData.inspect("lightning_example.ToneData", {})
-    step = TrainStep(ToneModule(), torch.device("cpu"), lr=0.5, precision="bf16")
+    step = TrainStep(_tone_module(), torch.device("cpu"), lr=0.5, precision="bf16")
     assert isinstance(step.optimizer, torch.optim.AdamW)  # from configure_optimizers
     assert step.optimizer.param_groups[0]["lr"] == 3e-3  # its own, not model.lr
     before = [p.detach().clone() for p in step.model.parameters()]
@@ -42,11 +49,11 @@ def test_the_lightning_module_s_step_and_optimizer_are_the_step_s() -> None:
         (lambda opt: [opt], 1),
         (lambda opt: ([opt], [torch.optim.lr_scheduler.StepLR(opt, 1)]), 1),
         (lambda opt: [{"optimizer": opt}], 1),
-        (lambda opt: (opt, torch.optim.SGD(ToneModule().parameters(), lr=1)), 2),
+        (lambda opt: (opt, torch.optim.SGD(_tone_module().parameters(), lr=1)), 2),
     ],
 )
 def test_every_form_of_configure_optimizers(returned, count: int) -> None:
-    model = ToneModule()
+    model = _tone_module()
     optimizer = torch.optim.AdamW(model.parameters())
     model.configure_optimizers = lambda: returned(optimizer)
     if count == 1:
