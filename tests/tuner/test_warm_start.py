@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
+from pathlib import Path
 
 import optuna
+import pytest
 from helpers import make_session
+from optuna.trial import FrozenTrial
 
 from autotune import machine
 from autotune.runtime.measurement import Measurement
@@ -54,7 +58,7 @@ def _study(session: Session) -> optuna.Study:
     return study
 
 
-def _tuned(session: Session) -> tuple[optuna.trial.FrozenTrial, optuna.trial.FrozenTrial]:
+def _tuned(session: Session) -> tuple[FrozenTrial, FrozenTrial]:
     """A finished earlier study (the baseline and a trial of each way measured): its winner of
     each way, stored as its confirmation stores them."""
     study = _study(session)
@@ -78,8 +82,22 @@ def _tuned(session: Session) -> tuple[optuna.trial.FrozenTrial, optuna.trial.Fro
     return winner, as_is
 
 
-def test_a_new_study_of_the_job_measures_the_earlier_winners_first(tmp_path) -> None:
-    winner, as_is = _tuned(_session(tmp_path, "first"))
+@pytest.fixture(scope="module")
+def _first(tmp_path_factory) -> tuple[Path, FrozenTrial, FrozenTrial]:
+    folder = tmp_path_factory.mktemp("first")
+    return (folder, *_tuned(_session(folder, "first")))
+
+
+@pytest.fixture
+def first(_first, tmp_path) -> tuple[FrozenTrial, FrozenTrial]:
+    """The earlier study "first", in a copy of its storage in ``tmp_path``: its winners."""
+    folder, winner, as_is = _first
+    shutil.copy(folder / "s.db", tmp_path / "s.db")
+    return winner, as_is
+
+
+def test_a_new_study_of_the_job_measures_the_earlier_winners_first(tmp_path, first) -> None:
+    winner, as_is = first
     # the same job searched anew: another name, seed and window
     again = _session(tmp_path, "again", "study.seed=7", "window=quick")
     study = _study(again)
@@ -96,8 +114,8 @@ def test_a_new_study_of_the_job_measures_the_earlier_winners_first(tmp_path) -> 
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in first)
 
 
-def test_the_picks_of_several_studies_are_taken_once_each(tmp_path) -> None:
-    winner, _ = _tuned(_session(tmp_path, "first"))
+def test_the_picks_of_several_studies_are_taken_once_each(tmp_path, first) -> None:
+    winner, _ = first
     _tuned(_session(tmp_path, "second", "study.warm_start=false"))  # the same two winners
     picks = warm_start.earlier_picks(_session(tmp_path, "third"), "third")
     ways = [("first", "build_loader"), ("first", "loader_kwargs")]
@@ -105,8 +123,7 @@ def test_the_picks_of_several_studies_are_taken_once_each(tmp_path) -> None:
     assert picks[0].params == winner.params
 
 
-def test_another_job_another_kind_of_machine_or_a_cold_start_takes_none(tmp_path) -> None:
-    _tuned(_session(tmp_path, "first"))
+def test_another_job_another_kind_of_machine_or_a_cold_start_takes_none(tmp_path, first) -> None:
     other_job = _session(tmp_path, "bigger", "batch_size=64")
     fewer_cpus = dataclasses.replace(FACTS, usable_cpus=FACTS.usable_cpus + 1)
     other_machine = _session(tmp_path, "elsewhere", facts=fewer_cpus)
@@ -117,8 +134,8 @@ def test_another_job_another_kind_of_machine_or_a_cold_start_takes_none(tmp_path
         assert [store.role_of(t) for t in waiting] == [store.BASELINE], session.conf.study.name
 
 
-def test_a_pick_outside_the_new_space_is_left_out_with_a_line(tmp_path, caplog) -> None:
-    winner, as_is = _tuned(_session(tmp_path, "first"))
+def test_a_pick_outside_the_new_space_is_left_out_with_a_line(tmp_path, first, caplog) -> None:
+    winner, as_is = first
     workers = sorted({winner.params.get("num_workers", 0), as_is.params.get("num_workers", 0)})
     assert workers[-1] > 0
     # a space without the winners' worker counts
