@@ -71,7 +71,9 @@ def test_diagnose_names_the_binding_limit(diagnosed: tuple[int, str, str]) -> No
     # suggestions name knobs of the quick space only (its decoders are pil and opencv)
     tried = re.search(r"Try (.*)\.$", verdict)
     for knob in tried.group(1).split(", ") if tried else []:
-        assert knob in ("decoder=opencv", "num_workers=1", "num_workers=2"), knob
+        # either decoder: the cheaper of two by a profile of 16 samples, which noise can swap
+        allowed = ("decoder=pil", "decoder=opencv", "num_workers=1", "num_workers=2")
+        assert knob in allowed, knob
 
 
 @pytest.mark.slow
