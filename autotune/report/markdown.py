@@ -16,8 +16,7 @@ from autotune.report import dashboard, importances, plots
 from autotune.report.summary import UNIT, WORTH_HEADER, Summary
 from autotune.runtime.failures import FailureKind
 from autotune.schema import AutotuneConfig
-from autotune.tuner import store
-from autotune.tuner.rate_model import ModelError
+from autotune.tuner import rate_model, store
 from autotune.tuner.result import StudyResult
 from autotune.tuner.storage import sqlite_file
 from autotune.tuner.store import StudyKey, TrialKey
@@ -207,8 +206,7 @@ def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
 
 def _model_markdown(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     """Each measured trial's steady rate beside the rate model's, predicted before it ran."""
-    complete = store.measured([t for t in trials if t.state == TrialState.COMPLETE])
-    predicted = [t for t in complete if store.trial_attr(t, TrialKey.PREDICTED)]
+    predicted = rate_model.predicted_trials(trials)
     error = store.study_attr(study, StudyKey.MODEL_ERROR)
     if not predicted or not error:
         return ""
@@ -217,7 +215,7 @@ def _model_markdown(study: optuna.Study, trials: list[FrozenTrial]) -> str:
         "Each trial's steady rate as the model predicted it before the trial ran: the least of "
         "the ceiling, the main process, the workers and the CPUs, from the ceiling and the "
         "stage profile, scaled by the trials before it. "
-        f"{ModelError(**error).text().capitalize()}.\n",
+        f"{rate_model.ModelError(**error).text().capitalize()}.\n",
         f"| trial | config | {UNIT} | predicted | binds |",
         "|---:|---|---:|---:|---|",
     ]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
@@ -142,18 +142,23 @@ def for_study(
     )
 
 
+def predicted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The complete, measured ``trials`` that carry a prediction and their steady rate."""
+    complete = store.measured([t for t in trials if t.state == TrialState.COMPLETE])
+    keys = (TrialKey.PREDICTED, TrialKey.PREDICTED_BOUND, TrialKey.STEADY)
+    return [t for t in complete if all(store.trial_attr(t, key) for key in keys)]
+
+
 def earlier(study: optuna.Study) -> list[tuple[str, float, float]]:
-    """(binds, bound, measured steady rate) of the study's measured trials with a prediction."""
-    complete = store.measured(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    rows = [
+    """(binds, bound, measured steady rate) of the study's predicted trials so far."""
+    return [
         (
             store.trial_attr(t, TrialKey.PREDICTED_BINDS),
             store.trial_attr(t, TrialKey.PREDICTED_BOUND),
             store.trial_attr(t, TrialKey.STEADY),
         )
-        for t in complete
+        for t in predicted_trials(study.get_trials(deepcopy=False))
     ]
-    return [(part, bound, rate) for part, bound, rate in rows if part and bound and rate]
 
 
 def record(trial: optuna.Trial, predicted: Prediction) -> None:
@@ -163,14 +168,14 @@ def record(trial: optuna.Trial, predicted: Prediction) -> None:
 
 
 def record_error(study: optuna.Study) -> str | None:
-    """The model's error over the study's measured trials, stored on the study
+    """The model's error over the study's predicted trials, stored on the study
     (``StudyKey.MODEL_ERROR``); the note that says it, or None where nothing was predicted."""
-    complete = store.measured(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    pairs = [
-        (store.trial_attr(t, TrialKey.PREDICTED), store.trial_attr(t, TrialKey.STEADY))
-        for t in complete
-    ]
-    error = ModelError.of([(p, m) for p, m in pairs if p and m])
+    error = ModelError.of(
+        [
+            (store.trial_attr(t, TrialKey.PREDICTED), store.trial_attr(t, TrialKey.STEADY))
+            for t in predicted_trials(study.get_trials(deepcopy=False))
+        ]
+    )
     if error is None:
         return None
     store.set_study_attr(study, StudyKey.MODEL_ERROR, error.to_dict())
