@@ -17,9 +17,14 @@ status, once the command ended. Its stdin closing (the test process ended) ends 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import importlib
 import json
+import multiprocessing.util
 import os
+import runpy
+import select
 import signal
 import subprocess
 import sys
@@ -28,6 +33,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from autotune.runtime import fork_server
 
 # imported once, here, for every command: what ``python -m autotune`` and the benchmark import
 PRELOAD = (
@@ -95,8 +102,6 @@ class Zygote:
 
 def _ready_line(proc: subprocess.Popen[str], wait_s: float) -> dict[str, Any]:
     """The zygote's next answer, or {} when none came within ``wait_s``."""
-    import select
-
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], max(wait_s, 0.0))
     return json.loads(proc.stdout.readline()) if ready else {}
@@ -127,9 +132,7 @@ def _command(request: dict[str, Any]) -> None:
             print(stop.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
-    finally:
-        import atexit
-
+    finally:  # exit_now's end, which it cannot call: its sys.exit would return into serve()
         atexit._run_exitfuncs()  # as the interpreter runs them at its exit
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -143,10 +146,6 @@ def _start_fork_server_by_fork() -> None:
     imports torch and the trials' code again, which this process has imported already. The
     same code runs, in a process forked where it would be exec'd; the command then finds it
     running. Any later start (none, while it lives) is multiprocessing's own."""
-    import multiprocessing.util
-
-    from autotune.runtime import fork_server
-
     spawn = multiprocessing.util.spawnv_passfds
 
     def by_fork(path: str, args: list[str], passfds: tuple[int, ...]) -> int:
@@ -177,8 +176,6 @@ def _start_fork_server_by_fork() -> None:
 
 def _run_main(command: list[str]) -> int:
     """``-m MODULE ARGS`` or ``SCRIPT ARGS`` run as ``__main__``; 0 where it returns."""
-    import runpy
-
     if command[0] == "-m":
         sys.argv = [command[1], *command[2:]]
         runpy.run_module(command[1], run_name="__main__", alter_sys=True)
@@ -192,10 +189,6 @@ def _run_main(command: list[str]) -> int:
 
 def serve() -> None:
     """The zygote's loop: a command per line of stdin, each in a child forked from here."""
-    import importlib
-
-    from autotune.runtime import fork_server
-
     for name in (*PRELOAD, *fork_server.PRELOAD):  # the trials' too: their server forks from here
         with contextlib.suppress(ImportError):  # as the fork server skips one
             importlib.import_module(name)
