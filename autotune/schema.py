@@ -7,6 +7,7 @@ takes these dataclasses (converted once, in ``app/cli.py``), never a ``DictConfi
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,10 +240,8 @@ class VerifyConfig:
     samples: int | None = None
 
     def __post_init__(self) -> None:
-        for key in ("rounds", "epochs"):
-            _require(
-                getattr(self, key) >= 1, f"verify.{key} must be >= 1, got {getattr(self, key)}"
-            )
+        for key, value in (("rounds", self.rounds), ("epochs", self.epochs)):
+            _require(value >= 1, f"verify.{key} must be >= 1, got {value}")
         _require(
             self.samples is None or self.samples >= 1,
             f"verify.samples must be >= 1 (or null for all), got {self.samples}",
@@ -296,5 +295,6 @@ class AutotuneConfig:
         _require(self.ranks == 1 or self.mode in ("tune", "report"), one)
 
 
+@functools.cache  # once a process: Hydra deep-copies the stored node at each load
 def register_configs() -> None:
     ConfigStore.instance().store(name="autotune_schema", node=AutotuneConfig)
