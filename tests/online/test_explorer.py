@@ -233,6 +233,7 @@ def test_tune_true_pauses_on_the_best_and_explores_on_as_the_run_earns_the_time(
     assert explorer.best.settings == max(measured, key=rate_of)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow  # real workers for each of the space's points: 3-5 s
 def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     tmp_path, monkeypatch
 ) -> None:

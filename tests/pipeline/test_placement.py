@@ -16,7 +16,6 @@ import pytest
 import torch
 from jpegs import first_batches
 from pixels import to_pixels
-from scipy import stats
 
 from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import PipelineConfig
@@ -68,6 +67,8 @@ def test_train_crop_distributions_match() -> None:
         [p.top / (height - p.height + 1) for p in cpu],
         [t / (height - h + 1) for t, _, h, _ in device],
     )
+    from scipy import stats  # here: its import is 0.6 s, and only the slow tests use it
+
     for name, (a, b) in {"area": area, "aspect": aspect, "top": top}.items():
         assert stats.ks_2samp(a, b).pvalue > P_FLOOR, name
     assert all(
@@ -88,6 +89,8 @@ def test_train_flip_rates_match() -> None:
         flipped += int((batch[:, 0, 0, 0] < 128).sum())
     torch.manual_seed(0)
     cpu_flipped = sum(recipe.plan(8, 8).flip for _ in range(DRAWS))
+    from scipy import stats
+
     table = [[flipped, DRAWS - flipped], [cpu_flipped, DRAWS - cpu_flipped]]
     assert stats.chi2_contingency(table).pvalue > P_FLOOR, table
     assert 0.45 < flipped / DRAWS < 0.55

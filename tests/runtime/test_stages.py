@@ -56,12 +56,12 @@ def _photo(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def mixed_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Source, set[str]]:
-    """30 JPEGs of 400x300 and 3 of 4000x3000 in two class folders: (source, the large)."""
+    """30 JPEGs of 400x300 and 3 of 2400x1800 in two class folders: (source, the large)."""
     root = tmp_path_factory.mktemp("mixed")
     rng = np.random.default_rng(0)
     for i in range(30):
         _jpeg(root / ("a" if i % 2 else "b") / f"small_{i:02d}.jpg", _photo(rng, 400, 300))
-    large = _photo(rng, 4000, 3000)
+    large = _photo(rng, 2400, 1800)
     for i, quality in enumerate((88, 90, 92)):  # three different files of one large picture
         _jpeg(root / ("a", "b", "a")[i] / f"large_{i}.jpg", large, quality)
     source = scan_imagefolder(root)
@@ -127,7 +127,7 @@ def test_slowest_files_are_the_large_ones(mixed_folder: tuple[Source, set[str]])
     assert {s.path for s in profile.slowest(3)} == large
     listed = re.findall(r"^\| (/\S+) \|", "\n".join(tail_lines(profile, 5)), re.M)
     assert set(listed[:3]) == large and len(listed) == 5
-    assert all("4000x3000 |" in line for line in tail_lines(profile, 3)[-3:])
+    assert all("2400x1800 |" in line for line in tail_lines(profile, 3)[-3:])
     p50, p99 = profile.load_percentiles((50, 99)).values()
     assert p99 > 5 * p50  # 3 of 33 files: the tail is theirs
 
