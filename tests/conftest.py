@@ -4,12 +4,20 @@ and a real PostgreSQL server, started for the session, with a fresh database per
 from __future__ import annotations
 
 import os
+import sys
 
 # torch's OpenMP threads sleep when they wait instead of spinning. On a shared machine (two
 # test runs at once, a busy CI host) spinning threads fight over the cores and a test of half
 # a second can take ten. Set before torch loads OpenMP; the processes the tests start (real
 # studies) inherit it. Tests check behaviour, never figures; a user's own runs are untouched.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Bytecode caches, even where the environment turns them off (PYTHONDONTWRITEBYTECODE): each
+# test process and each process the tests start imports the package and the test modules, and
+# without them compiles (and assert-rewrites) them again, 3 s a process. Python's default; the
+# caches land in the ignored __pycache__ folders.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
