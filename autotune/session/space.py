@@ -20,22 +20,19 @@ from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import (
     AS_IS,
-    AS_IS_FIXED,
     INACTIVE,
     KNOBS,
     NEED_CUDA,
-    NEED_WORKERS,
     PipelineConfig,
 )
 from autotune.pipeline.knob_table import BASELINE, NO_DEFAULT
 from autotune.schema import SearchSpaceConfig
-from autotune.session import decoder_choices
+from autotune.session import decoder_choices, space_rules
 from autotune.session.copy_fit import CopyFit
 from autotune.session.knobs import Knob, build_knob, nearest_first
 from autotune.session.read_wait import ReadWait
+from autotune.session.space_rules import AS_IS_KEEPS
 
-# The tuner's own pipeline choices: the user's pipeline "as it is" keeps them as they are.
-AS_IS_KEEPS = tuple(name for name in AS_IS_FIXED if name != "decoder")
 # What a Dataset of the user's own does not have: the tuner's decode and augmentation
 IMAGE_PIPELINE = ("decoder", *AS_IS_KEEPS)
 _UNSET = object()  # a knob neither a polish point nor its fill gives a value
@@ -110,7 +107,7 @@ class SearchSpace:
             if name == "cache" and copy_fit is not None:
                 knob = copy_fit.narrowed(knob, notes)
             if name == "decoder":
-                _check_declared_before_its_choices(knobs)
+                space_rules.check_decoder_first(knobs)
                 knob = decoder_choices.offered(knob, cuda=features["cuda"], notes=notes)
             knobs.append(knob)
         if left_out:
@@ -118,7 +115,7 @@ class SearchSpace:
                 f"{', '.join(k.name for k in left_out)} left out: "
                 f"{'they need' if len(left_out) > 1 else 'it needs'} a CUDA device"
             )
-        _check_worker_conditions(knobs)
+        space_rules.check_worker_conditions(knobs)
         defaults = (("batch_size", batch_size), *((k.name, k.value) for k in left_out))
         if not any(k.name == "decoder" for k in knobs):  # no decoders named: the pipeline
             defaults = (*defaults, ("decoder", INACTIVE["decoder"]))  # as it is, tuned
@@ -186,11 +183,14 @@ class SearchSpace:
                 else:
                     grown += [{**point, knob.name: value} for value in knob.values()]
             points = grown
-        configs = {}  # the first point of each config, in order
-        for point in points:  # (what suggest makes of the point, without a trial's checks)
-            config = self._config(lambda knob, p=point: p.get(knob.name, knob.value))
-            configs.setdefault(config, point)
+        configs = {}  # the first point of each config (what suggest makes of it), in order
+        for point in points:
+            configs.setdefault(self.config_at(point), point)
         return list(configs.values())
+
+    def config_at(self, values: Mapping[str, Any]) -> PipelineConfig:
+        """The config at ``values`` (where their conditions hold), other knobs at their first."""
+        return self._config(lambda knob: values.get(knob.name, knob.values()[0]))
 
     def params_of(self, config: PipelineConfig) -> dict[str, Any] | None:
         """``config`` as this space's trial params (what ``suggest`` turns back into it);
@@ -269,32 +269,3 @@ def _without_image_pipeline(space_conf: SearchSpaceConfig, notes: list[str]) -> 
         )
     kept = {name: knob for name, knob in space_conf.knobs.items() if name not in IMAGE_PIPELINE}
     return dataclasses.replace(space_conf, knobs=kept)
-
-
-def _check_declared_before_its_choices(declared: list[Knob]) -> None:
-    """The pipeline choices as it is keeps must follow the decoder: whether they apply is
-    decided by the decoder's value."""
-    early = [k.name for k in declared if k.name in AS_IS_KEEPS]
-    if early:
-        raise UsageError(
-            f"search_space.knobs: declare decoder before {', '.join(early)} (they do not "
-            "apply to decoder=as_is, which the decoder decides first)"
-        )
-
-
-def _check_worker_conditions(knobs: list[Knob]) -> None:
-    by_name = {k.name: k for k in knobs}
-    workers = by_name.get("num_workers")
-    zero_workers_possible = workers is None or 0 in workers.values()
-    for name in NEED_WORKERS:
-        knob = by_name.get(name)
-        if knob is None or not zero_workers_possible:
-            continue
-        if (
-            knob.when is None
-            or knob.when.knob != "num_workers"
-            or knob.when.holds({"num_workers": 0})
-        ):
-            raise UsageError(
-                f'search_space.knobs.{name} needs num_workers > 0: add when: "num_workers > 0"'
-            )
