@@ -161,13 +161,19 @@ def _worth_markdown(summary: Summary) -> str:
 def _counts_line(trials: list[optuna.trial.FrozenTrial]) -> str:
     own = store.measured(trials)
     counts = Counter(t.state for t in own)
-    skipped = sum(1 for t in own if store.is_skipped(t))
+    losing = sum(1 for t in own if store.is_predicted_to_lose(t))
+    too_big = sum(1 for t in own if store.is_skipped(t)) - losing
     line = (
         f"{len(own)} trials: {counts[TrialState.COMPLETE]} complete, "
         f"{counts[TrialState.PRUNED]} pruned, {counts[TrialState.FAIL]} failed"
     )
-    if skipped:
-        line += f" ({skipped} of the pruned skipped before running: they would not fit)"
+    if too_big:
+        line += f" ({too_big} of the pruned skipped before running: they would not fit)"
+    if losing:
+        line += (
+            f" ({losing} of the pruned skipped before running: the rate model predicted them "
+            "to lose by more than its worst error)"
+        )
     repeats = sum(store.is_repeat(t) for t in trials)
     if repeats:
         line += (
@@ -197,10 +203,14 @@ def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
         message = _cell(failure.get("message", ""))
         hint = _cell(failure.get("hint", FailureKind.ERROR.hint))
         lines.append(f"| {kind} | {len(failed)}: {numbers} | {message} | {hint} |")
-    if skipped:
-        numbers = ", ".join(str(t.number) for t in skipped)
-        reason = _cell(store.trial_attr(skipped[0], TrialKey.SKIPPED))
-        lines.append(f"| skipped (would not fit) | {len(skipped)}: {numbers} | {reason} | |")
+    for why, these in (
+        ("would not fit", [t for t in skipped if not store.is_predicted_to_lose(t)]),
+        ("predicted to lose", [t for t in skipped if store.is_predicted_to_lose(t)]),
+    ):
+        if these:
+            numbers = ", ".join(str(t.number) for t in these)
+            reason = _cell(store.trial_attr(these[0], TrialKey.SKIPPED))
+            lines.append(f"| skipped ({why}) | {len(these)}: {numbers} | {reason} | |")
     return "\n".join(lines) + "\n"
 
 

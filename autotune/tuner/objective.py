@@ -15,7 +15,7 @@ from autotune.pipeline.user_data import UserData
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import rate_model, store
+from autotune.tuner import prospects, rate_model, store
 from autotune.tuner.metrics import epoch_rate, startup_per_epoch
 from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
@@ -115,7 +115,7 @@ class Objective:
         measuring()
         head = self._head(trial, config)
         self._skip_if_it_would_not_fit(trial, config, head)
-        predicted = self._predict(trial, config)  # before the run: the model's own guess
+        predicted = self._predict_or_skip(trial, config, head)  # before the run
 
         def should_prune(index: int, running_median: float) -> bool:
             trial.report(running_median, index)
@@ -165,21 +165,40 @@ class Objective:
         )
         return value
 
+    def model(self, study: optuna.Study) -> rate_model.RateModel | None:
+        """The rate model of the study's reference points (None before they are measured)."""
+        session = self.session
+        return rate_model.for_study(
+            study,
+            cpus=session.facts.usable_cpus,
+            batch_size=session.conf.batch_size,
+            device=session.device,
+            ranks=session.ranks,
+        )
+
     def _predict(
         self, trial: optuna.Trial, config: PipelineConfig
     ) -> rate_model.Prediction | None:
         """The rate model's steady rate for ``config``, from the trials before this one."""
         if isinstance(trial, optuna.trial.FixedTrial):
             return None
-        session = self.session
-        model = rate_model.for_study(
-            trial.study,
-            cpus=session.facts.usable_cpus,
-            batch_size=session.conf.batch_size,
-            device=session.device,
-            ranks=session.ranks,
-        )
+        model = self.model(trial.study)
         return model.predict(config, rate_model.earlier(trial.study)) if model else None
+
+    def _predict_or_skip(
+        self, trial: optuna.Trial, config: PipelineConfig, head: str
+    ) -> rate_model.Prediction | None:
+        """The model's own guess, made before the run; a point it predicts to lose is
+        skipped (``prospects.skip_reason``)."""
+        predicted = self._predict(trial, config)
+        both_ways = len(self.session.space.choices("decoder")) > 1
+        reason = prospects.skip_reason(trial, config, predicted, both_ways)
+        if reason and predicted is not None:
+            rate_model.record(trial, predicted)
+            store.record_skipped(trial, config, reason, predicted_to_lose=True)
+            log.info("%s skipped: %s%s", head, reason, best_so_far(trial))
+            raise optuna.TrialPruned(reason)
+        return predicted
 
     def _repeat(self, trial: optuna.Trial, config: PipelineConfig, earlier: FrozenTrial) -> float:
         """A config measured before is not measured again: the trial takes the earlier

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from autotune.schema import StudyConfig
 from autotune.session import SearchSpace
-from autotune.tuner import storage, store
+from autotune.tuner import prospects, storage, store
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.polish import enqueue_instead_of_repeat, enqueue_polish_step
@@ -36,7 +36,7 @@ def search(
     """TPE for most of the budget, ``study.as_is_share`` of its trials on the pipeline as it
     is; then a polish (``polish``): from each way's best so far, its unmeasured one-knob
     neighbours, the ways in turn, so a step TPE missed is not left on the table. Returns why
-    TPE ended early (``step_binds``), or None.
+    TPE ended early (``step_binds``; ``prospects.nothing_left_to_win``), or None.
 
     Hosts sharing the study start their trials one at a time (``NEXT_TRIAL``): each counts
     the trials started anywhere, queues the next step and asks for its trial under the
@@ -66,14 +66,20 @@ def search(
                 return False
             return _run_one(study, objective, leases, until, queue, left, stop, progress)
 
+        points = list(prospects.model_points(space))  # what the rate model tells apart
+
+        def nothing_left() -> str | None:
+            model = objective.model(study)
+            return prospects.nothing_left_to_win(study, points, model, both_ways)
+
         binds = None
         while binds is None and run_one(study_conf.n_trials - polish, queue_tpe):
-            binds = step_binds(study, study_conf)
+            binds = step_binds(study, study_conf) or nothing_left()
         # ended early: the polish's share of trials from here, not the rest of the budget
         polish_until = study_conf.n_trials
         if binds is not None:
             log.info("%s", binds)
-            spent = store.spent(study, free_repeats=study_conf.n_trials)
+            spent = store.spent(study, free=study_conf.n_trials)
             polish_until = min(polish_until, spent + polish)
         while run_one(polish_until, queue_polish):
             pass
@@ -140,7 +146,7 @@ def _run_one(
     with leases.one_at_a_time(NEXT_TRIAL):
         storage.fail_lost(study)  # a dead host's trial counts, failed, never twice
         n_trials = objective.session.conf.study.n_trials
-        if stop.is_set() or store.spent(study, free_repeats=n_trials) >= until:
+        if stop.is_set() or store.spent(study, free=n_trials) >= until:
             return False
         queue()
 

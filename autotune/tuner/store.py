@@ -59,7 +59,8 @@ class TrialKey:
     GPU_UTILIZATION = "gpu_utilization_pct"
     PRUNED_AFTER = "pruned_after_sub_window"
     FAILURE = "failure"  # {kind, message, hint}
-    SKIPPED = "skipped"  # why it was not run (it would not fit in memory)
+    SKIPPED = "skipped"  # why it was not run (it would not fit in memory; predicted to lose)
+    PREDICTED_TO_LOSE = "predicted_to_lose"  # skipped as the rate model said (``prospects``)
     CONSTRAINT = "constraint"  # > 0: over study.memory_budget_gb by this many GB
     # the config of an earlier finished trial, suggested again: not measured twice, it
     # takes that trial's outcome (its number here) and costs none of the budget
@@ -199,9 +200,13 @@ def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: FrozenTr
         trial.set_user_attr(TrialKey.CONSTRAINT, earlier.user_attrs[TrialKey.CONSTRAINT])
 
 
-def record_skipped(trial: optuna.Trial, config: PipelineConfig, reason: str) -> None:
+def record_skipped(
+    trial: optuna.Trial, config: PipelineConfig, reason: str, *, predicted_to_lose: bool = False
+) -> None:
     trial.set_user_attr(TrialKey.CONFIG, config.short())
     trial.set_user_attr(TrialKey.SKIPPED, reason)
+    if predicted_to_lose:
+        trial.set_user_attr(TrialKey.PREDICTED_TO_LOSE, True)
 
 
 # --- trials: read -------------------------------------------------------------------------
@@ -235,6 +240,10 @@ def is_skipped(trial: FrozenTrial) -> bool:
     return TrialKey.SKIPPED in trial.user_attrs
 
 
+def is_predicted_to_lose(trial: FrozenTrial) -> bool:
+    return TrialKey.PREDICTED_TO_LOSE in trial.user_attrs
+
+
 def is_repeat(trial: FrozenTrial) -> bool:
     return TrialKey.REPEAT_OF in trial.user_attrs
 
@@ -262,15 +271,16 @@ def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | No
     return None
 
 
-def spent(study: optuna.Study, *, free_repeats: int) -> int:
-    """The budget the trials started on any host (running or finished) have spent: a repeat
-    costs nothing while there have been no more than ``free_repeats`` of them (a sampler
-    that suggests only what it has measured must still come to an end); a trial a stop
-    interrupted costs nothing: the run resumed measures the study's whole count."""
+def spent(study: optuna.Study, *, free: int) -> int:
+    """The budget the trials started on any host (running or finished) have spent: a repeat,
+    or a point the rate model skipped, costs nothing while there have been no more than
+    ``free`` of them (a sampler that suggests only what it has measured, or what loses, must
+    still come to an end); a trial a stop interrupted costs nothing: the run resumed measures
+    the study's whole count."""
     started = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
     started = [t for t in started if not is_interrupted(t)]
-    repeats = sum(is_repeat(t) for t in started)
-    return len(started) - repeats + max(0, repeats - free_repeats)
+    costless = sum(is_repeat(t) or is_predicted_to_lose(t) for t in started)
+    return len(started) - costless + max(0, costless - free)
 
 
 def finished_count(study: optuna.Study) -> int:

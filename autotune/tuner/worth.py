@@ -245,5 +245,5 @@ def _queue_the_fastest(
     if not any(store.enqueued_params(t) == params for t in waiting):
         step = Step(params, variant.knob, winner.trial_number)
         enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
-    n_trials = store.spent(study, free_repeats=session.conf.study.n_trials) + 1
+    n_trials = store.spent(study, free=session.conf.study.n_trials) + 1
     return {"label": variant.label, "n_trials": n_trials}

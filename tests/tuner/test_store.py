@@ -100,5 +100,5 @@ def test_a_trial_a_stop_interrupted_costs_no_budget() -> None:
         )
     )
     assert store.is_interrupted(study.trials[1])
-    assert store.spent(study, free_repeats=4) == 1  # the run resumed measures the rest
+    assert store.spent(study, free=4) == 1  # the run resumed measures the rest
     assert store.finished_count(study) == 1
