@@ -195,7 +195,8 @@ class Objective:
         reason = prospects.skip_reason(trial, config, predicted, both_ways)
         if reason and predicted is not None:
             rate_model.record(trial, predicted)
-            store.record_skipped(trial, config, reason, predicted_to_lose=True)
+            store.record_skipped(trial, config, reason)
+            store.set_trial_attr(trial, TrialKey.PREDICTED_TO_LOSE, True)
             log.info("%s skipped: %s%s", head, reason, best_so_far(trial))
             raise optuna.TrialPruned(reason)
         return predicted

@@ -4,6 +4,7 @@ ends when no point left is predicted to win.
 Both calls are made against the best measured so far of the way a point belongs to (the
 whole pipeline, or the pipeline as it is: each way has its own winner), and only once the
 model has been checked: ``MIN_CHECKED`` trials predicted before they ran and then measured.
+Its error is that of its last ``RECENT`` predictions.
 
 - **Skip**: a point whose prediction, raised by the model's worst error so far, stays below
   the way's best steady rate. The worst, not the median: a skip is a point never measured,
@@ -34,6 +35,9 @@ from autotune.tuner.rate_model import ModelError, Prediction, RateModel
 from autotune.tuner.store import TrialKey
 
 MIN_CHECKED = 3  # predicted trials measured before the model may skip or stop anything
+# its error is read over the last few predictions: each is scaled by the trials before it, so
+# the first ones (the bounds alone, off by up to 2x) are not the model as it stands
+RECENT = 6
 CHECK_EVERY = 4  # every 4th trial is measured even where the model says it loses
 MODEL_KNOBS = ("decoder", "cache", "num_workers", "main_threads")  # what it predicts from
 
@@ -55,11 +59,11 @@ class Standing:
     @classmethod
     def of(cls, study: optuna.Study, both_ways: bool) -> Standing | None:
         """None until ``MIN_CHECKED`` predictions were measured."""
-        trials = study.get_trials(deepcopy=False)
+        recent = rate_model.predicted_trials(study.get_trials(deepcopy=False))[-RECENT:]
         error = ModelError.of(
             [
                 (store.trial_attr(t, TrialKey.PREDICTED), store.trial_attr(t, TrialKey.STEADY))
-                for t in rate_model.predicted_trials(trials)
+                for t in recent
             ]
         )
         if error is None or error.trials < MIN_CHECKED:

@@ -200,13 +200,9 @@ def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: FrozenTr
         trial.set_user_attr(TrialKey.CONSTRAINT, earlier.user_attrs[TrialKey.CONSTRAINT])
 
 
-def record_skipped(
-    trial: optuna.Trial, config: PipelineConfig, reason: str, *, predicted_to_lose: bool = False
-) -> None:
+def record_skipped(trial: optuna.Trial, config: PipelineConfig, reason: str) -> None:
     trial.set_user_attr(TrialKey.CONFIG, config.short())
     trial.set_user_attr(TrialKey.SKIPPED, reason)
-    if predicted_to_lose:
-        trial.set_user_attr(TrialKey.PREDICTED_TO_LOSE, True)
 
 
 # --- trials: read -------------------------------------------------------------------------
@@ -272,11 +268,10 @@ def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | No
 
 
 def spent(study: optuna.Study, *, free: int) -> int:
-    """The budget the trials started on any host (running or finished) have spent: a repeat,
-    or a point the rate model skipped, costs nothing while there have been no more than
-    ``free`` of them (a sampler that suggests only what it has measured, or what loses, must
-    still come to an end); a trial a stop interrupted costs nothing: the run resumed measures
-    the study's whole count."""
+    """The budget the trials started on any host have spent: a repeat, or a point the rate
+    model skipped, costs nothing while there have been no more than ``free`` of them (the
+    sampler must still come to an end); nor does a trial a stop interrupted (resumed, the
+    run measures the study's whole count)."""
     started = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
     started = [t for t in started if not is_interrupted(t)]
     costless = sum(is_repeat(t) or is_predicted_to_lose(t) for t in started)
@@ -284,10 +279,12 @@ def spent(study: optuna.Study, *, free: int) -> int:
 
 
 def finished_count(study: optuna.Study) -> int:
-    """The finished trials that took a measurement (repeats and interrupted trials took
-    none)."""
+    """The finished trials that took a measurement (repeats, points the model skipped and
+    interrupted trials took none)."""
     finished = study.get_trials(deepcopy=False, states=FINISHED)
-    return sum(not (is_repeat(t) or is_interrupted(t)) for t in finished)
+    return sum(
+        not (is_repeat(t) or is_predicted_to_lose(t) or is_interrupted(t)) for t in finished
+    )
 
 
 def best_value(study: optuna.Study) -> float | None:

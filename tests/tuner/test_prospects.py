@@ -90,6 +90,20 @@ def test_a_point_predicted_to_lose_by_more_than_the_worst_error_is_skipped(study
     assert prospects.skip_reason(trial, _config("pil", 1), _prediction(185.0), True) is None
 
 
+def test_the_model_s_error_is_that_of_its_last_predictions(study) -> None:
+    # the first prediction (the bound alone, before any trial scaled it) was off by 2x
+    first = optuna.create_study(direction="maximize")
+    _add(first, _config("pil", 1), 100.0, 200.0)
+    for trial in study.trials:
+        first.add_trial(trial)
+    assert prospects.Standing.of(first, True).error.worst == 1.0  # five: the first in
+    _add(first, _config("pil_reduced", 2), 180.0, 180.0)
+    _add(first, _config("pil_reduced", 1), 120.0, 120.0)  # seven: the first left out
+    assert prospects.Standing.of(first, True).error.worst == pytest.approx(0.1)
+    trial = _trial(first, 8)  # not a check trial
+    assert prospects.skip_reason(trial, _config("pil", 1), _prediction(175.0), True)
+
+
 def test_nothing_is_skipped_before_the_model_was_checked_on_its_check_trials_or_if_enqueued(
     study,
 ) -> None:
