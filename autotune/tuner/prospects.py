@@ -6,9 +6,11 @@ whole pipeline, or the pipeline as it is: each way has its own winner), and only
 model has been checked: ``MIN_CHECKED`` trials predicted before they ran and then measured.
 Its error is that of its last ``RECENT`` predictions.
 
-- **Skip**: a point whose prediction, raised by the model's worst error so far, stays below
-  the way's best steady rate. The worst, not the median: a skip is a point never measured,
-  so the model must be wrong by more than it has ever been for the skip to cost a winner.
+- **Skip**: a point TPE suggests whose prediction, raised by the model's worst error so far,
+  stays below the way's best steady rate (a polish step, a warm start, the baseline and the
+  worth table's queued variant, which beat the winner when measured, are always measured).
+  The worst, not the median: a skip is a point never measured, so the model must be wrong by
+  more than it has been lately for the skip to cost a winner.
 - **Stop**: no unmeasured point's prediction, raised by the model's median error, beats the
   way's best by more than the best's own spread. The model sees the workers, the threads and
   the decoder; the knobs it cannot see (prefetch depth, persistence, a prepared copy, a decoder
@@ -91,12 +93,12 @@ def _as_is(trial: optuna.trial.FrozenTrial) -> bool:
 def skip_reason(
     trial: optuna.Trial, config: PipelineConfig, predicted: Prediction | None, both_ways: bool
 ) -> str | None:
-    """Why the model lets the search skip ``config`` (TPE's suggestion or a polish step), or
-    None where it is measured."""
+    """Why the model lets the search skip ``config``, TPE's suggestion (or the neighbour that
+    stands in for its repeat), or None where it is measured."""
     if predicted is None or trial.number % CHECK_EVERY == CHECK_EVERY - 1:
         return None
-    if store.trial_attr(trial, TrialKey.ROLE) not in (None, store.POLISH, store.INSTEAD_OF_REPEAT):
-        return None  # the baseline, a warm start, a grid point: always measured
+    if store.trial_attr(trial, TrialKey.ROLE) not in (None, store.INSTEAD_OF_REPEAT):
+        return None  # the baseline, a warm start, a polish step, a grid point: measured
     standing = Standing.of(trial.study, both_ways)
     if standing is None:
         return None

@@ -115,11 +115,14 @@ def test_nothing_is_skipped_before_the_model_was_checked_on_its_check_trials_or_
     # every CHECK_EVERY-th trial is measured whatever the model says
     check = prospects.CHECK_EVERY * 2 - 1
     assert prospects.skip_reason(_trial(study, check), _config(), losing, True) is None
-    for role in (store.BASELINE, store.WARM_START, store.GRID):
+    # measured whatever the model says: the baseline, a warm start, a grid point, and a polish
+    # step (also the worth table's queued variant, which beat the winner when measured)
+    for role in (store.BASELINE, store.WARM_START, store.GRID, store.POLISH):
         enqueued = _trial(study, len(study.trials), role)
         assert prospects.skip_reason(enqueued, _config(), losing, True) is None, role
-    polish = _trial(study, prospects.CHECK_EVERY * 3, store.POLISH)  # not a check trial
-    assert prospects.skip_reason(polish, _config(), losing, True) is not None
+    # the neighbour that stands in for TPE's repeat is TPE's point: skipped
+    instead = _trial(study, prospects.CHECK_EVERY * 4, store.INSTEAD_OF_REPEAT)
+    assert prospects.skip_reason(instead, _config(), losing, True) is not None
 
 
 def test_the_pipeline_as_it_is_is_judged_against_its_own_way_s_best(study) -> None:
