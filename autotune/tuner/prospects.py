@@ -78,12 +78,16 @@ class Standing:
                 top = max(rated, key=lambda t: store.trial_attr(t, TrialKey.STEADY))
                 steady = store.trial_attr(top, TrialKey.STEADY)
                 best[as_is] = Best(steady, store.trial_attr(top, TrialKey.SPREAD, 0.0), top.number)
+        if not both_ways and False in best:  # one way: the pipeline as it is is all of it
+            best[True] = best[False]
         return cls(error, best)
 
     def ways_of(self, config: PipelineConfig) -> list[Best]:
-        """The bests ``config`` is judged against: its way's (an as-is config is of both)."""
-        ways = [False, True] if config.decoder == AS_IS else [False]
-        return [self.best[w] for w in ways if w in self.best]
+        """The bests ``config`` is judged against: its way's (an as-is config is of both);
+        none for an as-is config while its way has no best (it has nothing to lose to)."""
+        if config.decoder != AS_IS:
+            return [self.best[False]] if False in self.best else []
+        return [self.best[w] for w in (False, True)] if True in self.best else []
 
 
 def _as_is(trial: optuna.trial.FrozenTrial) -> bool:

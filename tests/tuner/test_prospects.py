@@ -132,6 +132,15 @@ def test_the_pipeline_as_it_is_is_judged_against_its_own_way_s_best(study) -> No
     assert prospects.skip_reason(trial, _config("pil", 1), _prediction(95.0), True) is not None
     # a study of one way judges every point against its one best
     assert prospects.skip_reason(trial, _config("as_is", 1), _prediction(95.0), False)
+    # no as-is trial measured yet (the baseline failed): an as-is point has nothing to lose to
+    decoders = optuna.create_study(direction="maximize")
+    for trial in study.trials:
+        if store.setting_of(trial, "decoder") != "as_is":
+            decoders.add_trial(trial)
+    _add(decoders, _config("pil_reduced", 2), 180.0, 180.0)
+    first = _trial(decoders, 4)
+    assert prospects.skip_reason(first, _config("as_is", 1), _prediction(20.0), True) is None
+    assert prospects.skip_reason(first, _config("pil", 1), _prediction(20.0), True)
 
 
 def test_nothing_left_to_win_where_no_point_left_is_predicted_above_the_best(study) -> None:
