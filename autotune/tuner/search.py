@@ -144,11 +144,14 @@ def _run_one(
     """One trial, if fewer than ``until`` have started on any host: counted, queued and
     asked for under the lease, measured after it is released."""
     with leases.one_at_a_time(NEXT_TRIAL):
-        storage.fail_lost(study)  # a dead host's trial counts, failed, never twice
         n_trials = objective.session.conf.study.n_trials
         if stop.is_set() or store.spent(study, free=n_trials) >= until:
-            return False
+            return False  # (a dead host's running trial counts: spent, failed or not)
         queue()
+        # a dead host's trial is failed with its reason, and never counted twice; checked
+        # last before the trial starts, as Optuna then checks too and fails what it finds
+        # stale without a reason
+        storage.fail_lost(study)
 
         def measure(trial: optuna.Trial) -> float:
             # released once the trial is known to measure (a repeat is recorded as one first,
