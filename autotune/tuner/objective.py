@@ -19,6 +19,7 @@ from autotune.tuner import prospects, rate_model, store
 from autotune.tuner.metrics import epoch_rate, startup_per_epoch
 from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
+from autotune.tuner.ways import searches_both
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ class Objective:
         """The model's own guess, made before the run; a point it predicts to lose is
         skipped (``prospects.skip_reason``)."""
         predicted = self._predict(trial, config)
-        both_ways = len(self.session.space.choices("decoder")) > 1
+        both_ways = searches_both(self.session.space)
         reason = prospects.skip_reason(trial, config, predicted, both_ways)
         if reason and predicted is not None:
             rate_model.record(trial, predicted)

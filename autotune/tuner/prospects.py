@@ -35,6 +35,7 @@ from autotune.tuner import rate_model, store
 from autotune.tuner.metrics import feasible_complete
 from autotune.tuner.rate_model import ModelError, Prediction, RateModel
 from autotune.tuner.store import TrialKey
+from autotune.tuner.ways import is_as_is
 
 MIN_CHECKED = 3  # predicted trials measured before the model may skip or stop anything
 # its error is read over the last few predictions: each is scaled by the trials before it, so
@@ -61,21 +62,16 @@ class Standing:
     @classmethod
     def of(cls, study: optuna.Study, both_ways: bool) -> Standing | None:
         """None until ``MIN_CHECKED`` predictions were measured."""
-        recent = rate_model.predicted_trials(study.get_trials(deepcopy=False))[-RECENT:]
-        error = ModelError.of(
-            [
-                (store.trial_attr(t, TrialKey.PREDICTED), store.trial_attr(t, TrialKey.STEADY))
-                for t in recent
-            ]
-        )
+        predicted = rate_model.predicted_trials(study.get_trials(deepcopy=False))
+        error = rate_model.error_over(predicted[-RECENT:])
         if error is None or error.trials < MIN_CHECKED:
             return None
         best = {}
+        rated = [t for t in feasible_complete(study) if store.trial_attr(t, TrialKey.STEADY)]
         for as_is in (False, True) if both_ways else (False,):
-            way = [t for t in feasible_complete(study) if not as_is or _as_is(t)]
-            rated = [t for t in way if store.trial_attr(t, TrialKey.STEADY)]
-            if rated:
-                top = max(rated, key=lambda t: store.trial_attr(t, TrialKey.STEADY))
+            way = [t for t in rated if not as_is or is_as_is(t.params)]
+            if way:
+                top = max(way, key=lambda t: store.trial_attr(t, TrialKey.STEADY))
                 steady = store.trial_attr(top, TrialKey.STEADY)
                 best[as_is] = Best(steady, store.trial_attr(top, TrialKey.SPREAD, 0.0), top.number)
         if not both_ways and False in best:  # one way: the pipeline as it is is all of it
@@ -88,10 +84,6 @@ class Standing:
         if config.decoder != AS_IS:
             return [self.best[False]] if False in self.best else []
         return [self.best[w] for w in (False, True)] if True in self.best else []
-
-
-def _as_is(trial: optuna.trial.FrozenTrial) -> bool:
-    return store.setting_of(trial, "decoder") in (AS_IS, None)
 
 
 def skip_reason(
@@ -126,8 +118,10 @@ def nothing_left_to_win(
 ) -> str | None:
     """Why the search can end now, or None: no unmeasured point of ``points``
     (``model_points``) is predicted to beat its way's best by more than the best's spread."""
-    standing = Standing.of(study, both_ways) if model is not None else None
-    if standing is None or model is None or not standing.best:
+    if model is None:
+        return None
+    standing = Standing.of(study, both_ways)
+    if standing is None or not standing.best:
         return None
     trials = study.get_trials(deepcopy=False)
     seen = {_key(store.pipeline_of(t)) for t in trials if store.trial_attr(t, TrialKey.PIPELINE)}

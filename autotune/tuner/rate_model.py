@@ -149,6 +149,16 @@ def predicted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in complete if all(store.trial_attr(t, key) for key in keys)]
 
 
+def error_over(predicted: list[FrozenTrial]) -> ModelError | None:
+    """The model's error over ``predicted`` (``predicted_trials``); None without one."""
+    return ModelError.of(
+        [
+            (store.trial_attr(t, TrialKey.PREDICTED), store.trial_attr(t, TrialKey.STEADY))
+            for t in predicted
+        ]
+    )
+
+
 def earlier(study: optuna.Study) -> list[tuple[str, float, float]]:
     """(binds, bound, measured steady rate) of the study's predicted trials so far."""
     return [
@@ -170,12 +180,7 @@ def record(trial: optuna.Trial, predicted: Prediction) -> None:
 def record_error(study: optuna.Study) -> str | None:
     """The model's error over the study's predicted trials, stored on the study
     (``StudyKey.MODEL_ERROR``); the note that says it, or None where nothing was predicted."""
-    error = ModelError.of(
-        [
-            (store.trial_attr(t, TrialKey.PREDICTED), store.trial_attr(t, TrialKey.STEADY))
-            for t in predicted_trials(study.get_trials(deepcopy=False))
-        ]
-    )
+    error = error_over(predicted_trials(study.get_trials(deepcopy=False)))
     if error is None:
         return None
     store.set_study_attr(study, StudyKey.MODEL_ERROR, error.to_dict())

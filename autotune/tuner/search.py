@@ -20,7 +20,7 @@ from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.polish import enqueue_instead_of_repeat, enqueue_polish_step
 from autotune.tuner.progress import StudyProgress
 from autotune.tuner.store import TrialKey
-from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is
+from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is, searches_both
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,7 @@ def search(
     space = objective.session.space
     deadline = time.monotonic() + study_conf.timeout if study_conf.timeout else None
     polish = round(study_conf.n_trials * study_conf.polish_fraction)
-    decoders = space.choices("decoder")
-    both_ways = len(decoders) > 1  # as_is is always one of them
+    both_ways = searches_both(space)
 
     def time_left() -> float | None:
         return None if deadline is None else deadline - time.monotonic()

@@ -19,7 +19,13 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.pipeline.config import AS_IS
+from autotune.session import SearchSpace
 from autotune.tuner import store
+
+
+def searches_both(space: SearchSpace) -> bool:
+    """Whether ``space`` searches both ways: decoders besides as_is (always one of them)."""
+    return len(space.choices("decoder")) > 1
 
 
 def is_as_is(params: Mapping[str, Any]) -> bool:

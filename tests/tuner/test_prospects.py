@@ -13,6 +13,7 @@ import threading
 import optuna
 import pytest
 from helpers import make_session
+from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune import machine
@@ -39,7 +40,8 @@ def _config(decoder: str = "pil", workers: int = 2, threads: int = 1) -> Pipelin
 
 
 def _add(study: optuna.Study, config: PipelineConfig, steady: float, predicted: float) -> None:
-    """A measured trial of ``config``, predicted before it ran."""
+    """A measured trial of ``config`` (its decoder and workers as TPE's params), predicted
+    before it ran."""
     attrs = {
         TrialKey.PIPELINE: config.to_dict(),
         TrialKey.CONFIG: config.short(),
@@ -49,7 +51,15 @@ def _add(study: optuna.Study, config: PipelineConfig, steady: float, predicted: 
         TrialKey.PREDICTED_BOUND: predicted,
         TrialKey.PREDICTED_BINDS: "workers",
     }
-    study.add_trial(optuna.trial.create_trial(value=steady, user_attrs=attrs))
+    params = {"decoder": config.decoder, "num_workers": config.num_workers}
+    distributions = {
+        "decoder": CategoricalDistribution(list(BOUNDS)),
+        "num_workers": IntDistribution(0, CPUS),
+    }
+    trial = optuna.trial.create_trial(
+        value=steady, params=params, distributions=distributions, user_attrs=attrs
+    )
+    study.add_trial(trial)
 
 
 @pytest.fixture
