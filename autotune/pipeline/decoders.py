@@ -17,16 +17,15 @@ import cv2
 import numpy as np
 import torch
 from PIL import Image
+from torchvision.io import ImageReadMode
+from torchvision.io import decode_jpeg as torchvision_decode_jpeg
 
 try:
     from torchcodec.decoders import decode_jpeg as torchcodec_decode_jpeg
-except ImportError:  # TorchCodec absent: torchvision.io's decoder, nvJPEG unavailable
+except ImportError:  # TorchCodec absent (torch before 2.14): torchvision.io's CPU and nvJPEG
     torchcodec_decode_jpeg = None
-    from torchvision.io import ImageReadMode
-    from torchvision.io import decode_jpeg as torchvision_decode_jpeg
-
-    # deprecated in torchvision 0.29: silenced once here, not per image
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
+# torchvision.io's decoders are deprecated in torchvision 0.29: silenced once here, not per image
+warnings.filterwarnings("ignore", category=DeprecationWarning, module="torchvision")
 
 _EXIF_ORIENTATION = 0x0112
 
@@ -147,7 +146,8 @@ class TorchvisionDecoder(Decoder):
 
 
 class NvjpegDecoder(Decoder):
-    """nvJPEG through TorchCodec: one call decodes a whole batch on the GPU.
+    """nvJPEG through TorchCodec (through torchvision.io where TorchCodec is not installed):
+    one call decodes a whole batch on the GPU.
 
     The batch is decoded in the training process, after the encoded bytes (4-10x smaller than
     the pixels) crossed the bus. ``decode`` is the CPU path workers take for files nvJPEG is
@@ -163,8 +163,6 @@ class NvjpegDecoder(Decoder):
     def unavailable_reason(cls) -> str | None:
         if not torch.cuda.is_available():
             return "it needs a CUDA device"
-        if torchcodec_decode_jpeg is None:
-            return "TorchCodec is not installed: pip install torchcodec"
         return None
 
     def decode(self, data: bytes, *, reduce: int = 1) -> torch.Tensor:
@@ -174,7 +172,7 @@ class NvjpegDecoder(Decoder):
     def decode_batch(encoded: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
         """Decodes 1-D uint8 tensors of JPEG bytes into ``(3, H, W)`` uint8 on ``device``."""
         if torchcodec_decode_jpeg is None:
-            raise ImportError("TorchCodec is not installed: pip install torchcodec")
+            return torchvision_decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
         return list(torchcodec_decode_jpeg(encoded, mode="RGB", device=device))
 
 
