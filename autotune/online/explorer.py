@@ -11,7 +11,8 @@ proposals: ``tune`` epochs' time at the rate first measured, or with ``run_share
 the run and never takes more of it than that share. While the budget is short, the best so
 far runs and is kept (recorded); exploring goes on once the run has earned a setting's
 timing. A proposal already measured is told its rate at once and not run again; once three
-in a row are, or every point of the space is measured, nothing is left to try. The fastest
+in a row are, or every point of the space is measured, nothing is left to try. A proposal no
+epoch can time (its warm-up and shortest sub-window are longer) is failed at once. The fastest
 setting is kept: the run's own unless another measured faster by more than half the two
 readings' spreads. A setting whose workers failed is recorded as failed and never kept. Once
 settled, the kept setting's readings are watched (``drift``); where its rate has moved, the
@@ -31,7 +32,7 @@ import torch
 from autotune.machine import MachineFacts
 from autotune.online import record
 from autotune.online.drift import DriftWatch
-from autotune.online.meter import Reading
+from autotune.online.meter import Reading, fewest_batches
 from autotune.online.space import guides_setting, online_space
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -87,16 +88,19 @@ class Explorer:
         share: float,
         batches_per_epoch: int | None,
         min_setting_s: float = 0.0,
+        fewest_batches: Callable[[PipelineConfig], int] = lambda settings: 0,
         run_share: float = 0.0,
         study: optuna.Study | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``study``: where each setting is recorded (``record.open_record``); else kept in
-        memory."""
+        """``fewest_batches``: the fewest batches of an epoch that can time a setting (a
+        proposal longer than an epoch is failed at once); ``study``: where each setting is
+        recorded (``record.open_record``); else kept in memory."""
         self.space = space
         self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
         self._run_share = run_share
         self._min_setting_s = min_setting_s  # a setting that cannot get this long is not tried
+        self._fewest_batches = fewest_batches
         self._start = start
         self._recorded = study is not None
         if study is None:
@@ -141,7 +145,10 @@ class Explorer:
         rules; ``budget``: the explorer's own arguments (``share``, ...)."""
         cuda = torch.cuda.is_available()
         space = online_space(facts, batch_size=batch_size, cuda=cuda, ranks=ranks)
-        return cls(space, start, min_setting_s=min_setting_s(window), **budget)
+        return cls(
+            space, start, min_setting_s=min_setting_s(window),
+            fewest_batches=lambda settings: fewest_batches(settings, window), **budget,
+        )  # fmt: skip
 
     @property
     def current(self) -> PipelineConfig:
@@ -260,9 +267,8 @@ class Explorer:
 
     def _ask(self) -> bool:
         """Asks the sampler for a setting not measured yet; False where none is left."""
-        for _ in range(REPEATS_TO_STOP):
-            if len(self._told) >= self._points:
-                return False
+        repeats = 0
+        while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
             trial = self.study.ask()
             config = self.space.suggest(trial)
             told = self._told.get(config)
@@ -271,9 +277,24 @@ class Explorer:
                     record.record_repeat(trial, config, told.trial_number)
                 with record.quiet():
                     self.study.tell(trial, told.samples_per_s)
+                repeats += 1
                 continue
             if self._recorded:
                 record.record_asked(trial)
+            if self._longer_than_an_epoch(trial, config):
+                continue
             self._trial, self._current, self._asked_at = trial, config, self._clock()
             return True
         return False
+
+    def _longer_than_an_epoch(self, trial: optuna.Trial, config: PipelineConfig) -> bool:
+        """Whether no epoch can time ``config``: then failed with why, costing nothing."""
+        epoch = self._batches_per_epoch
+        if epoch is None or self._fewest_batches(config) <= epoch:
+            return False
+        if self._recorded:
+            record.record_failed(trial, record.untimeable(epoch))
+        with record.quiet():
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self._told[config] = _Told(0.0, trial.number)
+        return True

@@ -55,6 +55,16 @@ def counter(batch_size: int | None) -> Callable[[Any], int]:
     return count
 
 
+def fewest_batches(settings: PipelineConfig, window: WindowConfig) -> int:
+    """The fewest batches of one epoch that can time ``settings``: its warm-up (the prefetch
+    buffer drained, then the extra batches) and one sub-window at its shortest, in whole
+    rounds of its workers. Every epoch warms up anew: an epoch shorter than this never
+    times it."""
+    rounds = max(1, settings.num_workers)
+    shortest = -(-max(1, window.batches_per_window) // rounds) * rounds
+    return warmup_batches(settings.buffered_batches, window.warmup_extra_batches) + shortest
+
+
 class Meter:
     """Measures one setting from the batches the loop asks for: ``requested`` when the loop
     asks for a batch, ``received`` when it has it, ``epoch_ended`` between epochs."""

@@ -20,7 +20,7 @@ from autotune.machine import detect
 from autotune.online import explorer as explorer_module
 from autotune.online.drift import SUSTAINED
 from autotune.online.explorer import Explorer
-from autotune.online.meter import Reading
+from autotune.online.meter import Reading, fewest_batches
 from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.session.space import SearchSpace
@@ -194,6 +194,25 @@ def test_the_run_s_own_is_kept_unless_another_beats_it_by_more_than_the_noise(ra
     other = explorer.current
     explorer.measured(Reading(other, rate, 0.2, 0.5, 0.0, batches=10, seconds=1.0))
     assert explorer.best.settings == (START if kept == "own" else other)  # type: ignore[union-attr]
+
+
+def test_a_proposal_no_epoch_can_time_is_failed_with_why_at_once_costing_nothing() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock, epoch = Clock(), 6  # batches: room for no workers, or few with shallow prefetch
+
+    def fewest(settings: PipelineConfig) -> int:
+        return fewest_batches(settings, BRIEF_WINDOW)
+
+    explorer = Explorer(
+        space, START, share=100.0, batches_per_epoch=epoch, fewest_batches=fewest, clock=clock
+    )
+    tried = explore(explorer, clock)
+    assert len(tried) >= 2 and all(fewest(s) <= epoch for s in tried)  # measured: each fits
+    failed = [t for t in explorer.study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed  # the sampler did propose longer ones: failed, never run
+    assert all(fewest(space.config_at(t.params)) > epoch for t in failed)
+    # nothing measured but the settings run: the budget went to them alone (1 s each)
+    assert clock.now == len(tried) and explorer.done
 
 
 def test_a_budget_shorter_than_a_setting_s_shortest_timing_explores_nothing() -> None:
