@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from autotune.app import cli, exit_codes
+from autotune.app.selfcheck_online import online_loader
 from autotune.app.selfcheck_paths import (
     ON_DEVICE,
     Bench,
@@ -160,6 +161,7 @@ def checks() -> list[Check]:
         Check("cpu channels_last step", train_step("cpu", "fp32", True)),
         Check("cpu bf16 step", train_step("cpu", "bf16", False)),
         Check("cpu 2 ranks (gloo)", two_ranks("cpu")),
+        Check("cpu autotune.DataLoader", online_loader("cpu")),
         Check("cpu study", study("cpu")),
         Check("cpu verify", verify("cpu")),
         *(Check(f"cuda decoder {c.name}", device_decoder(c), c.unavailable_reason)
@@ -173,6 +175,7 @@ def checks() -> list[Check]:
         Check("cuda bf16 step", train_step("cuda", "bf16", False), no_cuda),
         Check("cuda fp16 step with GradScaler", train_step("cuda", "fp16", False), no_cuda),
         Check("cuda 2 ranks (nccl)", two_ranks("cuda"), fewer_than_two_gpus),
+        Check("cuda autotune.DataLoader", online_loader("cuda"), no_cuda),
         Check("cuda study", study("cuda"), no_cuda),
         Check("cuda verify", verify("cuda"), no_cuda),
     ]  # fmt: skip
