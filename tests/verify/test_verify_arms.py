@@ -76,7 +76,8 @@ def job(source, arm, best=None, *, epochs=1, subset=None, batch_size=4):
 
 def test_the_baseline_reads_through_imagefolder_and_its_default_loader(source, reads):
     measured = measure_epochs(job(source, "baseline", epochs=2))
-    assert reads == {"imagefolder": 24, "tuner": 0}  # two full epochs, all through ImageFolder
+    # two full epochs and the warm-up's batch of 4 before them, all through ImageFolder
+    assert reads == {"imagefolder": 24 + 4, "tuner": 0}
     assert measured.dataset == "torchvision.datasets.folder.ImageFolder"
     assert measured.reader == "torchvision.datasets.folder.default_loader"
     assert measured.transform == (
@@ -97,7 +98,8 @@ def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
         recipe=RECIPE,
     )
     measured = measure_epochs(job(source, "loader_kwargs", best))
-    assert reads == {"imagefolder": 12, "tuner": 0}  # as it is: the last partial batch too
+    # as it is: the last partial batch too, and the warm-up's batch (of 5, the arm's)
+    assert reads == {"imagefolder": 12 + 5, "tuner": 0}
     assert measured.dataset.endswith("ImageFolder")
     # loader_kwargs: batch_size 5, as best.yaml tuned it for the pipeline as it is, and its
     # threads; not the whole pipeline's batch of 4
@@ -107,7 +109,8 @@ def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
 
 def test_build_loader_reads_through_the_tuned_pipeline(source, best, reads):
     measured = measure_epochs(job(source, "build_loader", best))
-    assert reads == {"imagefolder": 0, "tuner": 12}
+    # the warm-up's batch read in the tutorial's form, the step's
+    assert reads == {"imagefolder": 4, "tuner": 12}
     assert measured.dataset == "autotune.pipeline.loader.EncodedImageDataset"
     assert measured.reader == "decoder pil" and measured.threads == 1  # main_threads: 1
 
@@ -117,7 +120,7 @@ def test_every_arm_reads_the_same_subset(source, best, reads):
     baseline = measure_epochs(job(source, "baseline", subset=chosen))
     tuned = measure_epochs(job(source, "build_loader", best, subset=chosen))
     assert baseline.epochs[0].samples == tuned.epochs[0].samples == 7
-    assert reads == {"imagefolder": 7, "tuner": 7}
+    assert reads == {"imagefolder": 7 + 4 + 4, "tuner": 7}  # and each arm's warm-up batch
     paths = source.paths[2:9]
     dataset = tutorial_dataset(source, recipes.from_config(RECIPE), paths)
     assert isinstance(dataset, Subset)
@@ -195,7 +198,8 @@ def test_the_user_s_own_dataset_is_read_by_both_arms_with_its_collate(best, monk
     jobs = own_job("baseline", vary=True), own_job("loader_kwargs", best, vary=True)
     reads = count_reads(monkeypatch, own=Spectrograms)  # what the arms read, not the check
     baseline, tuned = (measure_epochs(job) for job in jobs)
-    assert reads == {"own": 20}  # every sample once per arm, in this process
+    # every sample once per arm, in this process, and each arm's warm-up batch (4, then 3)
+    assert reads == {"own": 20 + 4 + 3}
     assert baseline.dataset == tuned.dataset == "userdata_example.Spectrograms"
     assert baseline.reader == "its own __getitem__" and baseline.transform == ""
     # the baseline's batch of 4 and loader_kwargs' 3, the last partial batch kept
@@ -207,7 +211,7 @@ def test_a_subset_of_the_user_s_own_dataset_and_a_stream_read_whole(monkeypatch)
     job = own_job("baseline", subset=(1, 4, 5, 8, 9))
     reads = count_reads(monkeypatch, own=Spectrograms)
     measured = measure_epochs(job)
-    assert measured.epochs[0].samples == 5 and reads == {"own": 5}
+    assert measured.epochs[0].samples == 5 and reads == {"own": 5 + 4}  # and the warm-up's
     stream = measure_epochs(own_job("baseline", target="ToneStream"))
     assert stream.epochs[0].samples == 10 and stream.reader == "its own __iter__"
     with pytest.raises(ValueError, match="cannot be read in part"):
