@@ -3,11 +3,12 @@
 The day a GPU machine is lent for a few minutes, one command runs each path once at a small
 size: each decoder (nvJPEG and DALI where installed), augmentation on the GPU against the
 CPU recipe, uint8 transfer, pin_memory, the device prefetcher, channels_last, bf16 and fp16
-(with its GradScaler) steps, a 2-rank NCCL trial where there are 2 GPUs, and a short study
-(``device=cuda model=resnet50 precision=bf16``) followed by its ``mode=verify``. Every machine
-also runs the CPU half: each CPU decoder, the augmentation recipes, channels_last and bf16
-steps, a 2-rank gloo trial, and a quick study on the tiny model with its ``mode=verify``. A
-path that cannot run here is listed as skipped, with why.
+(with its GradScaler) steps, a 2-rank NCCL trial where there are 2 GPUs, ``autotune.DataLoader``
+exploring while a model trains, and a short study (``device=cuda model=resnet50
+precision=bf16``) followed by its ``mode=verify``. Every machine also runs the CPU half: each
+CPU decoder, the augmentation recipes, channels_last and bf16 steps, a 2-rank gloo trial,
+``autotune.DataLoader``, and a quick study on the tiny model with its ``mode=verify``. A path
+that cannot run here is listed as skipped, with why.
 
 It prints one markdown table (path, result, why, seconds) and writes it to ``--out``
 (``selfcheck.md``). Exit code 0: nothing failed; 1: a check failed (each failure is one line
