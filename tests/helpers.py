@@ -4,6 +4,8 @@ a session without its dataset, and a trial asked of a search space. Imported as 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import shutil
@@ -25,7 +27,7 @@ from autotune import machine
 from autotune.app.cli import compose, to_config
 from autotune.app.selfcheck_paths import QUICK as SELFCHECK_QUICK
 from autotune.pipeline.sources import Source
-from autotune.schema import WindowConfig
+from autotune.schema import AutotuneConfig, WindowConfig
 from autotune.session import SearchSpace, Session
 
 TESTS = Path(__file__).parent
@@ -127,6 +129,20 @@ def interrupt_cli(
     return proc.returncode, "".join(lines), out + err
 
 
+def config_of(overrides: list[str] | tuple[str, ...] = ()) -> AutotuneConfig:
+    """``python -m autotune OVERRIDES``'s config, composed as the CLI composes it: once per
+    overrides in a test process where no ``./conf`` of the working directory takes part
+    (Hydra composes in a third of a second), a copy of it each time."""
+    if Path("conf").is_dir():
+        return to_config(compose(list(overrides)))
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> AutotuneConfig:
+    return to_config(compose(list(overrides)))
+
+
 def make_session(
     overrides: list[str] = (),  # type: ignore[assignment]
     *,
@@ -136,7 +152,7 @@ def make_session(
 ) -> Session:
     """A session from ``python -m autotune OVERRIDES``'s config, without loading its dataset:
     ``source`` (None where the test's fake runner never reads it) stands in for it."""
-    config = to_config(compose(list(overrides)))
+    config = config_of(overrides)
     facts = facts or machine.detect(want_cuda=False)
     space = SearchSpace.from_config(
         config.search_space, facts, device=device, batch_size=config.batch_size

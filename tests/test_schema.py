@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import config_of
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.app.cli import compose, to_config
 from autotune.errors import UsageError
 from autotune.schema import AutotuneConfig, WindowConfig
 
@@ -17,7 +17,7 @@ BAD_INPUT = (UsageError, HydraException, OmegaConfBaseException)
 
 
 def load(*overrides: str) -> AutotuneConfig:
-    return to_config(compose(list(overrides)))
+    return config_of(overrides)
 
 
 # --- defaults ---------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers import config_of
 
 from autotune import machine
-from autotune.app.cli import compose, to_config
 from autotune.machine import MachineFacts
 from autotune.pipeline import sources
 from autotune.pipeline.recipes import CenterCropEval, ImagenetTrain
@@ -69,7 +69,7 @@ def test_a_decoded_copy_is_tried_only_where_it_fits_in_memory(
 def test_the_space_leaves_out_the_copies_that_cannot_pay_and_says_why(
     small_set: Source, facts: MachineFacts, tmp_path: Path
 ) -> None:
-    cfg = to_config(compose([])).search_space
+    cfg = config_of([]).search_space
     fit = copy_fit.measure(
         small_set, ImagenetTrain(crop_size=224), facts, root=tmp_path, budget_gb=None, epochs=90
     )

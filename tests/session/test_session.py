@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import make_session
+from helpers import config_of, make_session
 
-from autotune.app.cli import compose, to_config
 from autotune.errors import UsageError
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -22,7 +21,7 @@ SMALL = ["dataset.count=16", "dataset.num_classes=2", "search_space=quick"]
 
 
 def test_build_loads_the_data_and_the_space() -> None:
-    session = Session.build(to_config(compose(SMALL)))
+    session = Session.build(config_of(SMALL))
     assert len(session.source) == 16 and len(session.source.classes) == 2
     assert session.device == "cpu"
     assert [k.name for k in session.space.knobs][:2] == ["num_workers", "prefetch_factor"]
@@ -31,9 +30,9 @@ def test_build_loads_the_data_and_the_space() -> None:
 
 def test_a_bad_model_is_refused_before_anything_runs(tmp_path) -> None:
     with pytest.raises(UsageError, match="unknown model"):
-        Session.build(to_config(compose([*SMALL, "model.name=nope"])))
+        Session.build(config_of([*SMALL, "model.name=nope"]))
     with pytest.raises(UsageError, match="dataset.root"):
-        Session.build(to_config(compose(["dataset=mine", f"dataset.root={tmp_path}/none"])))
+        Session.build(config_of(["dataset=mine", f"dataset.root={tmp_path}/none"]))
 
 
 def test_cuda_is_refused_where_there_is_none() -> None:
@@ -98,8 +97,8 @@ def test_a_job_carries_the_session_workload() -> None:
 
 
 def test_ranks_share_the_cpus_and_go_into_every_job_and_the_fingerprint() -> None:
-    alone = Session.build(to_config(compose([*SMALL, "search_space=default"])))
-    two = Session.build(to_config(compose([*SMALL, "search_space=default", "ranks=2"])))
+    alone = Session.build(config_of([*SMALL, "search_space=default"]))
+    two = Session.build(config_of([*SMALL, "search_space=default", "ranks=2"]))
     cpus = alone.facts.usable_cpus
     assert alone.ranks == 1 and two.ranks == 2
     assert two.cpus_per_rank == max(1, cpus // 2) and alone.cpus_per_rank == cpus

@@ -7,12 +7,11 @@ import dataclasses
 import optuna
 import pytest
 import torch
-from helpers import ask
+from helpers import ask, config_of
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FixedTrial
 
 from autotune import machine
-from autotune.app.cli import compose, to_config
 from autotune.errors import UsageError
 from autotune.machine import MachineFacts
 from autotune.pipeline import decoders
@@ -36,7 +35,7 @@ def facts4(real_facts: MachineFacts) -> MachineFacts:
 
 
 def space_cfg(*overrides: str) -> SearchSpaceConfig:
-    return to_config(compose(list(overrides))).search_space
+    return config_of(list(overrides)).search_space
 
 
 @pytest.fixture(scope="module")
@@ -464,7 +463,7 @@ def test_when_on_a_knob_left_out_by_requires_uses_its_inactive_value(
 
 def test_neighbours_change_one_knob_and_respect_conditions() -> None:
     facts = dataclasses.replace(machine.detect(want_cuda=False), usable_cpus=4)
-    cfg = to_config(compose([]))
+    cfg = config_of([])
     space = SearchSpace.from_config(cfg.search_space, facts, device="cpu", batch_size=32)
     best = {
         "num_workers": 1,
