@@ -67,7 +67,9 @@ def confirm(
     would end past it at the longest run's length so far: the rest are not measured.
     ``ranking``: runs as long as the ones that name a winner (else a search trial's).
     Given ``searched`` (label -> its search trial's rate), the finalists race: after each
-    round but the last, the ones clearly beaten (``racing``) are measured no more."""
+    round but the last, the ones clearly beaten (``racing``) are measured no more; the first
+    round, which every finalist runs, is then as long as a search trial, and only the rounds
+    of those still close are long."""
     timeout = session.conf.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
     out: dict[str, int] = {}  # label -> the round after which it left the race
@@ -75,6 +77,7 @@ def confirm(
     for round_index in range(rounds):
         if searched is not None and round_index > 0:
             out |= _race(session, picked, runs, searched, round_index, stage)
+        sorting = searched is not None and rounds > 1 and round_index == 0
         for label, _, config in picked:
             if label in out:
                 continue
@@ -82,7 +85,8 @@ def confirm(
                 log.info("%s: the time allowed is spent, the rest is not measured", stage)
                 return _confirmed(session, picked, runs, out)
             started = time.monotonic()
-            outcome = run(session.job(config, ranking=ranking), timeout_s=timeout)
+            job = session.job(config, ranking=ranking and not sorting)
+            outcome = run(job, timeout_s=timeout)
             longest = max(longest, time.monotonic() - started)
             if outcome.failure is not None and outcome.failure.kind is FailureKind.INTERRUPTED:
                 return []

@@ -99,13 +99,16 @@ def test_confirmation_interleaves_the_finalists():
 
 
 def test_finalists_race_the_clearly_beaten_leave_and_are_no_pick():
-    session = make_session(["study.epoch_aware=false", "window.max_timed_s=2"])
+    session = make_session(
+        ["study.epoch_aware=false", "window.max_timed_s=2", "window.confirm_max_timed_s=7"]
+    )
     rates = {0: 100.0, 1: 300.0, 2: 295.0, 3: 150.0}  # by num_workers; 2% run to run
-    order = []
+    order, lengths = [], []
 
     def run(job, *, timeout_s):
         workers = job.pipeline.num_workers
         order.append(workers)
+        lengths.append(job.window.max_timed_s)
         rate = rates[workers] * (1.02 if len(order) % 2 else 1.0)
         return TrialOutcome("ok", measurement=Measurement(rate, (rate, rate), 0.1, 0.01, 4, 8))
 
@@ -118,6 +121,8 @@ def test_finalists_race_the_clearly_beaten_leave_and_are_no_pick():
     # round 1 measures all; then trial 3 (half the leader's rate) is measured no more; the
     # baseline stays however slow, and trial 2 stays: within the noise of trial 1
     assert order == [0, 1, 2, 3, 0, 1, 2, 0, 1, 2]
+    # the round that sorts every finalist is a search trial's length; the ranking ones long
+    assert lengths == [2] * 4 + [7] * 6
     by_label = {c.label: c for c in confirmed}
     assert by_label["trial 3"].raced_out == 1 and by_label["trial 3"].rounds == 1
     assert by_label["trial 3"].to_dict()["raced_out"] == 1
