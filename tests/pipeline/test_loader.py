@@ -117,6 +117,7 @@ def mixed_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("library", ["torchcodec", "torchvision"])
+@pytest.mark.filterwarnings("ignore:The image decoding:DeprecationWarning")  # torchvision 0.29's
 def test_device_decoder_path_on_a_cpu_device(mixed_folder: Path, library, monkeypatch) -> None:
     if library == "torchvision":  # TorchCodec not installed: torchvision.io decodes the batch
         monkeypatch.setattr(decoders, "torchcodec_decode_jpeg", None)
