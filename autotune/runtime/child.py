@@ -37,7 +37,8 @@ Report = Callable[[int, float], None]  # (sub-window index, rate so far) as each
 class UntilEnded(Sampler[int]):
     """Shuffled passes over ``range(n)`` without end, until ``end_epoch()``: the window runs
     without an epoch boundary, then makes one on purpose to time what a new epoch costs.
-    Each ``iter()`` is a new epoch, endless again. Each pass is whole batches of
+    Each ``iter()`` is a new epoch, endless again, or one pass after ``one_pass()`` (a
+    whole epoch timed as a user's runs). Each pass is whole batches of
     ``batch_size`` (a random few left out of it, as ``drop_last`` does), so that a window can
     time whole passes (``pass_batches``). Of ``ranks``, rank ``rank`` reads every
     ``ranks``-th index of each pass from its ``rank``-th, as DistributedSampler shards: the
@@ -46,7 +47,7 @@ class UntilEnded(Sampler[int]):
     def __init__(
         self, n: int, seed: int, batch_size: int = 1, *, rank: int = 0, ranks: int = 1
     ) -> None:
-        self.n, self.batch_size, self.ended = n, batch_size, False
+        self.n, self.batch_size, self.ended, self._one_pass = n, batch_size, False, False
         self.rank, self.ranks = rank, ranks
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -58,15 +59,21 @@ class UntilEnded(Sampler[int]):
     def end_epoch(self) -> None:
         self.ended = True
 
+    def one_pass(self) -> None:
+        """The next epoch is one pass, then ends."""
+        self._one_pass = True
+
     def __iter__(self) -> Iterator[int]:
-        self.ended = False
+        self.ended, passes = False, 1 if self._one_pass else None
+        self._one_pass = False
         share = self.pass_batches * self.batch_size if self.pass_batches else self.n // self.ranks
-        while not self.ended:
+        while not self.ended and passes != 0:
             order = torch.randperm(self.n, generator=self.generator)[: share * self.ranks]
             for index in order[self.rank :: self.ranks].tolist():
                 if self.ended:  # read as the loader hands out work: stops within one batch
                     return
                 yield index
+            passes = None if passes is None else passes - 1
 
     def __len__(self) -> int:
         return ENDLESS
@@ -199,6 +206,7 @@ def _time_window(
         on_sub_window=report,
         gpu=gpu,
         end_epoch=sampler.end_epoch if makes_epochs else None,
+        one_pass=sampler.one_pass if makes_epochs else None,
         count=_count(job),
         # the loader's batches are the sampler's passes cut in whole batches (DALI reads the
         # sampler ahead on its own: no passes known there)

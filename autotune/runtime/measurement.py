@@ -30,6 +30,11 @@ class Measurement:
     # empty): what every epoch's start costs, workers respawned or (persistent) refilled;
     # None where the window made no epoch boundary
     epoch_start_s: float | None = None
+    # a whole epoch timed after the window (one pass, from iter() to its last step done)
+    # beyond its samples at the steady rate: its start and end, and its batches as an epoch
+    # makes them (workers racing ahead into their buffer, then idle while it drains); None
+    # where no whole epoch fits the window's time
+    epoch_overhead_s: float | None = None
     # the run's first step, after the first batch: its one-off warm-up (allocations; with
     # compile=true, compiling the model), never inside the start-up or the timed windows
     first_step_s: float | None = None

@@ -235,6 +235,7 @@ def node_measurement(per_rank: list[Measurement]) -> Measurement:
         gpu_utilization_pct=None if None in gpu else sum(gpu) / len(gpu),
         process_cpu_s_per_sample=cpu_per_sample,
         epoch_start_s=_most(m.epoch_start_s for m in per_rank),
+        epoch_overhead_s=_most(m.epoch_overhead_s for m in per_rank),
         first_step_s=_most(m.first_step_s for m in per_rank),
         timed_compiles=max(m.timed_compiles for m in per_rank),
         settled_samples_per_s=_added(m.settled_samples_per_s for m in per_rank),

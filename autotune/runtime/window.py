@@ -38,6 +38,7 @@ def run_window(
     on_sub_window: Callable[[int, float], None] | None = None,
     gpu: UtilizationSampler | None = None,
     end_epoch: Callable[[], None] | None = None,
+    one_pass: Callable[[], None] | None = None,
     count: Count = samples_in,
     target_spread: float = 0.0,
     max_timed_s: float = math.inf,
@@ -45,13 +46,10 @@ def run_window(
     peers: Peers = ALONE,
     compiles: Callable[[], int] = lambda: 0,
 ) -> Measurement:
-    """Times ``step`` over ``batches``: start-up, warm-up, then timed sub-windows (at least
-    ``batches_per_window`` batches and ``min_sub_window_s``, whole rounds of ``align`` workers,
-    whole passes of ``pass_batches`` where they fit: ``window_length``), until ``sub_windows``
-    equal spans agree within ``target_spread`` (0: at once) or ``max_timed_s`` ends it
-    (``timed_spans``); then, given ``end_epoch``, an epoch boundary timed. ``on_sub_window``
-    sees each sub-window end (a pruner may raise ``WindowStopped``); ``gpu`` samples the GPU;
-    ``count(batch)``: its samples; ``peers``: the other ranks; ``compiles()``: graphs built."""
+    """Times ``step`` over ``batches``: start-up, warm-up, then sub-windows (``window_length``:
+    whole worker rounds, whole passes where they fit) until ``sub_windows`` equal spans agree
+    within ``target_spread`` or ``max_timed_s`` ends it (``timed_spans``); then an epoch
+    boundary (``_next_epoch``). ``on_sub_window`` may stop it (``WindowStopped``)."""
     it, sync = iter(batches), _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _slowest(peers, _warm_up(it, step, warmup, sync=sync, clock=clock))
@@ -66,6 +64,8 @@ def run_window(
     sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
     compiled = compiles()
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
+    pass_s = pass_batches * tally.elapsed / tally.batches if pass_batches and tally.batches else 0
+    whole = one_pass if 0 < pass_s <= max_timed_s else None  # a whole epoch, where it fits
     return Measurement(
         samples_per_s=tally.rate,
         sub_window_samples_per_s=tuple(tally.rates),
@@ -75,7 +75,7 @@ def run_window(
         timed_batches=tally.batches,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
-        epoch_start_s=_next_epoch_start(it, batches, end_epoch, sync=sync, clock=clock),
+        **_next_epoch(it, batches, step, end_epoch, whole, tally.rate, count, sync, clock),
         first_step_s=first_step_s,
         settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
         grouped=grouped,
@@ -104,20 +104,26 @@ def _slowest(peers: Peers, batch_rate: float | None) -> float | None:
     return None if agreed < 0 else agreed
 
 
-def _next_epoch_start(
+def _next_epoch(
     it: Iterator[Batch],
     batches: Iterable[Batch],
+    step: Step,
     end_epoch: Callable[[], None] | None,
-    *,
+    one_pass: Callable[[], None] | None,
+    steady: float,
+    count: Count,
     sync: Callable[[], None],
     clock: Callable[[], float],
-) -> float | None:
+) -> dict[str, float | None]:
     """Ends ``it``'s epoch, drains the batches in flight (untimed), and times what a user's
-    epoch pays at the boundary: the end itself (workers that do not persist are shut down
-    then) and a new epoch of ``batches`` to its first batch in hand. None without
-    ``end_epoch``."""
+    epoch pays at the boundary (``epoch_start_s``): the end itself (workers that do not
+    persist are shut down then) and a new epoch of ``batches`` to its first batch in hand;
+    given ``one_pass`` (the new epoch made one pass: the run passes it where a pass fits
+    ``max_timed_s`` at the rate timed), on to that epoch's last step done, as a user's epoch
+    runs (``time_epoch``'s rule): what it took beyond its samples at the ``steady`` rate
+    (``epoch_overhead_s``). None without ``end_epoch``."""
     if end_epoch is None:
-        return None
+        return {"epoch_start_s": None, "epoch_overhead_s": None}
     end_epoch()
     while True:
         before = clock()
@@ -126,7 +132,21 @@ def _next_epoch_start(
         except StopIteration:
             ending = clock() - before
             break
-    return ending + _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
+    if one_pass is None:
+        start_s = ending + _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
+        return {"epoch_start_s": start_s, "epoch_overhead_s": None}
+    one_pass()
+    sync()
+    start, in_hand, samples = clock(), None, 0
+    for batch in batches:
+        in_hand = clock() - start if in_hand is None else in_hand
+        step(batch)
+        samples += count(batch)
+    sync()
+    seconds = clock() - start
+    overhead = max(0.0, seconds - samples / steady) if steady > 0 and samples else None
+    start_s = ending + (seconds if in_hand is None else in_hand)
+    return {"epoch_start_s": start_s, "epoch_overhead_s": overhead}
 
 
 def _first_batch_in_hand(

@@ -155,6 +155,7 @@ def _confirmed(
                 epoch_start_s=m.epoch_start_s,
                 time_to_first_batch_s=m.time_to_first_batch_s,
                 preparation_s=session.preparation_per_epoch(config),
+                epoch_overhead_s=m.epoch_overhead_s,
             )
             for m in measured
         ]
@@ -199,6 +200,7 @@ def from_search(
                 epoch_start_s=store.trial_attr(t, TrialKey.EPOCH_START),
                 time_to_first_batch_s=store.trial_attr(t, TrialKey.TIME_TO_FIRST_BATCH),
                 preparation_s=store.trial_attr(t, TrialKey.PREPARATION, 0.0),
+                epoch_overhead_s=store.trial_attr(t, TrialKey.EPOCH_OVERHEAD),
             )
             for t in trials
         )

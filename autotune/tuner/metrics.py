@@ -41,15 +41,21 @@ def startup_per_epoch(
     epoch_start_s: float | None,
     time_to_first_batch_s: float,
     preparation_s: float = 0.0,
+    epoch_overhead_s: float | None = None,
 ) -> float:
-    """What each epoch's start costs beyond one batch at the steady rate: measured at a real
-    epoch boundary where the trial made one (workers respawned, or refilled when they
-    persist: a new epoch starts with an empty buffer either way). Else the run's first start:
+    """What each epoch costs beyond its samples at the steady rate: where the trial timed
+    a whole epoch, what it took beyond them (``epoch_overhead_s``: its start, its end, and
+    workers racing ahead into their buffer, then idle while it drains). Else its start
+    beyond one batch at the steady rate, measured at a real epoch boundary where the trial
+    made one (workers respawned, or refilled when they persist: a new epoch starts with an
+    empty buffer either way). Else the run's first start:
     for DALI's own loader (it resets and refills its queue every epoch) and, in a trial of an
     older autotune, for workers that restart with every epoch. ``preparation_s``: each
     epoch's share of preparing the config's prepared copy (``Session.preparation_per_epoch``)."""
     if steady <= 0:
         return 0.0
+    if epoch_overhead_s is not None:
+        return preparation_s + epoch_overhead_s
     if epoch_start_s is not None:
         return preparation_s + startup_beyond_one_batch(epoch_start_s, config.batch_size, steady)
     own_loader = decoders.DECODERS.get(config.decoder)

@@ -144,12 +144,10 @@ class Objective:
         if preparation:
             store.set_trial_attr(trial, TrialKey.PREPARATION, round(preparation, 3))
         startup = startup_per_epoch(
-            config,
-            steady=m.samples_per_s,
-            epoch_start_s=m.epoch_start_s,
-            time_to_first_batch_s=m.time_to_first_batch_s,
-            preparation_s=preparation,
-        )
+            config, steady=m.samples_per_s, epoch_start_s=m.epoch_start_s,
+            time_to_first_batch_s=m.time_to_first_batch_s, preparation_s=preparation,
+            epoch_overhead_s=m.epoch_overhead_s,
+        )  # fmt: skip
         value = epoch_rate(m.samples_per_s, startup, epoch_samples=self.session.epoch_samples)
         store.set_trial_attr(trial, TrialKey.EPOCH, round(value, 1))
         model = _said(trial, predicted)

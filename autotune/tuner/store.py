@@ -50,6 +50,7 @@ class TrialKey:
     RANK_DATA_WAITS = "data_wait_fraction_ranks"  # and its own data wait
     TIME_TO_FIRST_BATCH = "time_to_first_batch_s"
     EPOCH_START = "epoch_start_s"  # to a next epoch's first batch in hand
+    EPOCH_OVERHEAD = "epoch_overhead_s"  # a whole epoch beyond its samples at the steady rate
     # each epoch's share of preparing the config's prepared copy (charged in its value)
     PREPARATION = "preparation_per_epoch_s"
     FIRST_STEP = "first_step_s"  # the run's first step: its warm-up (compiling, if asked)
@@ -176,6 +177,8 @@ def record_outcome(trial: optuna.Trial, config: PipelineConfig, outcome: TrialOu
             attrs[TrialKey.RANK_DATA_WAITS] = [round(v, 3) for v in m.rank_data_wait_fraction]
         if m.epoch_start_s is not None:
             attrs[TrialKey.EPOCH_START] = round(m.epoch_start_s, 3)
+        if m.epoch_overhead_s is not None:
+            attrs[TrialKey.EPOCH_OVERHEAD] = round(m.epoch_overhead_s, 3)
         if m.first_step_s is not None:
             attrs[TrialKey.FIRST_STEP] = round(m.first_step_s, 3)
         if m.timed_compiles:

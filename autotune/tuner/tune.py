@@ -210,8 +210,8 @@ def _winners(
     winner, as_is_winner, notes = pick_each_way(confirmed)
     if session.epoch_samples:
         notes.append(
-            f"samples/s over an epoch of {session.epoch_samples} samples: each epoch's start "
-            "(workers respawned, or refilled when they persist) charged once per epoch"
+            f"samples/s over an epoch of {session.epoch_samples} samples: a whole epoch timed "
+            "where it fits a window (else each epoch's start) charged once per epoch"
         )
     return winner, as_is_winner, notes
 

@@ -126,6 +126,11 @@ def test_the_sampler_runs_on_until_its_epoch_is_ended() -> None:
     assert 1 <= len(rest) <= 3 and all(len(batch) <= 2 for batch in rest)
     again = iter(loader)
     assert len(next(again)) == 2  # a new epoch, endless again
+    del again
+    sampler.one_pass()  # the next epoch: one pass, then its end (a whole epoch timed)
+    whole = list(iter(loader))
+    assert len(whole) == 3 and sorted(torch.cat(whole).tolist()) == list(range(6))
+    assert len([next(it) for it in [iter(loader)] for _ in range(5)]) == 5  # endless again
 
 
 def test_the_window_reads_a_seeded_random_order_over_the_whole_dataset() -> None:

@@ -6,6 +6,7 @@ window reports can be compared with ``==`` to the rates the fake pipeline is bui
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterator
 
@@ -280,19 +281,33 @@ def test_process_cpu_time_per_timed_sample() -> None:
 
 class EpochLoader:
     """Epochs that end when told: each ``iter()`` starts one after ``restart`` seconds, then
-    hands out ``in_flight`` more batches once told to end, then stops."""
+    hands out ``in_flight`` more batches once told to end, then stops; after ``one_pass()``
+    the next epoch is ``pass_len`` batches, the last ``idle`` seconds late (workers that
+    raced ahead into their buffer, idle while it drains, make an epoch's batches so)."""
 
-    def __init__(self, clock: FakeClock, restart: float, in_flight: int) -> None:
+    def __init__(
+        self, clock: FakeClock, restart: float, in_flight: int, pass_len: int = 4, idle=0.0
+    ) -> None:
         self.clock, self.restart, self.in_flight = clock, restart, in_flight
         self.ended, self.epochs, self.after_end = False, 0, 0
+        self.pass_len, self.idle, self.one, self.last_pass = pass_len, idle, False, 0
 
     def end(self) -> None:
         self.ended = True
+
+    def one_pass(self) -> None:
+        self.one = True
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.epochs += 1
         self.ended = False
         self.clock.now += self.restart
+        if self.one:
+            for i in range(self.pass_len):
+                self.clock.now += T_BATCH + (self.idle if i == self.pass_len - 1 else 0.0)
+                self.last_pass += 1
+                yield torch.zeros(BATCH_SIZE, 1), torch.zeros(BATCH_SIZE, dtype=torch.int64)
+            return
         while not self.ended or self.after_end < self.in_flight:
             if self.ended:
                 self.after_end += 1
@@ -317,6 +332,30 @@ def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() 
     assert m.samples_per_s == SUSTAINED  # the boundary is not in the timed windows
     without, _ = window()
     assert without.epoch_start_s is None  # no boundary asked for: none made
+    assert m.epoch_overhead_s is None and without.epoch_overhead_s is None
+
+
+def test_a_whole_epoch_that_fits_is_timed_and_charged_beyond_its_samples_at_the_steady_rate():
+    def timed(max_timed_s: float) -> tuple[Measurement, EpochLoader]:
+        clock = FakeClock()
+        epochs = EpochLoader(clock, restart=1.5, in_flight=3, pass_len=4, idle=0.25)
+        m = run_window(
+            epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4,
+            clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4,
+            max_timed_s=max_timed_s,
+        )  # fmt: skip
+        return m, epochs
+
+    m, epochs = timed(max_timed_s=math.inf)
+    assert epochs.epochs == 2 and epochs.last_pass == 4  # the next epoch: one pass, whole
+    assert m.samples_per_s == SUSTAINED  # the epoch is not in the timed windows
+    assert m.epoch_start_s == 1.5 + T_BATCH  # its start, as without it
+    # 4 batches beyond their time at the steady rate: the restart and the late last batch
+    assert m.epoch_overhead_s == pytest.approx(1.5 + 0.25)
+    # a pass longer than the window's time cap at the rate timed: its start alone
+    short, epochs = timed(max_timed_s=4 * (T_BATCH + T_STEP) * 0.9)
+    assert short.epoch_overhead_s is None and epochs.last_pass == 0
+    assert short.epoch_start_s == 1.5 + T_BATCH
 
 
 def uneven(buffered: int, every: int) -> Callable[[int], float]:

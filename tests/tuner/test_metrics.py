@@ -36,6 +36,17 @@ def test_an_epoch_start_measured_at_a_boundary_is_charged_to_every_loader():
     )
 
 
+def test_a_whole_epoch_timed_is_charged_what_it_took_beyond_its_samples():
+    """More than its start: what a whole epoch took beyond its samples at the steady rate
+    (the trial timed it), and a prepared copy's share on top."""
+    persistent = PipelineConfig(num_workers=2, persistent_workers=True, batch_size=10)
+    figures = {"steady": 100.0, "epoch_start_s": 0.5, "time_to_first_batch_s": 2.0}
+    assert startup_per_epoch(persistent, **figures, epoch_overhead_s=0.7) == pytest.approx(0.7)
+    assert startup_per_epoch(
+        persistent, **figures, epoch_overhead_s=0.0, preparation_s=0.25
+    ) == pytest.approx(0.25)
+
+
 def test_without_a_boundary_only_workers_that_restart_pay_the_first_start():
     """DALI's own loader, or a trial stored by an older autotune: no boundary was timed."""
     plain = PipelineConfig(num_workers=2, batch_size=10)
