@@ -6,6 +6,7 @@ import importlib
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -49,8 +50,17 @@ def test_a_command_starts_the_server_first_unless_it_runs_no_trial(
         assert (pid != "None") is starts, pid
         if starts:  # importing torch, while the command goes on
             server = psutil.Process(int(pid))
-            assert "forkserver" in " ".join(server.cmdline())
+            assert "forkserver" in " ".join(_cmdline(server))
             server.send_signal(signal.SIGKILL)
     finally:
         command.communicate("\n", timeout=60)
     assert command.returncode == 0
+
+
+def _cmdline(process: psutil.Process, within_s: float = 10.0) -> list[str]:
+    """The process's command line, once it has one: a process just started read an empty one
+    once in CI (its exec under way)."""
+    deadline = time.monotonic() + within_s
+    while not (line := process.cmdline()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return line
