@@ -25,9 +25,10 @@ import zygote
 
 from autotune import machine
 from autotune.app.cli import compose, to_config
+from autotune.app.selfcheck_online import WINDOW as SELFCHECK_WINDOW
 from autotune.app.selfcheck_paths import QUICK as SELFCHECK_QUICK
 from autotune.pipeline.sources import Source
-from autotune.schema import AutotuneConfig, WindowConfig
+from autotune.schema import AutotuneConfig
 from autotune.session import SearchSpace, Session
 
 TESTS = Path(__file__).parent
@@ -36,14 +37,9 @@ TESTS = Path(__file__).parent
 QUICK = list(SELFCHECK_QUICK)
 # what each setting is worth: measured even in a short search (the table takes seconds)
 WORTH = ["study.worth_budget=2"]
-# a trial's window of a few batches, untimed by length or spread: where the figure is not the point
-BRIEF_WINDOW = WindowConfig(
-    warmup_extra_batches=1,
-    sub_windows=2,
-    batches_per_window=2,
-    min_sub_window_s=0.0,
-    target_spread=0.0,
-)
+# a trial's window of a few batches, untimed by length or spread: where the figure is not the
+# point (the self-check's, for autotune.DataLoader)
+BRIEF_WINDOW = SELFCHECK_WINDOW
 # the benchmark shrunk with Hydra overrides (a grid of 6, short windows): its tests check what
 # is measured and written, not the figures, which come from full runs
 BENCHMARK_TINY = [

@@ -60,8 +60,11 @@ def fewest_batches(settings: PipelineConfig, window: WindowConfig) -> int:
     buffer drained, then the extra batches) and one sub-window at its shortest, in whole
     rounds of its workers. Every epoch warms up anew: an epoch shorter than this never
     times it."""
-    rounds = max(1, settings.num_workers)
-    shortest = -(-max(1, window.batches_per_window) // rounds) * rounds
+    shortest = sub_windows(
+        at_least=window.batches_per_window, batch_rate=None, min_sub_window_s=0.0,
+        align=max(1, settings.num_workers), consumed=0, pass_batches=None,
+        count=window.sub_windows, max_timed_s=window.max_timed_s,
+    ).batches  # fmt: skip
     return warmup_batches(settings.buffered_batches, window.warmup_extra_batches) + shortest
 
 
