@@ -109,8 +109,15 @@ def test_a_host_of_another_kind_is_refused_in_one_line(three_hosts, tmp_path):
 
 
 def _kill_host(host: subprocess.Popen[str]) -> None:
-    """The host dies at once, as on a power loss: it and every process it started."""
-    family = [host.pid, *(p.pid for p in psutil.Process(host.pid).children(recursive=True))]
+    """The host dies at once, as on a power loss: it and every process it started. Each is
+    stopped first, until a reading of the family finds no new one (a process forking while
+    it is read would escape one reading, and its trial would beat on), then all are killed."""
+    family: set[int] = set()
+    while new := {host.pid, *(p.pid for p in psutil.Process(host.pid).children(True))} - family:
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        family |= new
     for pid in family:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
