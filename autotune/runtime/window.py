@@ -121,7 +121,7 @@ def _next_epoch(
     given ``one_pass`` (the new epoch made one pass: the run passes it where a pass fits
     ``max_timed_s`` at the rate timed), on to that epoch's last step done, as a user's epoch
     runs (``time_epoch``'s rule): what it took beyond its samples at the ``steady`` rate
-    (``epoch_overhead_s``). None without ``end_epoch``."""
+    (``epoch_overhead_s``; below 0 where the pass ran faster). None without ``end_epoch``."""
     if end_epoch is None:
         return {"epoch_start_s": None, "epoch_overhead_s": None}
     end_epoch()
@@ -144,7 +144,9 @@ def _next_epoch(
         samples += count(batch)
     sync()
     seconds = clock() - start
-    overhead = max(0.0, seconds - samples / steady) if steady > 0 and samples else None
+    # not clamped at 0: a pass that ran faster than the steady rate is the same noise as one
+    # that ran slower, and a clamp would charge every claim (a baseline's most) the noise
+    overhead = seconds - samples / steady if steady > 0 and samples else None
     start_s = ending + (seconds if in_hand is None else in_hand)
     return {"epoch_start_s": start_s, "epoch_overhead_s": overhead}
 

@@ -21,10 +21,10 @@ SAME_SPEED = 0.02
 
 def epoch_rate(steady: float, startup_s: float, *, epoch_samples: int | None) -> float:
     """Samples/s over one epoch: the steady rate, plus each epoch's start (``startup_s``,
-    beyond one batch at the steady rate) once per epoch."""
-    if not epoch_samples or steady <= 0:
-        return steady
-    return epoch_samples / (epoch_samples / steady + startup_s)
+    beyond one batch at the steady rate, below 0 where a whole epoch timed ran faster than
+    the steady rate) once per epoch."""
+    seconds = epoch_samples / steady + startup_s if epoch_samples and steady > 0 else 0.0
+    return epoch_samples / seconds if epoch_samples and seconds > 0 else steady
 
 
 def startup_beyond_one_batch(

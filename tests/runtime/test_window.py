@@ -336,9 +336,11 @@ def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() 
 
 
 def test_a_whole_epoch_that_fits_is_timed_and_charged_beyond_its_samples_at_the_steady_rate():
-    def timed(max_timed_s: float) -> tuple[Measurement, EpochLoader]:
+    def timed(
+        max_timed_s: float, restart: float = 1.5, idle: float = 0.25
+    ) -> tuple[Measurement, EpochLoader]:
         clock = FakeClock()
-        epochs = EpochLoader(clock, restart=1.5, in_flight=3, pass_len=4, idle=0.25)
+        epochs = EpochLoader(clock, restart=restart, in_flight=3, pass_len=4, idle=idle)
         m = run_window(
             epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4,
             clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4,
@@ -356,6 +358,10 @@ def test_a_whole_epoch_that_fits_is_timed_and_charged_beyond_its_samples_at_the_
     short, epochs = timed(max_timed_s=4 * (T_BATCH + T_STEP) * 0.9)
     assert short.epoch_overhead_s is None and epochs.last_pass == 0
     assert short.epoch_start_s == 1.5 + T_BATCH
+    # a pass that ran faster than the steady rate: charged below 0, not 0 (a clamp would
+    # charge the noise of every pass that runs slower and none of one that runs faster)
+    fast, _ = timed(max_timed_s=math.inf, restart=0.0, idle=-0.1)
+    assert fast.epoch_overhead_s == pytest.approx(-0.1)
 
 
 def uneven(buffered: int, every: int) -> Callable[[int], float]:

@@ -45,6 +45,11 @@ def test_a_whole_epoch_timed_is_charged_what_it_took_beyond_its_samples():
     assert startup_per_epoch(
         persistent, **figures, epoch_overhead_s=0.0, preparation_s=0.25
     ) == pytest.approx(0.25)
+    # a pass faster than the steady rate (noise): the epoch rate is that pass's, above steady
+    in_process = PipelineConfig(num_workers=0, batch_size=10)
+    charge = startup_per_epoch(in_process, **figures, epoch_overhead_s=-0.05)
+    assert charge == pytest.approx(-0.05)
+    assert epoch_rate(100.0, charge, epoch_samples=100) == pytest.approx(100 / 0.95)
 
 
 def test_without_a_boundary_only_workers_that_restart_pay_the_first_start():
