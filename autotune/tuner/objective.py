@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -19,7 +20,7 @@ from autotune.tuner import prospects, rate_model, store
 from autotune.tuner.metrics import epoch_rate, startup_per_epoch
 from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
-from autotune.tuner.ways import searches_both
+from autotune.tuner.ways import BEATEN_BY, best_epoch_rate, searches_both
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,17 @@ def _said(trial: optuna.Trial, predicted: rate_model.Prediction | None) -> str:
     return f", model {predicted.samples_per_s:.1f} ({predicted.binds})"
 
 
+def _pruned(trial: optuna.Trial, head: str, after: int, so_far: list[float]) -> NoReturn:
+    """Says why the trial stopped early (``ways.ClearlyBeaten``), and ends it as pruned."""
+    rate = f"{so_far[-1]:.1f} samples/s so far" if so_far else "its rate so far"
+    way_best = best_epoch_rate(trial.study, trial.params) or 0.0
+    log.info(
+        "%s pruned after sub-window %d: %s, even %d%% higher below its way's best (%.1f)%s",
+        head, after, rate, round(100 * BEATEN_BY), way_best, best_so_far(trial),
+    )  # fmt: skip
+    raise optuna.TrialPruned()
+
+
 class Objective:
     """``objective(trial)``: suggest, pre-check, measure in a child process, record.
 
@@ -118,8 +130,11 @@ class Objective:
         self._skip_if_it_would_not_fit(trial, config, head)
         predicted = self._predict_or_skip(trial, config, head)  # before the run
 
+        so_far: list[float] = []
+
         def should_prune(index: int, running_median: float) -> bool:
             trial.report(running_median, index)
+            so_far.append(running_median)
             return trial.should_prune()
 
         study = self.session.conf.study
@@ -131,9 +146,7 @@ class Objective:
             over = outcome.peak_memory_bytes / 2**30 - study.memory_budget_gb
             store.set_trial_attr(trial, TrialKey.CONSTRAINT, over)
         if outcome.status == "pruned":
-            after = (outcome.pruned_at or 0) + 1
-            log.info("%s pruned after sub-window %d%s", head, after, best_so_far(trial))
-            raise optuna.TrialPruned()
+            _pruned(trial, head, (outcome.pruned_at or 0) + 1, so_far)
         if outcome.measurement is None:
             assert outcome.failure is not None
             failure = outcome.failure

@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial
 from autotune.pipeline.config import AS_IS
 from autotune.session import SearchSpace
 from autotune.tuner import store
+from autotune.tuner.metrics import feasible_complete
 
 
 def searches_both(space: SearchSpace) -> bool:
@@ -57,13 +58,39 @@ class SameWayPruner(optuna.pruners.BasePruner):
         return self._pruner.prune(view, trial)  # type: ignore[arg-type]  # duck-typed study
 
 
+# A rate so far that, this much higher, still stays below its way's best is clearly beaten:
+# what the spans of one run are allowed to disagree by before they count as settled
+# (``window.target_spread``'s default).
+BEATEN_BY = 0.10
+PRUNE_FROM = 2  # sub-windows timed before a trial may be pruned: one span is no rate
+
+
+class ClearlyBeaten(optuna.pruners.BasePruner):
+    """Racing inside the search: a trial whose rate so far (the running median of its
+    sub-windows' steady rates), even ``BEATEN_BY`` higher, stays below the best epoch rate a
+    complete feasible trial has reached, is stopped: the rest of its window could not make
+    it a finalist. Its steady rate so far is an upper bound of what it would be charged
+    (an epoch's overhead only lowers it), so a config within reach of the best is never
+    cut short."""
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None or step + 1 < PRUNE_FROM:
+            return False
+        best = best_epoch_rate(study)
+        return best is not None and trial.intermediate_values[step] * (1 + BEATEN_BY) < best
+
+
+def best_epoch_rate(study: optuna.Study, params: Mapping[str, Any] | None = None) -> float | None:
+    """The best value a complete feasible trial reached: of ``params``'s way, given them."""
+    if params is not None:
+        study = _TrialsOfOneWay(study, is_as_is(params))  # type: ignore[assignment]
+    return max((t.value for t in feasible_complete(study) if t.value), default=None)
+
+
 def make_pruner() -> optuna.pruners.BasePruner:
-    """Prunes only the clear losers: a rate so far (over the sub-windows so far) in the
-    bottom quarter of what earlier trials of the same
-    way had reached by the same sub-window, from the third sub-window on."""
-    return SameWayPruner(
-        optuna.pruners.PercentilePruner(75.0, n_startup_trials=4, n_warmup_steps=2)
-    )
+    """Prunes only the clear losers of their own way (``ClearlyBeaten``)."""
+    return SameWayPruner(ClearlyBeaten())
 
 
 def ask_for_as_is(study: optuna.Study) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import optuna
 import pytest
@@ -15,7 +16,9 @@ from autotune.runtime.failures import Failure
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.session import SearchSpace, Session
+from autotune.tuner import objective as objective_module
 from autotune.tuner.objective import Objective, TrialFailed, precheck
+from autotune.tuner.ways import make_pruner
 
 MiB = 2**20
 
@@ -150,6 +153,32 @@ def test_a_config_whose_run_was_interrupted_is_measured_again(cfg, facts, source
         study.optimize(measure, n_trials=1, catch=(TrialFailed,))
     assert len(runs) == 2 and "repeat_of" not in study.trials[1].user_attrs
     assert study.trials[1].value is not None
+
+
+def test_a_trial_clearly_beaten_so_far_is_pruned_and_says_by_what(cfg, facts, source, caplog):
+    """Racing in the search: after two sub-windows a trial whose rate so far, even 10 %
+    higher, is below its way's best stops there, and the log says both rates."""
+
+    def run(job, *, timeout_s, should_prune=lambda i, v: False):
+        rates = (300.0,) * 3 if job.pipeline.decoder == "opencv" else (800.0,) * 3
+        for i, rate in enumerate(rates):
+            if should_prune(i, rate):
+                return TrialOutcome("pruned", peak_memory_bytes=MiB, pruned_at=i, wall_s=1.0)
+        m = Measurement(rates[0], rates, 0.1, 0.01, 2, 6)
+        return TrialOutcome("ok", measurement=m, peak_memory_bytes=MiB, wall_s=1.0)
+
+    study = optuna.create_study(direction="maximize", pruner=make_pruner())
+    measure = objective(cfg, facts, source, run)
+    with caplog.at_level(logging.INFO, logger=objective_module.__name__):
+        for decoder in ("pil", "opencv"):
+            study.enqueue_trial({**WORKERS, "prefetch_factor": 2, "decoder": decoder})
+            study.optimize(measure, n_trials=1)
+    best, beaten = study.trials
+    assert best.value == 800.0 and beaten.state == optuna.trial.TrialState.PRUNED
+    assert beaten.intermediate_values == {0: 300.0, 1: 300.0}  # stopped after the second
+    said = [r.getMessage() for r in caplog.records if "pruned after" in r.getMessage()]
+    assert said and "pruned after sub-window 2: 300.0 samples/s so far" in said[0]
+    assert "below its way's best (800.0)" in said[0]
 
 
 def test_precheck_counts_every_rank_s_loader(facts):

@@ -7,7 +7,15 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from autotune.tuner.ways import as_is_is_due, ask_for_as_is, is_as_is, make_pruner
+from autotune.tuner.ways import (
+    BEATEN_BY,
+    PRUNE_FROM,
+    ClearlyBeaten,
+    as_is_is_due,
+    ask_for_as_is,
+    is_as_is,
+    make_pruner,
+)
 
 DECODER = CategoricalDistribution(["as_is", "pil", "opencv"])
 WORKERS = IntDistribution(0, 4)
@@ -22,10 +30,10 @@ def _finished(decoder: str, rate: float) -> optuna.trial.FrozenTrial:
     )
 
 
-def _running_at(study: optuna.Study, decoder: str, rate: float) -> optuna.Trial:
+def _running_at(study: optuna.Study, decoder: str, rate: float, steps: int = 3) -> optuna.Trial:
     study.enqueue_trial({"decoder": decoder, "num_workers": 1})
     trial = study.ask({"decoder": DECODER, "num_workers": WORKERS})
-    for step in range(3):
+    for step in range(steps):
         trial.report(rate, step)
     return trial
 
@@ -34,18 +42,27 @@ def test_a_trial_is_pruned_only_for_losing_to_its_own_way() -> None:
     """As it is, 420 samples/s is a fine config among configs as they are (400), though the
     tuner's decoders (800) would have pruned it."""
     study = optuna.create_study(direction="maximize", pruner=make_pruner())
-    for _ in range(12):
+    for _ in range(3):
         study.add_trial(_finished("opencv", 800.0))
-    for _ in range(4):
-        study.add_trial(_finished("as_is", 400.0))
+    study.add_trial(_finished("as_is", 400.0))
     assert not _running_at(study, "as_is", 420.0).should_prune()
     assert _running_at(study, "as_is", 300.0).should_prune()  # a loser of its own way
     assert _running_at(study, "pil", 420.0).should_prune()  # a loser of the other way
-    everyone = optuna.create_study(
-        direction="maximize", pruner=optuna.pruners.PercentilePruner(75.0, n_warmup_steps=2)
-    )
+    everyone = optuna.create_study(direction="maximize", pruner=ClearlyBeaten())
     everyone.add_trials(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
     assert _running_at(everyone, "as_is", 420.0).should_prune()  # what judging all would do
+
+
+def test_only_a_clearly_beaten_trial_is_pruned_and_not_on_one_span() -> None:
+    """Within ``BEATEN_BY`` of the best it may still win: measured to the end. After one
+    sub-window it is not judged at all; with nothing complete, nothing is."""
+    study = optuna.create_study(direction="maximize", pruner=make_pruner())
+    assert not _running_at(study, "pil", 1.0).should_prune()  # nothing to lose to yet
+    study.add_trial(_finished("opencv", 800.0))
+    near = 800.0 / (1 + BEATEN_BY) + 1
+    assert not _running_at(study, "pil", near).should_prune()
+    assert _running_at(study, "pil", near - 2).should_prune()
+    assert not _running_at(study, "pil", 100.0, steps=PRUNE_FROM - 1).should_prune()
 
 
 def test_the_as_is_way_gets_its_share_of_the_trials() -> None:
