@@ -8,14 +8,23 @@ the same config, earlier) — the larger. A finalist is out where, raised by tha
 stays below the leader lowered by it, and by more than the margin within which the cheaper
 of two configs is picked (``SAME_SPEED``): a config that could still win on cost stays. The
 baseline always stays: every claim is against it.
+
+Before the first round, the search's own trials are round 0: a finalist that the search
+already measured clearly below its way's best (the pruner's rule, ``ways.BEATEN_BY``) is not
+confirmed at all (``within_reach``).
 """
 
 from __future__ import annotations
 
 import statistics
+from typing import TypeVar
 
+from autotune.pipeline.config import PipelineConfig
 from autotune.tuner.metrics import SAME_SPEED, Confirmed, run_to_run
 from autotune.tuner.store import BASELINE
+from autotune.tuner.ways import BEATEN_BY
+
+F = TypeVar("F", bound=tuple[str, int | None, PipelineConfig])  # confirm.Finalist
 
 
 def noise(confirmed: list[Confirmed], searched: dict[str, float]) -> float | None:
@@ -53,3 +62,29 @@ def clearly_beaten(
         if best_plausible < leader_worst:
             out.append((c, leader))
     return out
+
+
+def within_reach(picked: list[F], searched: dict[str, float]) -> tuple[list[F], str | None]:
+    """``picked`` (label, trial number, config; the baseline first) less the finalists whose
+    search rate (``searched``: label -> rate), even ``BEATEN_BY`` higher, stays below the best
+    search rate of the way they could be picked for (an as-is config: the as-is finalists';
+    any other: all of them), and a note naming those left out (None: none was)."""
+
+    def rate(finalist: F) -> float:
+        return searched.get(finalist[0], 0.0)
+
+    best = max((rate(f) for f in picked), default=0.0)
+    best_as_is = max((rate(f) for f in picked if f[2].as_is), default=0.0)
+    kept, out = [], []
+    for finalist in picked:
+        leader = best_as_is if finalist[2].as_is else best
+        if finalist[0] != BASELINE and 0 < rate(finalist) * (1 + BEATEN_BY) < leader:
+            out.append(f"{finalist[0]} ({rate(finalist):.1f} against {leader:.1f})")
+        else:
+            kept.append(finalist)
+    if not out:
+        return kept, None
+    return kept, (
+        f"not confirmed: {', '.join(out)}: the search measured each, even "
+        f"{round(100 * BEATEN_BY)}% higher, below its way's best"
+    )

@@ -20,7 +20,7 @@ from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import hosts, rate_model, storage, store, warm_start
+from autotune.tuner import hosts, racing, rate_model, storage, store, warm_start
 from autotune.tuner.confirm import Finalist, confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run
@@ -126,6 +126,9 @@ def _confirmed(
     """The finalists re-measured interleaved (unless stopped), else the search's figures."""
     study_conf = session.conf.study
     picked = finalists(study, study_conf.confirm_top_k, baseline)
+    picked, left_out = racing.within_reach(picked, _searched(study, picked))
+    if left_out:
+        log.info("confirm: %s", left_out)
     confirmed: list[Confirmed] = []
     if not stop.is_set() and study_conf.confirm_top_k > 0 and len(picked) > 1:
         rounds = study_conf.confirm_rounds
@@ -142,7 +145,8 @@ def _confirmed(
         confirmed = from_search(study, picked, epoch_samples=session.epoch_samples)
         if confirmed:
             return confirmed, ["finalists were not re-measured: figures are from the search"]
-    return confirmed, [n for n in (_race_note(confirmed, study_conf.confirm_rounds),) if n]
+    notes = (left_out, _race_note(confirmed, study_conf.confirm_rounds))
+    return confirmed, [n for n in notes if n]
 
 
 def _race_note(confirmed: list[Confirmed], rounds: int) -> str | None:

@@ -6,7 +6,7 @@ import pytest
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner.metrics import Confirmed
-from autotune.tuner.racing import clearly_beaten, noise
+from autotune.tuner.racing import clearly_beaten, noise, within_reach
 
 AS_IS = PipelineConfig(decoder="as_is")
 
@@ -53,3 +53,28 @@ def test_a_finalist_within_the_same_speed_margin_is_not_out_even_without_noise()
     assert [
         c.label for c, _ in clearly_beaten([*rows, _row("trial 3", 380.0, _tuned(0))], 0.0)
     ] == ["trial 3"]
+
+
+def test_a_finalist_the_search_measured_clearly_beaten_is_not_confirmed():
+    """Round 0 is the search: within 10 % of its way's best a finalist is raced; further
+    behind it is left out, named; the baseline stays however slow."""
+    as_is = PipelineConfig(num_workers=1, prefetch_factor=2, decoder="as_is")
+    picked = [
+        ("baseline", None, AS_IS),
+        ("trial 1", 1, _tuned(2)),
+        ("trial 2", 2, _tuned(1)),
+        ("trial 3", 3, _tuned(0)),
+        ("trial 4", 4, as_is),
+    ]
+    searched = {"baseline": 90.0, "trial 1": 300.0, "trial 2": 275.0, "trial 3": 200.0}
+    # an as-is config races the as-is finalists only (trial 4 leads them at 150); the
+    # baseline's 90 is far below that, and it stays
+    kept, note = within_reach(picked, {**searched, "trial 4": 150.0})
+    assert [f[0] for f in kept] == ["baseline", "trial 1", "trial 2", "trial 4"]
+    assert note == (
+        "not confirmed: trial 3 (200.0 against 300.0): the search measured each, even 10% "
+        "higher, below its way's best"
+    )
+    kept, _ = within_reach(picked, searched)
+    assert "trial 4" in [f[0] for f in kept]  # not measured in the search: kept
+    assert within_reach(picked[:2], searched) == (picked[:2], None)
