@@ -70,7 +70,9 @@ def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
     study = optuna.load_study(study_name="interrupted", storage=storage)
     states = [t.state for t in study.trials]
     assert optuna.trial.TrialState.RUNNING not in states
-    assert states.count(optuna.trial.TrialState.COMPLETE) >= 2
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    assert sum(state in finished for state in states) >= 2  # a clear loser is pruned
+    assert optuna.trial.TrialState.COMPLETE in states
     assert (tmp_path / "studies" / "interrupted" / "best.yaml").exists()  # best so far
     assert not [p for p in psutil_children() if p.status() != "zombie"]  # the CLI is gone
 
