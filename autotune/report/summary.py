@@ -148,6 +148,12 @@ class Summary:
                 f"{share:.0%} of the search's {searched:.0f} s (study.worth_budget "
                 f"{worth['budget']:.0%})"
             )
+            reused = [r["label"] for r in worth["rows"] if r.get("from_confirmation")]
+            if reused:
+                lines.append(
+                    f"from the confirmation, not run again (finalists, interleaved with the "
+                    f"winner there): {', '.join(reused)}"
+                )
             quiet = [r["label"] for r in worth["rows"] if r["verdict"] == "none"]
             noise = worth.get("run_to_run", 0.0) if rounds < 2 else 0.0
             if noise:

@@ -246,7 +246,10 @@ def _result(
             noise = run_to_run(confirmed)  # a one-round row must differ by more
             measuring = session.conf.study.worth_budget > 0  # 0: no table, no phase
             with spent("worth") if measuring else contextlib.nullcontext():
-                worth = measure_worth(session, study, winner, baseline, run=run, run_to_run=noise)
+                worth = measure_worth(
+                    session, study, winner, baseline, run=run, run_to_run=noise,
+                    confirmed=tuple(confirmed),
+                )  # fmt: skip
             interrupted = stop.is_set()
         if worth is not None:
             said = (reduced_decode_note(worth, winner.config), faster_note(worth))

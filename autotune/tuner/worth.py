@@ -123,9 +123,16 @@ def _within_budget(
 
 
 def _row(
-    variant: Variant, winner: PipelineConfig, row: Confirmed, again: Confirmed, run_to_run: float
+    variant: Variant,
+    winner: PipelineConfig,
+    row: Confirmed,
+    again: Confirmed,
+    run_to_run: float,
+    *,
+    reused: bool = False,
 ) -> dict:
-    """A variant's row of the table: its figures beside the winner's of the same rounds."""
+    """A variant's row of the table: its figures beside the winner's of the same rounds
+    (``reused``: the confirmation's, where the variant was a finalist)."""
     out = {
         "label": variant.label,
         "knob": variant.knob,
@@ -138,6 +145,8 @@ def _row(
         "winner_samples_per_s": round(again.median, 1),
         "ratio": round(round(row.median, 1) / round(again.median, 1), 3),
         "verdict": verdict(row, again, run_to_run),
+        "rounds": row.rounds,
+        "from_confirmation": reused,
     }
     out["effect"] = effect(out)
     return out
@@ -151,39 +160,41 @@ def measure_worth(
     *,
     run: Run = run_trial,
     run_to_run: float = 0.0,
+    confirmed: tuple[Confirmed, ...] = (),
 ) -> WorthTable | None:
     """Measures the winner's variants that fit in ``study.worth_budget`` of the search's
     time, interleaved with the winner for ``study.worth_rounds``, and queues the one that
     beat it by most (``_queue_the_fastest``); ``run_to_run``: how far two runs of one config
-    differ here, which a difference measured in one round must pass to count. None where
-    the winner has none, the budget is 0, or the rounds were stopped."""
+    differ here, which a difference measured in one round must pass to count. A variant that
+    is one of the ``confirmed`` finalists is not run again: its confirmation rounds, beside
+    the winner's there, are its row, and cost the budget nothing. None where the winner has
+    none, the budget is 0, or the rounds were stopped."""
     study_conf = session.conf.study
     tuned = [k.name for k in session.space.knobs if k.type != "fixed"]
     ranked = decoders_ranked(study, winner.config, session.space.choices("decoder"))
     planned = variants(winner.config, baseline, tuned=tuned, decoders_ranked=ranked)
-    split = _within_budget(session, study, planned) if planned else None
+    finalist = {c.config: c for c in confirmed if c.rounds}  # re-measured, not the search's
+    every, planned = planned, [v for v in planned if v.config not in finalist]
+    split = _within_budget(session, study, planned) if every else None
     if split is None:
         return None
     measured, left_out, allowed_s = split
     spent_on_search = round(search_seconds(study), 1)
     labels = tuple(v.label for v in left_out)
-    if not measured:
+    if not measured and len(planned) == len(every):  # nothing to run, nothing to reuse
         return WorthTable({}, (), labels, 0.0, spent_on_search, study_conf.worth_budget)
-    log.info(
-        "what each setting is worth: %d variants of the winner, %d interleaved round(s)",
-        len(measured),
-        study_conf.worth_rounds,
-    )
     started = time.monotonic()
-    confirmed, ran = _measure(session, winner, measured, started + allowed_s, run)
-    again = confirmed.get(WINNER)
+    rounds, ran = _measure(session, winner, measured, started + allowed_s, run)
+    again = rounds.get(WINNER) if measured else winner
     if again is None:  # stopped, or the winner failed in these rounds
         return None
-    rows = tuple(
-        (v, _row(v, winner.config, confirmed[v.label], again, run_to_run))
-        for v in measured
-        if v.label in confirmed
-    )
+    rows = []
+    for v in every:  # in the planned order
+        if v.config in finalist:  # beside the winner in the confirmation
+            row = _row(v, winner.config, finalist[v.config], winner, run_to_run, reused=True)
+            rows.append((v, row))
+        elif v.label in rounds:
+            rows.append((v, _row(v, winner.config, rounds[v.label], again, run_to_run)))
     return WorthTable(
         again.to_dict(),
         tuple(row for _, row in rows),
@@ -191,8 +202,8 @@ def measure_worth(
         round(time.monotonic() - started, 1),
         spent_on_search,
         study_conf.worth_budget,
-        failed=tuple(v.label for v in measured if v.config in ran and v.label not in confirmed),
-        queued=_queue_the_fastest(session, study, winner, rows),
+        failed=tuple(v.label for v in measured if v.config in ran and v.label not in rounds),
+        queued=_queue_the_fastest(session, study, winner, tuple(rows)),
         run_to_run=round(run_to_run, 3),
     )
 
@@ -213,6 +224,13 @@ def _measure(
     # runs as long as a search trial, not the confirmation's: a quarter of the search then
     # covers several settings, and a shorter run's wider IQR only makes "no measurable
     # effect" likelier (the rows are read against each other's spread, never ranked)
+    if not measured:  # every variant was a finalist: nothing to run
+        return {}, ran
+    log.info(
+        "what each setting is worth: %d variants of the winner, %d interleaved round(s)",
+        len(measured),
+        session.conf.study.worth_rounds,
+    )
     rounds = {"rounds": session.conf.study.worth_rounds, "stage": "worth"}
     rows = confirm(session, picked, run=run_and_note, ranking=False, deadline=deadline, **rounds)
     return {c.label: c for c in rows}, ran

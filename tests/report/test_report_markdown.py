@@ -435,3 +435,20 @@ def test_the_trial_count_names_repeats_and_a_queued_trial_apart():
         "and took its outcome, not measured again; 1 queued, which a run with more "
         "study.n_trials measures first.\n"
     )
+
+
+def test_rows_taken_from_the_confirmation_are_named():
+    reused = {"label": "decoder=pil", "verdict": "worth", "from_confirmation": True}
+    worth = {
+        "winner": {"samples_per_s": 310.0, "rounds": 2},
+        "rows": [reused, {"label": "main_threads=2", "verdict": "worth"}],
+        "left_out": [],
+        "seconds": 20.0,
+        "search_seconds": 200.0,
+        "budget": 0.25,
+    }
+    lines = Summary(StudyResult("made", "mem", winner_label="trial 1", worth=worth)).worth_lines()
+    assert lines[1] == (
+        "from the confirmation, not run again (finalists, interleaved with the winner there): "
+        "decoder=pil"
+    )

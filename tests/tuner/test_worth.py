@@ -207,3 +207,39 @@ def test_one_round_s_difference_within_the_run_to_run_variation_is_no_effect():
     )
     row = next(r for r in table.rows if r["label"] == "decoder=torchvision")
     assert row["verdict"] == "faster"
+
+
+def test_a_variant_that_was_a_finalist_is_taken_from_the_confirmation_not_run_again():
+    """Its confirmation rounds, beside the winner's there, are its row and cost the budget
+    nothing: the run it saves goes to the next variant. A row the search gave (0 rounds: the
+    confirmation was stopped) is not a confirmation's and is run."""
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=0.075"])
+    planned = variants(WINNER_CONFIG, BASELINE, tuned=TUNED, decoders_ranked=DECODERS[1:])
+    config = {v.label: v.config for v in planned}
+    confirmed = (
+        Confirmed("baseline", None, BASELINE, (100.0,), rounds=2),
+        dataclasses.replace(winner(), rounds=2),
+        Confirmed("trial 3", 3, config["decoder=pil"], (280.0, 290.0, 300.0), rounds=2),
+        Confirmed("trial 5", 5, config["main_threads=2"], (498.0,), rounds=0),
+    )
+    order: list[str] = []
+    # 40 trials of 10 s: 400 s; 7.5 % of it, 30 s, is 3 runs: the winner and 2 variants
+    worth = measure_worth(
+        session, search_of([10.0] * 40), winner(), BASELINE, run=fake_run(order),
+        confirmed=confirmed,
+    )  # fmt: skip
+    assert order == [WINNER, "main_threads=2", "persistent_workers=False"]
+    labels = [r["label"] for r in worth.rows]
+    assert labels == ["decoder=pil", "main_threads=2", "persistent_workers=False"]
+    pil = worth.rows[0]
+    assert pil["from_confirmation"] and pil["rounds"] == 2 and pil["samples_per_s"] == 290.0
+    assert pil["winner_samples_per_s"] == 500.0 and pil["verdict"] == "worth"
+    assert not worth.rows[1]["from_confirmation"]
+    # a budget that allows no run: the finalist's row alone, the winner's the confirmation's
+    order.clear()
+    alone = measure_worth(
+        session, search_of([10.0] * 4), confirmed[1], BASELINE, run=fake_run(order),
+        confirmed=confirmed,
+    )  # fmt: skip
+    assert order == [] and [r["label"] for r in alone.rows] == ["decoder=pil"]
+    assert alone.winner["rounds"] == 2 and alone.seconds == pytest.approx(0.0, abs=0.5)
