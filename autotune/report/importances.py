@@ -19,13 +19,18 @@ def evaluator() -> optuna.importance.BaseImportanceEvaluator:
 
 
 def compute(study: optuna.Study) -> dict[str, float] | None:
-    """fANOVA's share per setting, rounded; None under two complete trials."""
+    """fANOVA's share per setting, rounded; None under two complete trials, or where they
+    hold no variance to explain (two runs of one config: a search whose other trials were
+    pruned)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < 2:
         return None
-    with warnings.catch_warnings():  # "experimental", "few trials": the text says so
-        warnings.simplefilter("ignore")
-        found = optuna.importance.get_param_importances(study, evaluator=evaluator())
+    try:
+        with warnings.catch_warnings():  # "experimental", "few trials": the text says so
+            warnings.simplefilter("ignore")
+            found = optuna.importance.get_param_importances(study, evaluator=evaluator())
+    except (RuntimeError, ValueError):  # no variance, or no parameter every trial has
+        return None
     return {name: round(share, 3) for name, share in found.items()}
 
 

@@ -63,7 +63,9 @@ def test_three_hosts_share_the_budget_one_confirmation_and_one_best_yaml(three_h
     trials = store.measured(everything)  # a repeat of a measured config measures nothing
     # the budget between them: none lost, none twice, none left running
     assert len(trials) == 6 and len({t.number for t in everything}) == len(everything)
-    assert all(t.state == TrialState.COMPLETE for t in everything)
+    # complete, or pruned: a clear loser of its way stops after two sub-windows
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in everything)
+    assert any(t.state == TrialState.COMPLETE for t in everything)
     assert len({t.user_attrs["host"] for t in trials}) >= 2
     # one host confirmed; the others waited for it and wrote its best.yaml
     confirmed = [out for _, _, out, _ in hosts if "confirm round 1/1" in out]
