@@ -66,12 +66,12 @@ PRUNE_FROM = 2  # sub-windows timed before a trial may be pruned: one span is no
 
 
 class ClearlyBeaten(optuna.pruners.BasePruner):
-    """Racing inside the search: a trial whose rate so far (the running median of its
-    sub-windows' steady rates), even ``BEATEN_BY`` higher, stays below the best epoch rate a
-    complete feasible trial has reached, is stopped: the rest of its window could not make
-    it a finalist. Its steady rate so far is an upper bound of what it would be charged
-    (an epoch's overhead only lowers it), so a config within reach of the best is never
-    cut short."""
+    """Racing inside the search: a trial whose steady rate so far (all its timed samples
+    over all their time), even ``BEATEN_BY`` higher, stays below the best epoch rate a
+    complete feasible trial of its way has reached, is stopped: the rest of its window could
+    not make it a finalist. An epoch's start and end lower a rate more often than not, so a
+    config within reach of the best is measured to the end; ``BEATEN_BY`` covers a pass
+    that runs faster than its sub-windows did."""
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
