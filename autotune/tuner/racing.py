@@ -22,7 +22,7 @@ from typing import TypeVar
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner.metrics import SAME_SPEED, Confirmed, run_to_run
 from autotune.tuner.store import BASELINE
-from autotune.tuner.ways import BEATEN_BY
+from autotune.tuner.ways import BEATEN_BY, beaten
 
 F = TypeVar("F", bound=tuple[str, int | None, PipelineConfig])  # confirm.Finalist
 
@@ -78,7 +78,7 @@ def within_reach(picked: list[F], searched: dict[str, float]) -> tuple[list[F], 
     kept, out = [], []
     for finalist in picked:
         leader = best_as_is if finalist[2].as_is else best
-        if finalist[0] != BASELINE and 0 < rate(finalist) * (1 + BEATEN_BY) < leader:
+        if finalist[0] != BASELINE and rate(finalist) > 0 and beaten(rate(finalist), leader):
             out.append(f"{finalist[0]} ({rate(finalist):.1f} against {leader:.1f})")
         else:
             kept.append(finalist)

@@ -65,6 +65,11 @@ BEATEN_BY = 0.10
 PRUNE_FROM = 2  # sub-windows timed before a trial may be pruned: one span is no rate
 
 
+def beaten(rate: float, best: float) -> bool:
+    """Whether ``rate``, even ``BEATEN_BY`` higher, stays below ``best``: clearly beaten."""
+    return rate * (1 + BEATEN_BY) < best
+
+
 class ClearlyBeaten(optuna.pruners.BasePruner):
     """Racing inside the search: a trial whose steady rate so far (all its timed samples
     over all their time), even ``BEATEN_BY`` higher, stays below the best epoch rate a
@@ -78,7 +83,7 @@ class ClearlyBeaten(optuna.pruners.BasePruner):
         if step is None or step + 1 < PRUNE_FROM:
             return False
         best = best_epoch_rate(study)
-        return best is not None and trial.intermediate_values[step] * (1 + BEATEN_BY) < best
+        return best is not None and beaten(trial.intermediate_values[step], best)
 
 
 def best_epoch_rate(study: optuna.Study, params: Mapping[str, Any] | None = None) -> float | None:
