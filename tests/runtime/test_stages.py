@@ -32,7 +32,8 @@ from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 # 2x on a shared 2-core machine (measured while writing this), its CPU time by a few percent.
 # Decode alone is over half of a sample (checked below): a profile that missed it or counted
 # it twice falls outside.
-LOW, HIGH = 0.75, 1.33
+LOW, HIGH = 0.75, 1.4
+ATTEMPTS = 5
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +90,9 @@ def test_stages_add_up_to_the_serial_loader(small_source: Source) -> None:
     )
     tuned = loader.build(small_source, serial, recipe=recipe)
     # CPU seconds too grow while another process shares the core (a parallel test run, a
-    # busy host): each side is its least of up to three measurements, taken in turn
+    # busy host): each side is its least of up to ATTEMPTS measurements, taken in turn
     measured = summed = math.inf
-    for _ in range(3):
+    for _ in range(ATTEMPTS):
         outcome = run_trial(job, timeout_s=120)  # the loader alone, in a child process
         assert outcome.measurement is not None, outcome.failure
         assert outcome.measurement.process_cpu_s_per_sample
