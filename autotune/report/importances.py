@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-
-def evaluator() -> optuna.importance.BaseImportanceEvaluator:
-    """fANOVA: a random forest over every complete trial, and the share of the variance of
-    samples/s each setting explains. Not Optuna's default PED-ANOVA, which compares the top
-    trials with the rest: once TPE has settled on one decoder, every good trial uses it, and
-    PED-ANOVA calls the decoder unimportant for exactly that reason. Seeded: a rebuilt report
-    is identical."""
-    return optuna.importance.FanovaImportanceEvaluator(seed=0)
+from autotune.tuner import importance
 
 
 def compute(study: optuna.Study) -> dict[str, float] | None:
-    """fANOVA's share per setting, rounded; None under two complete trials, or where they
-    hold no variance to explain (two runs of one config: a search whose other trials were
-    pruned)."""
+    """fANOVA's share per setting (``importance.shares``), rounded; None under two complete
+    trials, or where fANOVA cannot say."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(complete) < 2:
         return None
-    try:
-        with warnings.catch_warnings():  # "experimental", "few trials": the text says so
-            warnings.simplefilter("ignore")
-            found = optuna.importance.get_param_importances(study, evaluator=evaluator())
-    except (RuntimeError, ValueError):  # no variance, or no parameter every trial has
+    found = importance.shares(study)
+    if found is None:
         return None
     return {name: round(share, 3) for name, share in found.items()}
 

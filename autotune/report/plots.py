@@ -24,8 +24,7 @@ from matplotlib.ticker import MaxNLocator
 from optuna.trial import FrozenTrial, TrialState
 from optuna.visualization.matplotlib import plot_optimization_history, plot_param_importances
 
-from autotune.report import importances
-from autotune.tuner import store
+from autotune.tuner import importance, store
 from autotune.tuner.store import TrialKey
 
 UNIT = "samples/s"
@@ -172,7 +171,7 @@ def _importances(
     complete = [p for p in points if p.state == "complete"]
     if len(complete) < 2:
         return "Not drawn: importances need at least two complete trials", None
-    ax = plot_param_importances(study, evaluator=importances.evaluator(), target_name=UNIT)
+    ax = plot_param_importances(study, evaluator=importance.evaluator(), target_name=UNIT)
     ax.figure.set_size_inches(*SIZE)
     ax.set_title("", loc="left")  # Optuna's own title, replaced by one that says more
     ax.set_title(f"Which settings moved {UNIT} (Optuna's fANOVA importance)")

@@ -11,7 +11,6 @@ worth depends on the workers and threads it runs with, and TPE rarely tries each
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.pipeline.config import AS_IS
 from autotune.session import SearchSpace
-from autotune.tuner import store
+from autotune.tuner import importance, store
 from autotune.tuner.metrics import feasible_complete
 from autotune.tuner.store import TrialKey
 from autotune.tuner.ways import is_as_is
@@ -94,12 +93,8 @@ def by_importance(complete: list[FrozenTrial], names: list[str]) -> list[str]:
         return names
     view = optuna.create_study(direction="maximize")
     view.add_trials(complete)
-    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-    try:
-        with warnings.catch_warnings():  # "experimental", "few trials": it is a ranking
-            warnings.simplefilter("ignore")
-            found = optuna.importance.get_param_importances(view, evaluator=evaluator)
-    except (RuntimeError, ValueError):  # no parameter common to every trial, or no variance
+    found = importance.shares(view)
+    if found is None:
         return names
     return sorted(names, key=lambda name: -found.get(name, 0.0))  # stable: ties as given
 
