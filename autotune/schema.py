@@ -192,7 +192,7 @@ class WindowConfig:
     buffer, then timed sub-windows: all their samples over all their seconds is the rate."""
 
     warmup_extra_batches: int = 4  # beyond num_workers * prefetch_factor
-    sub_windows: int = 5
+    sub_windows: int = 3
     batches_per_window: int = 4  # at least; more when a sub-window would be shorter than:
     min_sub_window_s: float = 0.4
     # uneven samples: more sub-windows, set after set, until the last set's spans (each one
@@ -200,8 +200,8 @@ class WindowConfig:
     # or the next set would pass max_timed_s
     target_spread: float = 0.10
     max_timed_s: float = 20.0
-    # the cap of the runs that rank the finalists (the confirmation): a ranking must hold
-    confirm_max_timed_s: float = 40.0
+    # of the runs that rank the finalists: where an epoch fits, it is their figure either way
+    confirm_max_timed_s: float = 20.0
 
     def __post_init__(self) -> None:
         _require(self.warmup_extra_batches >= 1, "window.warmup_extra_batches must be >= 1")

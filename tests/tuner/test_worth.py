@@ -48,7 +48,8 @@ def test_the_variants_are_measured_interleaved_with_the_winner_within_the_budget
 def test_the_table_s_runs_are_as_long_as_a_search_trial_and_counted_so():
     """Not as long as the confirmation's (window.confirm_max_timed_s): a quarter of the search
     then covers several settings."""
-    session = make_session(["study.epoch_aware=false", "study.worth_budget=0.25"])
+    longer = "window.confirm_max_timed_s=40"  # a confirmation set longer than the search's
+    session = make_session(["study.epoch_aware=false", "study.worth_budget=0.25", longer])
     caps: list[float] = []
     fake = fake_run([])
 
