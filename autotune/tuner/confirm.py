@@ -69,7 +69,7 @@ def confirm(
     Given ``searched`` (label -> its search trial's rate), the finalists race: after each
     round but the last, the ones clearly beaten (``racing``) are measured no more; the first
     round, which every finalist runs, is then as long as a search trial, and only the rounds
-    of those still close are long."""
+    of those still close may run to ``window.confirm_max_timed_s``."""
     timeout = session.conf.study.trial_timeout
     runs: dict[str, list[TrialOutcome]] = {label: [] for label, _, _ in picked}
     out: dict[str, int] = {}  # label -> the round after which it left the race

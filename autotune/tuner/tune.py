@@ -136,7 +136,7 @@ def _confirmed(
             "confirming %d finalists against the baseline, %d interleaved rounds%s",
             len(picked) - 1,
             rounds,
-            ", racing: the first at a search trial's length" if rounds > 1 else "",
+            ", racing" if rounds > 1 else "",
         )
         confirmed = confirm(
             session, picked, rounds=rounds, run=run, searched=_searched(study, picked)
