@@ -230,3 +230,17 @@ def torchrun(script: Path, nproc: int, *args: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def workers_and_decoder_study(*trials: tuple[int, str, float]) -> optuna.Study:
+    """An in-memory study of complete trials, each (num_workers, decoder, samples/s): what
+    fANOVA's importances are read from."""
+    space = {
+        "num_workers": optuna.distributions.IntDistribution(0, 4),
+        "decoder": optuna.distributions.CategoricalDistribution(["pil", "cv"]),
+    }
+    study = optuna.create_study(direction="maximize")
+    for workers, decoder, rate in trials:
+        params = {"num_workers": workers, "decoder": decoder}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=space, value=rate))
+    return study

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from helpers import workers_and_decoder_study as _study
 
 from autotune.report import importances
-
-SPACE = {"num_workers": IntDistribution(0, 4), "decoder": CategoricalDistribution(["pil", "cv"])}
-
-
-def _study(*trials: tuple[int, str, float]) -> optuna.Study:
-    study = optuna.create_study(direction="maximize")
-    for workers, decoder, rate in trials:
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"num_workers": workers, "decoder": decoder},
-                distributions=SPACE,
-                value=rate,
-            )
-        )
-    return study
 
 
 def test_the_settings_that_moved_the_rate_get_the_shares():

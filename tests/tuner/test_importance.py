@@ -3,26 +3,9 @@ trials cannot say."""
 
 from __future__ import annotations
 
-import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from helpers import workers_and_decoder_study as _study
 
 from autotune.tuner import importance, polish
-
-SPACE = {"num_workers": IntDistribution(0, 4), "decoder": CategoricalDistribution(["pil", "cv"])}
-
-
-def _study(*trials: tuple[int, str, float]) -> optuna.Study:
-    study = optuna.create_study(direction="maximize")
-    for workers, decoder, rate in trials:
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"num_workers": workers, "decoder": decoder},
-                distributions=SPACE,
-                value=rate,
-            )
-        )
-    return study
-
 
 # five: the polish ranks knobs from polish.MIN_TRIALS_FOR_IMPORTANCE trials on
 MOVED_BY_WORKERS = (
