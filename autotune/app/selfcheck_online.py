@@ -86,6 +86,8 @@ def online_loader(device: str) -> Callable[[Bench], str]:
         assert got == expected, "the batches differ from torch's loader's with the same generator"
         measured = {r.settings for r in loader.readings}
         assert len(measured) >= 2, f"{len(measured)} setting(s) measured: it did not explore"
+        # a loop that trains on the CPU never initializes CUDA: no pinning offered to it
+        assert device == "cuda" or not pinned, f"{pinned} batches pinned on a CPU loop"
         return (
             f"{EPOCHS} epochs of torch's batches; {len(measured)} settings measured, "
             f"{len(loader.switches)} switches, kept {loader.settings.short()}, "

@@ -27,13 +27,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import optuna
-import torch
 
 from autotune.machine import MachineFacts
 from autotune.online import record
 from autotune.online.drift import DriftWatch
 from autotune.online.meter import Reading, fewest_batches
-from autotune.online.space import guides_setting, online_space
+from autotune.online.space import guides_setting, online_space, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
@@ -143,8 +142,7 @@ class Explorer:
         """An explorer of the settings a run on this machine may switch (``online_space``, a
         rank's share of it), from the run's ``start``, each setting timed by ``window``'s
         rules; ``budget``: the explorer's own arguments (``share``, ...)."""
-        cuda = torch.cuda.is_available()
-        space = online_space(facts, batch_size=batch_size, cuda=cuda, ranks=ranks)
+        space = online_space(facts, batch_size=batch_size, cuda=trains_on_cuda(), ranks=ranks)
         return cls(
             space, start, min_setting_s=min_setting_s(window),
             fewest_batches=lambda settings: fewest_batches(settings, window), **budget,

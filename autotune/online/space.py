@@ -10,6 +10,7 @@ import dataclasses
 from importlib import resources
 from typing import Any
 
+import torch
 import yaml
 
 from autotune.machine import MachineFacts
@@ -52,3 +53,10 @@ def guides_setting(space: SearchSpace, start: PipelineConfig) -> dict[str, Any] 
     if not guides.num_workers or guides == start:
         return None
     return space.params_of(guides)
+
+
+def trains_on_cuda() -> bool:
+    """Whether the run's loop trains on a CUDA device, judged when exploring starts (after
+    the run's first batches): CUDA is initialized in this process by then. A loop that trains
+    on the CPU of a GPU host never initializes it, and pinned batches would only cost it."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()

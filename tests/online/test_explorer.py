@@ -89,6 +89,18 @@ def test_the_guides_setting_comes_right_after_the_run_s_own() -> None:
     assert (first.prefetch_factor, first.persistent_workers, first.main_threads) == (2, True, 1)
 
 
+@pytest.mark.parametrize("initialized", [False, True])
+def test_pin_memory_is_offered_only_to_a_loop_that_trains_on_cuda(initialized, monkeypatch):
+    # a GPU host: a loop that trains on it has initialized CUDA by its first batches; a loop
+    # that trains on the CPU never does, and pinning its batches would only cost it
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized)
+    explorer = Explorer.on_run(
+        FACTS, START, batch_size=4, ranks=1, window=BRIEF_WINDOW, share=0.1, batches_per_epoch=100
+    )
+    assert ("pin_memory" in {k.name for k in explorer.space.knobs}) == initialized
+
+
 def test_a_failed_setting_is_never_kept() -> None:
     space = online_space(FACTS, batch_size=4, cuda=False)
     clock = Clock()
