@@ -4,8 +4,6 @@ a session without its dataset, and a trial asked of a search space. Imported as 
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import os
 import shutil
@@ -24,7 +22,7 @@ import optuna
 import zygote
 
 from autotune import machine
-from autotune.app.cli import compose, to_config
+from autotune.app.composition import compose, to_config
 from autotune.app.selfcheck_online import WINDOW as SELFCHECK_WINDOW
 from autotune.app.selfcheck_paths import QUICK as SELFCHECK_QUICK
 from autotune.pipeline.sources import Source
@@ -126,16 +124,8 @@ def interrupt_cli(
 
 
 def config_of(overrides: list[str] | tuple[str, ...] = ()) -> AutotuneConfig:
-    """``python -m autotune OVERRIDES``'s config, composed as the CLI composes it: once per
-    overrides in a test process where no ``./conf`` of the working directory takes part
-    (Hydra composes in a third of a second), a copy of it each time."""
-    if Path("conf").is_dir():
-        return to_config(compose(list(overrides)))
-    return copy.deepcopy(_composed(tuple(overrides)))
-
-
-@functools.cache
-def _composed(overrides: tuple[str, ...]) -> AutotuneConfig:
+    """``python -m autotune OVERRIDES``'s config, composed as the CLI composes it (the same
+    overrides and ./conf's files again in a process: a copy, ``composition.compose``)."""
     return to_config(compose(list(overrides)))
 
 

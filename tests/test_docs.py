@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from autotune.app.cli import OPEN_KEYS, compose
+from autotune.app.composition import OPEN_KEYS, compose
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -49,8 +49,15 @@ from typing import Any
 import optuna
 import torch
 
-from autotune.app import cli, exit_codes, online_benchmark, ranks_benchmark, slow_storage
+from autotune.app import (
+    cli,
+    exit_codes,
+    online_benchmark,
+    ranks_benchmark,
+    slow_storage,
+)
 from autotune.app.benchmark_scenarios import SCENARIOS, Scenario
+from autotune.app.composition import compose, to_config
 from autotune.diagnose.measure import diagnose
 from autotune.errors import UsageError
 from autotune.pipeline.config import AS_IS, PipelineConfig
@@ -191,7 +198,7 @@ def run(
         if not chosen.latency_ms:
             raise UsageError("--latency-ms is for a scenario that reads through slow storage")
         chosen = chosen.with_latency(latency_ms)
-    conf = cli.to_config(cli.compose([*chosen.overrides, *overrides]))
+    conf = to_config(compose([*chosen.overrides, *overrides]))
     session = Session.build(conf)
     folder = out / scenario
     folder.mkdir(parents=True, exist_ok=True)
@@ -212,7 +219,7 @@ def run(
             raise UsageError(f"scenario {scenario} reads through slow storage: {why}")
         with slow_storage.mounted(session.source.root, latency_ms=chosen.latency_ms) as mount:
             where = ["dataset=imagefolder", f"dataset.root={mount}", "dataset.name=slow"]
-            conf = cli.to_config(cli.compose([*chosen.overrides, *overrides, *where]))
+            conf = to_config(compose([*chosen.overrides, *overrides, *where]))
             measured = _measure(Session.build(conf), folder, rounds, run_one, chosen)
     else:
         measured = _measure(session, folder, rounds, run_one, chosen)

@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import logging
 import sys
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -22,23 +21,19 @@ from importlib import resources
 from pathlib import Path
 
 import optuna
-from hydra import compose as hydra_compose
-from hydra import initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf import OmegaConf
 
+from autotune.app.composition import compose, to_config
 from autotune.app.exit_codes import exit_code
 from autotune.diagnose.measure import pipeline_to_diagnose
 from autotune.diagnose.measure import run as run_diagnosis
-from autotune.errors import UsageError
 from autotune.pipeline.best_file import WorkloadSection
 from autotune.pipeline.user_data import UserData
 from autotune.report import dashboard, markdown, summary
 from autotune.report.export import export, export_published
 from autotune.runtime.lock import host_lock
 from autotune.runtime.stop import exit_status
-from autotune.schema import AutotuneConfig, register_configs
+from autotune.schema import AutotuneConfig
 from autotune.session import Session
 from autotune.session.session import prepared_root
 from autotune.tuner.result import StudyResult
@@ -57,67 +52,6 @@ Common overrides: study.n_trials=N study.timeout=SECONDS study.name=NAME
   study.storage=URL dataset.root=PATH recipe.crop_size=N batch_size=N device=auto|cpu|cuda
   --cfg  print the composed config and exit
 """
-
-
-# keyword arguments of the user's own classes: any key, set without Hydra's "+"
-OPEN_KEYS = ("dataset.kwargs.", "model.kwargs.", "optimizer.kwargs.")
-RENAMED_KEYS = {f"study.ablation_{k}": f"study.worth_{k}" for k in ("budget", "rounds")}  # old
-
-
-def _open_keys(overrides: list[str]) -> list[str]:
-    """``dataset.kwargs.root=/data`` as ``++dataset.kwargs.root=/data``: added or replaced."""
-    return [f"++{o}" if o.startswith(OPEN_KEYS) else o for o in overrides]
-
-
-def _renamed(override: str) -> str:
-    """An old key's override as the new key's, with a one-line deprecation note."""
-    key, _, value = override.partition("=")
-    if key not in RENAMED_KEYS:
-        return override
-    warnings.warn(f"{key} is deprecated: use {RENAMED_KEYS[key]}", FutureWarning, stacklevel=3)
-    return f"{RENAMED_KEYS[key]}={value}"
-
-
-def _own_names(cfg: DictConfig, overrides: list[str]) -> None:
-    """A custom model or Dataset gets its own name (and so its own study), not the default's."""
-    for group, default in (("model", "tiny"), ("dataset", "synthetic")):
-        section = cfg[group]
-        named = any(o.lstrip("+").startswith(f"{group}.name=") for o in overrides)
-        if section.get("_target_") and section.name == default and not named:
-            section.name = section._target_.rsplit(".", 1)[-1].lower()
-
-
-def compose(overrides: list[str]) -> DictConfig:
-    """The composed config (``conf/`` of the package, then ``./conf`` of the working dir)."""
-
-    overrides = _open_keys([_renamed(o) for o in overrides])
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_module(version_base="1.3", config_module="autotune.conf"):
-        user_conf = Path("conf").resolve()
-        if user_conf.is_dir():
-            # ./conf/<group>/<option>.yaml wins over the package's file of the same name:
-            # prepended to the search path, which Hydra re-reads when hydra.searchpath is set
-            GlobalHydra.instance().config_loader().config_search_path.prepend(
-                "autotune-cwd", f"file://{user_conf}", anchor="main"
-            )
-            overrides = [*overrides, f"hydra.searchpath=[file://{user_conf}]"]
-        cfg = hydra_compose(config_name="autotune", overrides=overrides)
-    _own_names(cfg, overrides)
-    return cfg
-
-
-def to_config(cfg: DictConfig) -> AutotuneConfig:
-    """Converts once, at the edge: the core only sees dataclasses."""
-
-    try:
-        obj = OmegaConf.to_object(cfg)
-    except MissingMandatoryValue as exc:
-        key = getattr(exc, "full_key", "") or str(exc)
-        hint = " (the folder of class sub-folders)" if key.endswith("root") else ""
-        raise UsageError(f"{key} is not set: add {key}=VALUE{hint}") from None
-    assert isinstance(obj, AutotuneConfig)
-    return obj
 
 
 def _groups() -> str:

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from torch.utils.data import Dataset
 
 from autotune.app import cli, exit_codes
+from autotune.app.composition import compose, to_config
 from autotune.errors import UsageError
 from autotune.pipeline import best_file, user_api
 from autotune.pipeline.config import PipelineConfig
@@ -131,7 +132,7 @@ def _run(args: list[str], given: dict[str, Any], instance: Dataset | None) -> Tu
     """The tune mode on ``args`` and the ``given`` values: the study, best.yaml and
     report.md, as the CLI runs it."""
     try:
-        conf = _with_given(cli.to_config(cli.compose(args)), given)
+        conf = _with_given(to_config(compose(args)), given)
     except (HydraException, OmegaConfBaseException) as exc:
         raise UsageError(exit_codes.one_line(exc)) from None
     cli.start_logging()  # progress lines (unless quiet), unless the caller set logging up

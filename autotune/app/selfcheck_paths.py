@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from autotune.app import cli
+from autotune.app.composition import compose, to_config
 from autotune.pipeline import decoders, loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source
@@ -75,7 +75,7 @@ class Bench:
         temporary folder, where the CLI runs: a ``./conf`` of the caller's is not read)."""
         if device not in self._confs:
             with _inside(self.folder):
-                self._confs[device] = cli.to_config(cli.compose(self.overrides(device)))
+                self._confs[device] = to_config(compose(self.overrides(device)))
         return self._confs[device]
 
     @functools.cached_property

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from autotune.app import cli, exit_codes
+from autotune.app import exit_codes
+from autotune.app.composition import compose, to_config
 from autotune.errors import UsageError
 from autotune.pipeline import shards
 from autotune.session.data import load_source
@@ -31,7 +32,7 @@ def run(args: list[str]) -> int:
     per_shard = own.get("samples_per_shard", "1000")
     if not per_shard.isdigit():
         raise UsageError(f"samples_per_shard must be a whole number, got {per_shard!r}")
-    conf = cli.to_config(cli.compose(overrides))
+    conf = to_config(compose(overrides))
     data, _ = load_source(conf.dataset)
     out = Path(own["out"]).expanduser()
     written = shards.write(

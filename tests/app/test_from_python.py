@@ -8,13 +8,15 @@ import userdata_example
 from userdata_example import SpecNet, Spectrograms, pad_collate
 
 import autotune
-from autotune.app import cli
+from autotune.app import composition
 from autotune.app import from_python as api
 from autotune.errors import UsageError
 
 
 def test_given_values_reach_the_config_verbatim_and_objects_by_name(tmp_path) -> None:
-    config = cli.to_config(cli.compose(["dataset._target_=userdata_example.Spectrograms"]))
+    config = composition.to_config(
+        composition.compose(["dataset._target_=userdata_example.Spectrograms"])
+    )
     given = {
         "kwargs": {"dataset": {"root": tmp_path / "a b", "tag": "it's C:\\d ${x}"}, "model": None},
         "study": {"name": "it's", "storage": None},

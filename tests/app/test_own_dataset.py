@@ -13,7 +13,7 @@ import yaml
 from helpers import run_cli
 from userdata_example import WavFiles, pad_collate, write_wavs
 
-from autotune.app import cli
+from autotune.app import composition
 from autotune.pipeline.user_data import UserData
 from autotune.session import Session
 
@@ -103,7 +103,7 @@ def test_the_same_keys_in_the_user_s_own_conf_file(tmp_path, monkeypatch) -> Non
     )
     monkeypatch.chdir(tmp_path)
     overrides = ["dataset=mine", "model._target_=userdata_example.SpecNet"]
-    session = Session.build(cli.to_config(cli.compose(overrides)))
+    session = Session.build(composition.to_config(composition.compose(overrides)))
     assert isinstance(session.source, UserData) and len(session.source) == 24
     assert session.source.collate_fn == "userdata_example.pad_collate"
     assert session.conf.study.name == "mine-specnet"  # its own name, from its file

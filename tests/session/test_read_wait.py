@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from autotune import machine
-from autotune.app.cli import compose, to_config
+from autotune.app.composition import compose, to_config
 from autotune.app.slow_storage import mounted, unavailable_reason
 from autotune.pipeline import recipes, sources
 from autotune.schema import RecipeConfig

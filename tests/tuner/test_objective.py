@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from autotune import machine
-from autotune.app import cli
+from autotune.app import composition
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import synthetic
 from autotune.runtime.failures import Failure
@@ -25,7 +25,9 @@ MiB = 2**20
 
 @pytest.fixture(scope="module")
 def cfg():
-    return cli.to_config(cli.compose(["search_space=quick", "study.memory_budget_gb=0.5"]))
+    return composition.to_config(
+        composition.compose(["search_space=quick", "study.memory_budget_gb=0.5"])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +82,10 @@ def test_a_config_that_cannot_fit_is_skipped_not_run(cfg, facts, source):
 
 def test_objective_returns_the_epoch_rate_and_records_figures(cfg, facts, source):
     m = Measurement(200.0, (190.0, 200.0, 210.0), 0.3, 0.04 + 32 / 200.0, 8, 9)  # batch 32
-    restarts = cli.to_config(
-        cli.compose(["search_space=quick", "search_space.knobs.persistent_workers.value=false"])
+    restarts = composition.to_config(
+        composition.compose(
+            ["search_space=quick", "search_space.knobs.persistent_workers.value=false"]
+        )
     )
     value = objective(restarts, facts, source, fake_run(m))(
         optuna.trial.FixedTrial({**WORKERS, "prefetch_factor": 2})
