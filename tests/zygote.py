@@ -36,12 +36,20 @@ from typing import Any
 
 from autotune.runtime import fork_server
 
-# imported once, here, for every command: what ``python -m autotune`` and the benchmark import
+# imported once, here, for every command: what ``python -m autotune`` and the benchmark import,
+# and what a study imports on first use (Optuna's fANOVA with scikit-learn, 2-5 s; SQLAlchemy's
+# ORM and Alembic, at a storage's first open, about 1 s)
 PRELOAD = (
     "autotune.app.cli",
     "autotune.app.benchmark",
     "autotune.app.selfcheck",
     "autotune.app.shard",
+    "optuna.importance",
+    "optuna.storages._rdb.models",
+    "sqlalchemy.dialects.sqlite",
+    "alembic.command",
+    "alembic.config",
+    "alembic.migration",
 )
 
 
