@@ -33,7 +33,7 @@ import pytest  # noqa: E402
 if TYPE_CHECKING:
     import postgres
 
-SLOW_CALL_S = 5.0  # a test not marked slow whose call takes longer is listed at the end
+SLOW_CALL_S = 2.0  # a test not marked slow whose call takes longer is listed at the end
 _slow_unmarked: list[tuple[float, str]] = []
 
 

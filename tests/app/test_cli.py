@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import statistics
+from pathlib import Path
 
 import optuna
 import pytest
@@ -249,6 +250,17 @@ SPECTROGRAMS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def bad_input_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory with a user's own space file and an empty folder."""
+    folder = tmp_path_factory.mktemp("bad-input")
+    (folder / "empty").mkdir()
+    own_space = folder / "conf" / "search_space" / "warp.yaml"  # a user's own space file
+    own_space.parent.mkdir(parents=True)
+    own_space.write_text("name: warp\nknobs:\n  warp_drive: {type: bool}\n")
+    return folder
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
@@ -284,11 +296,8 @@ SPECTROGRAMS = [
         (["search_space=warp"], "unknown knob 'warp_drive'"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(overrides, expected, tmp_path, monkeypatch, capsys):
-    (tmp_path / "empty").mkdir()
-    own_space = tmp_path / "conf" / "search_space" / "warp.yaml"  # a user's own space file
-    own_space.parent.mkdir(parents=True)
-    own_space.write_text("name: warp\nknobs:\n  warp_drive: {type: bool}\n")
+def test_bad_input_is_one_line_and_exit_2(overrides, expected, bad_input_dir, monkeypatch, capsys):
+    tmp_path = bad_input_dir  # one for every case: each checks that nothing was written there
     monkeypatch.chdir(tmp_path)
     args = [o.format(missing=tmp_path / "missing", empty=tmp_path / "empty") for o in overrides]
     # a small generated set where one is loaded: the 512 default would take seconds to make

@@ -23,6 +23,7 @@ QUICK = [
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",
     "study.confirm_rounds=1",
+    "study.worth_budget=0",  # the worth table: the tests' quick study has it
 ]
 
 

@@ -234,6 +234,7 @@ def test_a_pipeline_of_another_batch_size_is_diagnosed_at_its_own(source: Source
     assert d.failures[0].startswith("the ceiling (the train step on a batch already on the")
 
 
+@pytest.mark.slow
 def test_copy_is_timed_on_fresh_batches_even_with_few_images() -> None:
     source = synthetic(count=33, num_classes=3)  # one batch of 32 per pass
     serial = PipelineConfig(batch_size=32, main_threads=1)

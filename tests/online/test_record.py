@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import optuna
+import pytest
 import torch
 from helpers import BRIEF_WINDOW
 from optuna.trial import TrialState
@@ -20,6 +21,9 @@ from autotune.report import markdown
 from autotune.runtime.failures import FailureKind
 from autotune.tuner import store
 from autotune.tuner.store import TrialKey
+
+# each runs a real loop into a real study, one kills a process: seconds each
+pytestmark = pytest.mark.slow
 
 DATA = torch.utils.data.TensorDataset(torch.arange(64))
 

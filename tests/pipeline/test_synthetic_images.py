@@ -43,6 +43,7 @@ def test_synthetic_imagenet_like(small_set: Source) -> None:
         assert 30_000 < os.path.getsize(path) < 300_000  # photo-like, not flat colour
 
 
+@pytest.mark.slow
 def test_synthetic_deterministic(small_set: Source, tmp_path: Path) -> None:
     again = synthetic(count=24, num_classes=3, cache_dir=tmp_path / "a")
     assert again.root != small_set.root.parent

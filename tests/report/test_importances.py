@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import workers_and_decoder_study as _study
 
 from autotune.report import importances
+
+# fANOVA imports scikit-learn: seconds of each test process
+pytestmark = pytest.mark.slow
 
 
 def test_the_settings_that_moved_the_rate_get_the_shares():

@@ -160,6 +160,7 @@ def failed(workers: int, kind: str, message: str) -> optuna.trial.FrozenTrial:
     )
 
 
+@pytest.mark.slow
 def test_a_study_with_only_failed_trials_reports_its_failures_without_plots(tmp_path):
     storage = stored_study(
         tmp_path,
@@ -181,6 +182,7 @@ def test_a_study_with_only_failed_trials_reports_its_failures_without_plots(tmp_
     assert not list(path.parent.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_pruned_trials_one_decoder_and_no_ceiling_still_plot(tmp_path):
     trials = [
         measured(0, "pil", 200.0, wait=0.8),
@@ -230,6 +232,7 @@ def test_pruned_trials_one_decoder_and_no_ceiling_still_plot(tmp_path):
         assert_a_real_chart(png)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", [380.5, None])
 def test_the_cpu_work_bound_is_shown_only_when_stored(tmp_path, bound):
     trials = [measured(0, "pil", 200.0), measured(2, "opencv", 300.0)]
@@ -266,6 +269,7 @@ def assert_every_comparison_is_controlled(text: str, worth: dict) -> None:
             assert ratio in one_setting, f"not a one-setting comparison: {line}"
 
 
+@pytest.mark.slow
 def test_the_notes_compare_only_configs_one_setting_apart(tmp_path):
     trials = [
         measured(0, "pil", 200.0),

@@ -98,6 +98,7 @@ def test_an_unknown_model_is_a_usage_error(source) -> None:
         measure(job(source, model="resnet7"), ignore)
 
 
+@pytest.mark.slow
 def test_the_baseline_window_reads_through_the_tutorial_s_image_folder(source, monkeypatch):
     """The baseline trial times what users run: ImageFolder's own __getitem__ (its PIL
     loader, the tutorial's transforms), never the tuner's decode path."""

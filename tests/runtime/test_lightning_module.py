@@ -11,6 +11,9 @@ from autotune.pipeline.user_data import UserData
 from autotune.runtime.lightning_module import optimizer_of
 from autotune.runtime.workload import TrainStep
 
+# Lightning's import alone is seconds of each test process
+pytestmark = pytest.mark.slow
+
 
 def _tone_module() -> torch.nn.Module:
     """lightning_example's LightningModule, Lightning imported where a test runs, not where

@@ -99,6 +99,7 @@ def test_sgd_gets_momentum_only_when_named_without_kwargs() -> None:
     assert isinstance(adamw, torch.optim.AdamW)  # no SGD momentum carried over to it
 
 
+@pytest.mark.slow
 def test_compile_compiles_the_model_in_place_for_every_kind_of_loss() -> None:
     from userdata_example import SpecNet
 

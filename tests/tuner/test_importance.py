@@ -3,9 +3,13 @@ trials cannot say."""
 
 from __future__ import annotations
 
+import pytest
 from helpers import workers_and_decoder_study as _study
 
 from autotune.tuner import importance, polish
+
+# fANOVA imports scikit-learn: seconds of each test process
+pytestmark = pytest.mark.slow
 
 # five: the polish ranks knobs from polish.MIN_TRIALS_FOR_IMPORTANCE trials on
 MOVED_BY_WORKERS = (

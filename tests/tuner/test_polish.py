@@ -7,11 +7,12 @@ import dataclasses
 from typing import Any
 
 import optuna
+import pytest
 from helpers import ask
 from optuna.distributions import BaseDistribution
 
 from autotune import machine
-from autotune.app.cli import compose, to_config
+from autotune.app.composition import compose, to_config
 from autotune.session import SearchSpace
 from autotune.tuner.polish import SWAP, next_step
 
@@ -46,6 +47,7 @@ def _rate(params: dict[str, Any]) -> float:
     return 60.0 + 30.0 * (params["main_threads"] == 1) + 2.0 * params["num_workers"]
 
 
+@pytest.mark.slow
 def test_the_polish_moves_each_knob_once_the_one_that_mattered_most_first() -> None:
     """One torch thread is worth 1.5x across the search, a worker a little: after the other
     decoders at the best's settings, the thread count moves first, then the workers, then
@@ -141,6 +143,7 @@ def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_step_to_workers_takes_the_worker_settings_of_the_best_with_workers() -> None:
     """The best has no workers; a one-worker trial without persistent workers lost. The step
     to one worker is still untried: it keeps workers alive, as the best trial with workers

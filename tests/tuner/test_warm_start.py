@@ -24,6 +24,9 @@ from autotune.tuner.objective import Objective
 from autotune.tuner.result import StudyResult
 from autotune.tuner.store import StudyKey
 
+# each runs real studies one after another in one storage: seconds each
+pytestmark = pytest.mark.slow
+
 FACTS = machine.detect(want_cuda=False)
 
 
