@@ -4,6 +4,7 @@ from all of them at once; and a change to ./conf's files is composed again."""
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -43,8 +44,8 @@ BAD = [
 def hydra_alone(overrides: list[str]) -> DictConfig:
     """Hydra's composition of every override at once (none applied to a copy)."""
     every = composition._open_keys([composition._renamed(o) for o in overrides])
-    cfg = composition._composed(tuple(every), Path("conf").resolve(), ())
-    cfg = cfg.copy()
+    # a deep copy: _own_names renames inside sections, which a shallow one shares with the cache
+    cfg = copy.deepcopy(composition._composed(tuple(every), Path("conf").resolve(), ()))
     composition._own_names(cfg, every)
     return cfg
 
