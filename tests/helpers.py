@@ -88,6 +88,32 @@ def run_python(
     return _ZYGOTE.run(command, cwd, dict(os.environ) if env is None else env, timeout)
 
 
+def start_python(
+    args: list[str],
+    cwd: Path,
+    *,
+    env: dict[str, str] | None = None,
+    stdout_pipe: bool = False,
+    cpus: set[int] | None = None,
+) -> zygote.Command:
+    """``python ARGS`` started in ``cwd`` and left running, forked from the zygote as
+    ``run_python``'s are: several at once where a test starts several, its stdout a stream
+    with ``stdout_pipe``, on ``cpus`` alone where given."""
+    command = [sys.executable, *args]
+    env = dict(os.environ) if env is None else env
+    return _ZYGOTE.start(command, cwd, env, stdout_pipe=stdout_pipe, cpus=cpus)
+
+
+def start_cli(
+    args: list[str], cwd: Path, *, stdout_pipe: bool = False, cpus: set[int] | None = None
+) -> zygote.Command:
+    """``python -m autotune ARGS`` started in ``cwd`` and left running (``start_python``)."""
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    return start_python(
+        ["-m", "autotune", *args], cwd, env=env, stdout_pipe=stdout_pipe, cpus=cpus
+    )
+
+
 def interrupt_cli(
     args: list[str],
     cwd: Path,
@@ -95,20 +121,13 @@ def interrupt_cli(
     after: str,
     wait_s: float = 180,
     signum: int = signal.SIGINT,
-    before_signal: Callable[[subprocess.Popen[str]], None] | None = None,
+    before_signal: Callable[[zygote.Command], None] | None = None,
 ) -> tuple[int, str, str]:
     """``python -m autotune ARGS`` in ``cwd``, Ctrl-C (or ``signum``) once a line of its output
     contains ``after`` (or ``wait_s`` passed), ``before_signal`` called on the process just
     before: the exit code, what it printed before the signal and what it printed after
     (stdout, then stderr)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(args, cwd, stdout_pipe=True)
     lines = []
     deadline = time.monotonic() + wait_s
     assert proc.stdout is not None
@@ -120,7 +139,7 @@ def interrupt_cli(
         before_signal(proc)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
-    return proc.returncode, "".join(lines), out + err
+    return proc.wait(), "".join(lines), out + err
 
 
 def config_of(overrides: list[str] | tuple[str, ...] = ()) -> AutotuneConfig:

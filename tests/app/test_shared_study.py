@@ -6,33 +6,25 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 import psutil
 import pytest
-from helpers import QUICK, TESTS, dashboard_serving, get_json, run_cli
+from helpers import QUICK, dashboard_serving, get_json, run_cli, start_cli
 from optuna.trial import TrialState
+from zygote import Command
 
 from autotune.tuner import store
 
 SHARED = [*QUICK, "study.n_trials=6", "study.heartbeat_s=1"]
 
 
-def _host(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    """``python -m autotune ARGS`` as one host, in the background."""
+def _host(args: list[str], cwd: Path, cpus: set[int] | None = None) -> Command:
+    """``python -m autotune ARGS`` as one host, in the background (on ``cpus`` alone)."""
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
-    )
+    return start_cli(args, cwd, cpus=cpus)
 
 
 def _study(url: str) -> optuna.Study:
@@ -95,22 +87,16 @@ def test_optuna_dashboard_reads_the_shared_study(three_hosts):
 def test_a_host_of_another_kind_is_refused_in_one_line(three_hosts, tmp_path):
     url, _ = three_hosts
     before = len(_study(url).get_trials())
-    one_cpu = subprocess.run(
-        [sys.executable, "-m", "autotune", *SHARED, f"study.storage={url}", "study.n_trials=8"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
-        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
-    )
+    args = [*SHARED, f"study.storage={url}", "study.n_trials=8"]
+    one_cpu = _host(args, tmp_path, cpus={min(os.sched_getaffinity(0))})
+    _, err = one_cpu.communicate(timeout=240)
     assert one_cpu.returncode == 2
-    (line,) = one_cpu.stderr.strip().splitlines()
+    (line,) = err.strip().splitlines()
     assert "is measured on other hosts" in line and "usable CPUs there, 1 here" in line
     assert len(_study(url).get_trials()) == before  # nothing measured, nothing lost
 
 
-def _kill_host(host: subprocess.Popen[str]) -> None:
+def _kill_host(host: Command) -> None:
     """The host dies at once, as on a power loss: it and every process it started. Each is
     stopped first, until a reading of the family finds no new one (a process forking while
     it is read would escape one reading, and its trial would beat on), then all are killed."""

@@ -4,14 +4,13 @@ repeats that cost nothing, a stop that starts nothing, and hosts sharing one stu
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
+import os
 import threading
-import time
-from typing import Any
+from pathlib import Path
 
 import optuna
 import pytest
-from helpers import make_session
+from helpers import TESTS, make_session, start_python
 
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
@@ -124,42 +123,20 @@ def test_a_stopped_search_starts_no_trial(tmp_path) -> None:
     assert study.get_trials() == []
 
 
-def _search_as_a_host(url: str, ready: Any) -> None:
-    """One host of a shared study: the same search, on its own process."""
-    session = make_session(
-        [
-            "study.n_trials=16",
-            "study.n_startup_trials=3",
-            f"study.storage={url}",
-            "study.name=shared",
-            "study.epoch_aware=false",
-        ]
-    )
-    ready.wait()  # all hosts at once: opening a new database together, then searching
-    study = storage.open_study(session.conf.study, session.fingerprint, session.facts)
-    search(study, Objective(session, run=_slow_fake_run), threading.Event(), _leases(session))
-
-
-def _slow_fake_run(job, *, timeout_s, should_prune=lambda i, v: False):
-    time.sleep(0.2)  # long enough that the hosts' trials overlap
-    return _fake_run(job, timeout_s=timeout_s, should_prune=should_prune)
-
-
 @pytest.mark.slow
 def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a_trial(
     postgres_url,
+    tmp_path,
 ) -> None:
     """Three processes run the same search on one PostgreSQL study at once: the study gets
     its 16 trials between them, no polish step is measured twice, and every host took
     part."""
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Barrier(3)
-    hosts = [ctx.Process(target=_search_as_a_host, args=(postgres_url, ready)) for _ in range(3)]
-    for host in hosts:
-        host.start()
-    for host in hosts:
-        host.join(300)
-        assert host.exitcode == 0
+    host = [str(Path(__file__).with_name("search_host.py")), postgres_url]
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    hosts = [start_python(host, tmp_path, env=env) for _ in range(3)]
+    for started in hosts:
+        _, err = started.communicate(timeout=300)
+        assert started.returncode == 0, err[-2000:]
     study = optuna.load_study(study_name="shared", storage=postgres_url)
     everything = study.get_trials()
     trials = store.measured(everything)  # a repeat of a measured config measures nothing

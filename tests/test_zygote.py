@@ -1,0 +1,92 @@
+"""The tests' zygote (``tests/zygote.py``): commands forked from it run at once, stream their
+output, take signals and exit as processes started by ``subprocess`` do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+import zygote
+
+pytestmark = pytest.mark.slow  # its first command starts a zygote: the package imported, 5-8 s
+
+ZYGOTE = zygote.Zygote()
+
+
+def _script(folder: Path, name: str, body: str) -> list[str]:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return [sys.executable, str(path)]
+
+
+def test_two_commands_run_at_once(tmp_path: Path) -> None:
+    """Each waits on the other (a named pipe opens once both ends are opened): one at a time,
+    the first would wait for ever."""
+    os.mkfifo(tmp_path / "meet")
+    writer = _script(tmp_path, "writer.py", "open('meet', 'w').write('from the writer')\n")
+    reader = _script(tmp_path, "reader.py", "print(open('meet').read()); raise SystemExit(3)\n")
+    first = ZYGOTE.start(writer, tmp_path, dict(os.environ))
+    second = ZYGOTE.start(reader, tmp_path, dict(os.environ))
+    assert second.communicate(timeout=60) == ("from the writer\n", "")
+    assert second.wait() == 3 and first.wait(timeout=60) == 0
+
+
+def test_a_command_s_output_streams_and_it_takes_a_signal(tmp_path: Path) -> None:
+    waits = _script(
+        tmp_path,
+        "waits.py",
+        """\
+        import sys
+        print('to stderr', file=sys.stderr, flush=True)
+        print('ready', flush=True)
+        sys.stdin.read()  # /dev/null: at once; then it waits on a pipe no one writes
+        import os
+        r, w = os.pipe()
+        os.read(r, 1)
+        """,
+    )
+    command = ZYGOTE.start(waits, tmp_path, dict(os.environ), stdout_pipe=True)
+    assert command.stdout is not None and command.stdout.readline() == "ready\n"
+    assert command.poll() is None
+    command.send_signal(signal.SIGTERM)
+    assert command.communicate(timeout=60) == ("", "to stderr\n")
+    assert command.returncode == -signal.SIGTERM
+
+
+def test_a_timeout_kills_the_command_and_what_it_started(tmp_path: Path) -> None:
+    starts = _script(
+        tmp_path,
+        "starts.py",
+        """\
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+        print(child.pid, flush=True)
+        child.wait()
+        """,
+    )
+    command = ZYGOTE.start(starts, tmp_path, dict(os.environ), stdout_pipe=True)
+    assert command.stdout is not None
+    child = psutil.Process(int(command.stdout.readline()))
+    with pytest.raises(subprocess.TimeoutExpired):
+        command.wait(timeout=0.5)
+    command.kill_group()
+    assert command.wait(timeout=60) == -signal.SIGKILL
+    _, alive = psutil.wait_procs([child], timeout=10)  # returns as soon as it is gone
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to take one away")
+def test_a_command_runs_on_the_cpus_it_is_given(tmp_path: Path) -> None:
+    one = min(os.sched_getaffinity(0))
+    prints = _script(tmp_path, "cpus.py", "import os; print(sorted(os.sched_getaffinity(0)))\n")
+    done = ZYGOTE.run(prints, tmp_path, dict(os.environ), timeout=60)
+    assert done.returncode == 0 and done.stdout == f"{sorted(os.sched_getaffinity(0))}\n"
+    assert ZYGOTE.start(prints, tmp_path, dict(os.environ), cpus={one}).communicate(60)[0] == (
+        f"[{one}]\n"
+    )
