@@ -33,12 +33,39 @@ import pytest  # noqa: E402
 if TYPE_CHECKING:
     import postgres
 
+import run_order  # noqa: E402
+
 SLOW_CALL_S = 2.0  # a test not marked slow whose call takes longer is listed at the end
 _slow_unmarked: list[tuple[float, str]] = []
 
 
+_recorder: run_order.Recorder | None = None  # with --record-module-seconds
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-module-seconds",
+        action="store_true",
+        help=f"write each test module's seconds to {run_order.SECONDS.name} (the run's order)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _recorder
+    if config.getoption("record_module_seconds") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        _recorder = run_order.Recorder()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _recorder is not None:
+        _recorder.write()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Notes each test not marked slow whose call took over ``SLOW_CALL_S``."""
+    """Notes each test not marked slow whose call took over ``SLOW_CALL_S``, and each test's
+    seconds where they are recorded."""
+    if _recorder is not None:
+        _recorder.add(report)
     if report.when == "call" and report.duration > SLOW_CALL_S and "slow" not in report.keywords:
         _slow_unmarked.append((report.duration, report.nodeid))
 
@@ -63,8 +90,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         exit_now(0)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-random-order has shuffled them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``@pytest.mark.gpu`` tests run only where CUDA is usable (``pytest -m gpu`` there)."""
+    """The longest modules first (``run_order``); ``@pytest.mark.gpu`` tests run only where
+    CUDA is usable (``pytest -m gpu`` there)."""
+    items[:] = run_order.longest_first(items)
     import torch
 
     if torch.cuda.is_available():
