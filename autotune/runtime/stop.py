@@ -69,12 +69,26 @@ def signals_stop(stop: threading.Event) -> Iterator[None]:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        log.warning(
+        _say_from_a_thread(
             "%s: stopping after cleaning up the current trial (again to force)", _named(signum)
         )
 
     with _handled(handler, STOP_SIGNALS):
         yield
+
+
+STOP_MESSAGE_THREAD = "autotune-stop-message"
+
+
+def _say_from_a_thread(message: str, *args: object) -> None:
+    """Logs ``message`` from a thread, not from the signal handler: the handler runs inside
+    whatever the main thread was doing, a write to the log's own stream included (blocked on
+    a full pipe, interrupted by the signal), and a write from there is a reentrant call that
+    logging drops with a traceback. The thread's write waits for the main thread's to end."""
+    say = threading.Thread(
+        target=log.warning, args=(message, *args), name=STOP_MESSAGE_THREAD, daemon=True
+    )
+    say.start()
 
 
 @contextmanager

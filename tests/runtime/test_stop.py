@@ -3,9 +3,15 @@ forces, and the exit status names the signal; a real SIGTERM to a real study mid
 
 from __future__ import annotations
 
+import fcntl
+import io
+import logging
 import os
 import signal
+import struct
 import subprocess
+import sys
+import termios
 import threading
 
 import optuna
@@ -13,7 +19,12 @@ import psutil
 import pytest
 from helpers import QUICK, interrupt_cli
 
-from autotune.runtime.stop import exit_status, signals_stop, sigterm_interrupts
+from autotune.runtime.stop import (
+    STOP_MESSAGE_THREAD,
+    exit_status,
+    signals_stop,
+    sigterm_interrupts,
+)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -26,6 +37,49 @@ def test_a_stop_signal_sets_the_stop_and_a_second_one_forces(signum: int) -> Non
             os.kill(os.getpid(), signum)
     assert exit_status() == 128 + signum
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back as it was
+
+
+def test_a_stop_while_the_log_s_stream_is_blocked_is_still_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM lands while the main thread's write to the log's stream is blocked on a full
+    pipe (a slow reader of the CLI's output): said once that write ends, not dropped as a
+    reentrant write from inside the signal handler."""
+    read_end, write_end = os.pipe()
+    stream = open(write_end, "w")  # noqa: SIM115  # closed below, once everything is said
+    handler = logging.StreamHandler(stream)
+    monkeypatch.setattr(logging.getLogger("autotune.runtime.stop"), "handlers", [handler])
+    capacity = fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+    said: list[bytes] = []
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def signal_once_full_then_read() -> None:
+        while _unread(read_end) < capacity:  # the main thread's write fills it, then blocks
+            os.sched_yield()
+        signal.pthread_kill(main, signal.SIGTERM)  # to the thread in the write
+        while chunk := os.read(read_end, 65536):
+            said.append(chunk)
+
+    reader = threading.Thread(target=signal_once_full_then_read)
+    reader.start()
+    errors = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", errors)  # where logging reports a write it dropped
+    with signals_stop(threading.Event()):
+        stream.write("x" * (capacity + 4096))
+        stream.flush()
+    for thread in threading.enumerate():
+        if thread.name == STOP_MESSAGE_THREAD:
+            thread.join()
+    stream.close()
+    reader.join()
+    assert "SIGTERM: stopping after cleaning up the current trial" in b"".join(said).decode()
+    assert "Logging error" not in errors.getvalue()
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` reads."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
 def test_outside_a_study_sigterm_interrupts_as_ctrl_c_does() -> None:
