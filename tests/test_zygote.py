@@ -59,7 +59,7 @@ def test_a_command_s_output_streams_and_it_takes_a_signal(tmp_path: Path) -> Non
     assert command.returncode == -signal.SIGTERM
 
 
-def test_a_timeout_kills_the_command_and_what_it_started(tmp_path: Path) -> None:
+def test_a_timeout_kills_the_command_and_what_it_started_where_it_streams(tmp_path: Path) -> None:
     starts = _script(
         tmp_path,
         "starts.py",
@@ -75,7 +75,8 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path: Path) -> None
     child = psutil.Process(int(command.stdout.readline()))
     with pytest.raises(subprocess.TimeoutExpired):
         command.wait(timeout=0.5)
-    command.kill_group()
+    with pytest.raises(subprocess.TimeoutExpired):  # its stdout still open: killed at 0.5 s
+        command.communicate(timeout=0.5)
     assert command.wait(timeout=60) == -signal.SIGKILL
     _, alive = psutil.wait_procs([child], timeout=10)  # returns as soon as it is gone
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]

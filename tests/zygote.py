@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -181,8 +182,26 @@ class Command:
                 os.killpg(self.pid, signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        """What it wrote (stdout, stderr), once it ended, within ``timeout``."""
-        rest = self.stdout.read() if self.stdout is not None else None
+        """What it wrote (stdout, stderr), once it ended, within ``timeout``. Where its stdout
+        is a stream, a command still running at ``timeout`` is killed with all it started (the
+        stream ends only then) and TimeoutExpired raised."""
+        rest = None
+        if self.stdout is not None:
+            late = threading.Event()
+
+            def past_time() -> None:  # its group: the command and all it started
+                late.set()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
+
+            timer = threading.Timer(timeout, past_time) if timeout is not None else None
+            if timer is not None:
+                timer.start()
+            rest = self.stdout.read()
+            if timer is not None:
+                timer.cancel()
+            if late.is_set():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         self.wait(timeout)
         folder = Path(self._out.name)
         out = rest if rest is not None else (folder / "stdout").read_text()
