@@ -14,6 +14,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_MESSAGE_THREAD = "autotune-stop-message"  # the thread that says a stop was asked for
 _received: list[int] = []  # the stop signals sent during the run in progress, in order
 
 
@@ -75,9 +76,6 @@ def signals_stop(stop: threading.Event) -> Iterator[None]:
 
     with _handled(handler, STOP_SIGNALS):
         yield
-
-
-STOP_MESSAGE_THREAD = "autotune-stop-message"
 
 
 def _say_from_a_thread(message: str, *args: object) -> None:

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import struct
-import subprocess
 import sys
 import termios
 import threading
@@ -18,6 +17,7 @@ import optuna
 import psutil
 import pytest
 from helpers import QUICK, interrupt_cli
+from zygote import Command
 
 from autotune.runtime.stop import (
     STOP_MESSAGE_THREAD,
@@ -96,7 +96,7 @@ def test_sigterm_mid_study_stops_it_as_ctrl_c_leaving_no_process_and_no_running_
     args = [*QUICK, "study.n_trials=6", "study.name=terminated"]
     running: list[psutil.Process] = []  # its trial, the trial's workers...
 
-    def note_the_processes(proc: subprocess.Popen[str]) -> None:
+    def note_the_processes(proc: Command) -> None:
         running.extend(psutil.Process(proc.pid).children(recursive=True))
 
     # the first trial is done: the second is starting or running
