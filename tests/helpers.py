@@ -57,13 +57,18 @@ BENCHMARK_TINY = [
 ]
 
 
+def tests_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the tests' folder as PYTHONPATH (where a command finds
+    the tests' own modules: a user's model, a faulty step), and ``extra``."""
+    return {**os.environ, "PYTHONPATH": str(TESTS), **(extra or {})}
+
+
 def run_cli(
     args: list[str], cwd: Path, *, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``python -m autotune ARGS`` in ``cwd``, as a user would run it (its process forked from
     this test process's ``zygote``, which has imported the package)."""
-    full_env = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
-    return run_python(["-m", "autotune", *args], cwd, env=full_env, timeout=timeout)
+    return run_python(["-m", "autotune", *args], cwd, env=tests_env(env), timeout=timeout)
 
 
 def run_benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -108,9 +113,8 @@ def start_cli(
     args: list[str], cwd: Path, *, stdout_pipe: bool = False, cpus: set[int] | None = None
 ) -> zygote.Command:
     """``python -m autotune ARGS`` started in ``cwd`` and left running (``start_python``)."""
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
     return start_python(
-        ["-m", "autotune", *args], cwd, env=env, stdout_pipe=stdout_pipe, cpus=cpus
+        ["-m", "autotune", *args], cwd, env=tests_env(), stdout_pipe=stdout_pipe, cpus=cpus
     )
 
 

@@ -172,14 +172,14 @@ class Command:
         if self.poll() is None:  # its pid is not another's yet
             os.kill(self.pid, signum)
 
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
     def kill_group(self) -> None:
         """SIGKILL to the command and every process it started (its own process group)."""
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
+        if self.poll() is None:  # its pid is not another's yet
+            self._kill_group_now()
+
+    def _kill_group_now(self) -> None:
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            os.killpg(self.pid, signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """What it wrote (stdout, stderr), once it ended, within ``timeout``. Where its stdout
@@ -189,10 +189,9 @@ class Command:
         if self.stdout is not None:
             late = threading.Event()
 
-            def past_time() -> None:  # its group: the command and all it started
+            def past_time() -> None:  # on the timer's thread: no poll, which reads answers
                 late.set()
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.pid, signal.SIGKILL)
+                self._kill_group_now()
 
             timer = threading.Timer(timeout, past_time) if timeout is not None else None
             if timer is not None:

@@ -4,13 +4,12 @@ repeats that cost nothing, a stop that starts nothing, and hosts sharing one stu
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from pathlib import Path
 
 import optuna
 import pytest
-from helpers import TESTS, make_session, start_python
+from helpers import make_session, start_python, tests_env
 
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
@@ -132,8 +131,7 @@ def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a
     its 16 trials between them, no polish step is measured twice, and every host took
     part."""
     host = [str(Path(__file__).with_name("search_host.py")), postgres_url]
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    hosts = [start_python(host, tmp_path, env=env) for _ in range(3)]
+    hosts = [start_python(host, tmp_path, env=tests_env()) for _ in range(3)]
     for started in hosts:
         _, err = started.communicate(timeout=300)
         assert started.returncode == 0, err[-2000:]
