@@ -57,7 +57,7 @@ BENCHMARK_TINY = [
 ]
 
 
-def tests_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def env_with_tests(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment with the tests' folder as PYTHONPATH (where a command finds
     the tests' own modules: a user's model, a faulty step), and ``extra``."""
     return {**os.environ, "PYTHONPATH": str(TESTS), **(extra or {})}
@@ -68,7 +68,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m autotune ARGS`` in ``cwd``, as a user would run it (its process forked from
     this test process's ``zygote``, which has imported the package)."""
-    return run_python(["-m", "autotune", *args], cwd, env=tests_env(env), timeout=timeout)
+    return run_python(["-m", "autotune", *args], cwd, env=env_with_tests(env), timeout=timeout)
 
 
 def run_benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -114,7 +114,7 @@ def start_cli(
 ) -> zygote.Command:
     """``python -m autotune ARGS`` started in ``cwd`` and left running (``start_python``)."""
     return start_python(
-        ["-m", "autotune", *args], cwd, env=tests_env(), stdout_pipe=stdout_pipe, cpus=cpus
+        ["-m", "autotune", *args], cwd, env=env_with_tests(), stdout_pipe=stdout_pipe, cpus=cpus
     )
 
 

@@ -396,7 +396,7 @@ def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
     import sys
     import termios
 
-    from helpers import tests_env
+    from helpers import env_with_tests
 
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
@@ -405,7 +405,7 @@ def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
         cwd=tmp_path,
         stdout=terminal,
         stderr=subprocess.PIPE,
-        env=tests_env(),
+        env=env_with_tests(),
     )
     os.close(terminal)
     chunks = []

@@ -17,7 +17,7 @@ from autotune.tuner import store
 def test_the_ranks_scenario_tunes_both_ways_and_measures_them_at_two_ranks(
     tmp_path: Path,
 ) -> None:
-    args = ["--scenario", "ranks", "--rounds", "1", *BENCHMARK_TINY, "study.n_trials=3"]
+    args = ["--scenario", "ranks", "--rounds", "1", *BENCHMARK_TINY, "study.n_trials=2"]
     result = run_benchmark(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     folder = tmp_path / "studies" / "benchmark" / "ranks"

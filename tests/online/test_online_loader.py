@@ -30,7 +30,7 @@ import autotune
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
-SWITCHED_EPOCHS = 10  # each a few dozen switches to random settings: every worker count met
+SWITCHED_EPOCHS = 5  # each a dozen switches to random settings: every worker count met
 
 # switched by the test alone: autotune.DataLoader with its explorer off
 Manual = functools.partial(autotune.DataLoader, tune=False)
@@ -144,7 +144,7 @@ def test_switching_every_few_batches_gives_torchs_batches_in_torchs_order(case) 
         counts = Counter(i for batch in epoch for i in batch)
         assert set(counts.values()) == {1}
     mid_epoch = [s for s in loader.switches if s.at_batch > 0]
-    assert len(mid_epoch) > 25, len(mid_epoch)  # the switches happened, between batches
+    assert len(mid_epoch) > 12, len(mid_epoch)  # the switches happened, between batches
     assert {s.settings.num_workers for s in loader.switches} == set(range(5))
 
 

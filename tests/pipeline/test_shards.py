@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import QUICK, run_cli, run_python, tests_env, torchrun
+from helpers import QUICK, env_with_tests, run_cli, run_python, torchrun
 from torch.utils.data import DataLoader
 
 from autotune.app import shard
@@ -110,7 +110,7 @@ def test_the_shard_command_writes_shards_and_refuses_bad_input_in_one_line(
         ["-m", "autotune.shard", "dataset.count=12", "out=out", "samples_per_shard=5"],
         tmp_path,
         timeout=120,
-        env=tests_env(),
+        env=env_with_tests(),
     )
     assert done.returncode == 0, done.stderr
     assert "wrote 12 samples in 3 shards" in done.stdout

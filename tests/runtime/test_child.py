@@ -220,7 +220,7 @@ def test_a_compiled_step_compiles_in_its_first_step_into_the_shared_cache(tmp_pa
         TrialJob(
             pipeline=PipelineConfig(batch_size=4, decoder="as_is"),
             source=data,
-            model=ModelConfig(_target_="userdata_example.SpecNet"),
+            model=ModelConfig(_target_="userdata_example.PooledNet"),
             recipe=RecipeConfig(crop_size=32),
             window=WINDOW,
             device="cpu",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import make_session, start_python, tests_env
+from helpers import env_with_tests, make_session, start_python
 
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
@@ -131,7 +131,7 @@ def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a
     its 16 trials between them, no polish step is measured twice, and every host took
     part."""
     host = [str(Path(__file__).with_name("search_host.py")), postgres_url]
-    hosts = [start_python(host, tmp_path, env=tests_env()) for _ in range(3)]
+    hosts = [start_python(host, tmp_path, env=env_with_tests()) for _ in range(3)]
     for started in hosts:
         _, err = started.communicate(timeout=300)
         assert started.returncode == 0, err[-2000:]
