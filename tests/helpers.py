@@ -99,23 +99,29 @@ def start_python(
     *,
     env: dict[str, str] | None = None,
     stdout_pipe: bool = False,
+    terminal: str | None = None,
     cpus: set[int] | None = None,
 ) -> zygote.Command:
     """``python ARGS`` started in ``cwd`` and left running, forked from the zygote as
     ``run_python``'s are: several at once where a test starts several, its stdout a stream
-    with ``stdout_pipe``, on ``cpus`` alone where given."""
+    with ``stdout_pipe`` or the ``terminal`` of that path, on ``cpus`` alone where given."""
     command = [sys.executable, *args]
     env = dict(os.environ) if env is None else env
-    return _ZYGOTE.start(command, cwd, env, stdout_pipe=stdout_pipe, cpus=cpus)
+    output = {"stdout_pipe": stdout_pipe, "terminal": terminal}
+    return _ZYGOTE.start(command, cwd, env, **output, cpus=cpus)
 
 
 def start_cli(
-    args: list[str], cwd: Path, *, stdout_pipe: bool = False, cpus: set[int] | None = None
+    args: list[str],
+    cwd: Path,
+    *,
+    stdout_pipe: bool = False,
+    terminal: str | None = None,
+    cpus: set[int] | None = None,
 ) -> zygote.Command:
     """``python -m autotune ARGS`` started in ``cwd`` and left running (``start_python``)."""
-    return start_python(
-        ["-m", "autotune", *args], cwd, env=env_with_tests(), stdout_pipe=stdout_pipe, cpus=cpus
-    )
+    output = {"stdout_pipe": stdout_pipe, "terminal": terminal}
+    return start_python(["-m", "autotune", *args], cwd, env=env_with_tests(), **output, cpus=cpus)
 
 
 def interrupt_cli(
@@ -237,11 +243,10 @@ def dashboard_serving(storage: str) -> Iterator[str]:
 
 def torchrun(script: Path, nproc: int, *args: str) -> None:
     """``torchrun --nproc_per_node nproc script args`` on this machine (CPU), as a user runs
-    a training script."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc_per_node", str(nproc), str(script), *args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    a training script (the launcher and its ranks forked from the zygote)."""
+    command = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = run_python([*command, str(script), *args], Path.cwd(), env=env, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

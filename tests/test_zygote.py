@@ -91,3 +91,43 @@ def test_a_command_runs_on_the_cpus_it_is_given(tmp_path: Path) -> None:
     assert ZYGOTE.start(prints, tmp_path, dict(os.environ), cpus={one}).communicate(60)[0] == (
         f"[{one}]\n"
     )
+
+
+def test_what_a_command_starts_with_its_sys_executable_is_forked_from_the_zygote_too(
+    tmp_path: Path,
+) -> None:
+    """The command's ``sys.executable`` is the zygote's stand-in: a ``python -c`` child that
+    imports torch takes well under a fresh interpreter's seconds, gets its arguments, pipes
+    and ``pass_fds``, and its exit status and a signal come back as a child's would."""
+    body = """\
+        import os, signal, subprocess, sys, time
+        started = time.monotonic()
+        child = subprocess.run(
+            [sys.executable, "-c", "import sys, torch; print(sys.argv[1:]); sys.exit(3)", "a"],
+            capture_output=True, text=True,
+        )
+        print(child.returncode, child.stdout.strip(), time.monotonic() - started < 2, flush=True)
+        print(subprocess.run([sys.executable, "-u", "-c", "print('unbuffered')"]).returncode)
+        sleeper = subprocess.Popen(
+            [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        print(sleeper.stdout.readline().strip())
+        sleeper.send_signal(signal.SIGTERM)
+        print(sleeper.wait(30))
+        read, write = os.pipe()
+        code = f"import os; os.write({write}, b'through pass_fds')"
+        subprocess.run([sys.executable, "-c", code], pass_fds=[write])
+        os.close(write)
+        print(os.read(read, 100).decode())
+    """
+    command = ZYGOTE.start(_script(tmp_path, "starts.py", body), tmp_path, dict(os.environ))
+    out, err = command.communicate(timeout=60)
+    assert out.splitlines() == [
+        "3 ['a'] True",
+        "unbuffered",
+        "0",
+        "up",
+        str(-signal.SIGTERM),
+        "through pass_fds",
+    ], err

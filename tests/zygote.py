@@ -17,6 +17,11 @@ it ended. A command's stdout and stderr are files, or a named pipe the test read
 command writes (opened by the zygote before the fork, so that it ends where the command and
 every process that inherited it closed it, as a ``subprocess.PIPE`` does). Its stdin closing
 (the test process ended) ends the zygote.
+
+A command's own ``sys.executable`` is the zygote's stand-in (``tests/zygote_python.py``):
+what the command starts with it (the online benchmark's whole runs, the self-check's studies,
+torchrun's ranks) is forked from the zygote too, with the stand-in's files, signals passed on
+and its exit status handed back.
 """
 
 from __future__ import annotations
@@ -70,12 +75,14 @@ class Zygote:
         env: dict[str, str],
         *,
         stdout_pipe: bool = False,
+        terminal: str | None = None,
         cpus: set[int] | None = None,
     ) -> Command:
         """``command`` (``[python, "-m", MODULE, *args]`` or ``[python, SCRIPT, *args]``)
         started, as ``subprocess.Popen(command, cwd=cwd, env=env, text=True, ...)`` starts it
-        with stderr to a file and stdout to a file, or to a pipe with ``stdout_pipe``; on
-        ``cpus`` alone where given."""
+        with stderr to a file and stdout to a file, to a pipe with ``stdout_pipe``, or to
+        ``terminal`` (a pseudo-terminal's path, whose other end the test reads); on ``cpus``
+        alone where given."""
         proc = self._started()
         assert proc.stdin is not None
         ident = next(self._ids)
@@ -86,7 +93,8 @@ class Zygote:
             os.mkfifo(stdout)
             reader = os.open(stdout, os.O_RDONLY | os.O_NONBLOCK)  # the zygote's open needs it
         request = {"id": ident, "command": command[1:], "cwd": str(cwd), "env": env}
-        request |= {"stdout": str(stdout), "stderr": str(stderr), "pipe": stdout_pipe}
+        request |= {"stdout": terminal or str(stdout), "stderr": str(stderr)}
+        request |= {"pipe": stdout_pipe, "terminal": terminal is not None}
         request |= {"cpus": sorted(cpus) if cpus is not None else None}
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.flush()
@@ -203,7 +211,8 @@ class Command:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         self.wait(timeout)
         folder = Path(self._out.name)
-        out = rest if rest is not None else (folder / "stdout").read_text()
+        written = folder / "stdout"  # none where it wrote to a terminal
+        out = rest if rest is not None else (written.read_text() if written.is_file() else "")
         err = (folder / "stderr").read_text()
         if self.stdout is not None:
             self.stdout.close()

@@ -1,21 +1,29 @@
 """The zygote's own process (``tests/zygote.py`` starts it and says why): it imports the
-package once, then forks a child per command read on stdin and answers on stdout."""
+package once, then forks a child per command read on stdin and answers on stdout, and per
+command that a command started with ``sys.executable`` (``tests/zygote_python.py``)."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import importlib
+import io
 import json
 import multiprocessing.util
 import os
 import runpy
 import select
+import shutil
 import signal
+import socket
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
+
+import zygote_python
 
 from autotune.runtime import fork_server
 
@@ -38,7 +46,8 @@ PRELOAD = (
 
 def serve() -> None:
     """The zygote's loop: a child forked from here per command read on stdin, its pid and,
-    once it ended, its exit status answered on stdout; until stdin closes."""
+    once it ended, its exit status answered on stdout; and per request of a command's
+    ``sys.executable`` (``zygote_python``), answered to it; until stdin closes."""
     for name in (*PRELOAD, *fork_server.PRELOAD):  # the trials' too: their server forks from here
         with contextlib.suppress(ImportError):  # as the fork server skips one
             importlib.import_module(name)
@@ -46,72 +55,117 @@ def serve() -> None:
     os.set_blocking(wake[1], False)
     signal.set_wakeup_fd(wake[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    running: dict[int, int] = {}  # pid -> the command's id
+    folder = tempfile.mkdtemp(prefix="zygote-python-")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(os.path.join(folder, "socket"))
+    listener.listen()
+    global _PYTHON
+    _PYTHON = os.path.join(folder, "python")
+    zygote_python.write(_PYTHON, listener.getsockname(), str(Path(__file__).parent))
+    running: dict[int, int | socket.socket] = {}  # pid -> the command's id, or its stand-in
     unread = b""
-    while True:
-        ready = select.select([0, wake[0]], [], [])[0]
-        if wake[0] in ready:
-            os.read(wake[0], 4096)
-            _reap(running)
-        if 0 in ready:
-            chunk = os.read(0, 65536)
-            if not chunk:
-                return
-            *lines, unread = (unread + chunk).split(b"\n")
-            for line in lines:
-                request = json.loads(line)
-                running[_fork(request, wake)] = request["id"]
+    try:
+        while True:
+            ready = select.select([0, wake[0], listener], [], [])[0]
+            if wake[0] in ready:
+                os.read(wake[0], 4096)
+                _reap(running)
+            if listener in ready:
+                stand_in = listener.accept()[0]
+                running[_fork_for(stand_in)] = stand_in
+            if 0 in ready:
+                chunk = os.read(0, 65536)
+                if not chunk:
+                    return
+                *lines, unread = (unread + chunk).split(b"\n")
+                for line in lines:
+                    request = json.loads(line)
+                    running[_fork(request)] = request["id"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _fork(request: dict[str, Any], wake: tuple[int, int]) -> int:
+_PYTHON = sys.executable  # what a command's sys.executable is: the stand-in, once it is written
+
+
+def _fork(request: dict[str, Any]) -> int:
     """The command's child, its pid answered. Its output is opened here, before the fork: a
     named pipe must be open for writing before the test's first read, else that read ends."""
     if request["pipe"]:
         out_fd = os.open(request["stdout"], os.O_WRONLY | os.O_NONBLOCK)  # the test reads it
         os.set_blocking(out_fd, True)
+    elif request["terminal"]:  # its stdout, not the zygote's controlling terminal
+        out_fd = os.open(request["stdout"], os.O_WRONLY | os.O_NOCTTY)
     else:
         out_fd = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     err_fd = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
     pid = os.fork()
     if pid == 0:
-        _command(request, out_fd, err_fd, wake)
-    os.close(out_fd)
-    os.close(err_fd)
+        _command(request, {0: null, 1: out_fd, 2: err_fd})
+    for fd in (null, out_fd, err_fd):
+        os.close(fd)
     _answer({"id": request["id"], "pid": pid})
     return pid
 
 
-def _reap(running: dict[int, int]) -> None:
+def _fork_for(stand_in: socket.socket) -> int:
+    """The child of a stand-in's request (``zygote_python``), with the stand-in's open files
+    at their numbers, in its process group; its pid answered to the stand-in."""
+    message, received, _, _ = socket.recv_fds(stand_in, 1 << 20, 1024)
+    while not message.endswith(b"\n"):
+        message += stand_in.recv(1 << 20)
+    request = json.loads(message) | {"cpus": None}
+    pid = os.fork()
+    if pid == 0:
+        _command(request, dict(zip(request["fds"], received, strict=True)))
+    for fd in received:
+        os.close(fd)
+    _answer_to(stand_in, {"pid": pid})
+    return pid
+
+
+def _reap(running: dict[int, int | socket.socket]) -> None:
     """Each command that ended since the last call: its exit status answered."""
     while running:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             return
-        _answer({"id": running.pop(pid), "returncode": _returncode(status)})
+        asked = running.pop(pid, None)
+        if isinstance(asked, socket.socket):
+            _answer_to(asked, {"returncode": _returncode(status)})
+            asked.close()
+        elif asked is not None:
+            _answer({"id": asked, "returncode": _returncode(status)})
 
 
 def _answer(answer: dict[str, Any]) -> None:
     os.write(1, json.dumps(answer).encode() + b"\n")  # one write: whole, however many wait
 
 
-def _command(request: dict[str, Any], out_fd: int, err_fd: int, wake: tuple[int, int]) -> None:
-    """In the forked child: becomes the command, runs it, and never returns."""
-    os.setpgid(0, 0)  # its own group: a timeout kills the command's whole tree
+def _answer_to(stand_in: socket.socket, answer: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # a stand-in killed meanwhile
+        stand_in.sendall(json.dumps(answer).encode() + b"\n")
+
+
+def _command(request: dict[str, Any], fds: dict[int, int]) -> None:
+    """In the forked child: becomes the command (its files ``fds``: its own number -> where
+    it is open here), runs it, and never returns."""
     code = 1
     try:
+        # its own group, or its stand-in's: a timeout, or a kill of the stand-in's group,
+        # ends the command's whole tree
+        try:
+            os.setpgid(0, request.get("pgid", 0))
+        except OSError:  # the stand-in's group is of another session
+            os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)  # the zygote's, for its commands' ends: none of this one's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in wake:
-            os.close(fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        for fd in (null, out_fd, err_fd):
-            os.close(fd)
+        _files_at(fds)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115  # the process's own, never closed
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        sys.executable = _PYTHON
         if request["cpus"] is not None:
             os.sched_setaffinity(0, request["cpus"])
         os.chdir(request["cwd"])
@@ -133,6 +187,20 @@ def _command(request: dict[str, Any], out_fd: int, err_fd: int, wake: tuple[int,
             with contextlib.suppress(OSError):  # a pipe its reader closed
                 stream.flush()
         os._exit(code)
+
+
+def _files_at(fds: dict[int, int]) -> None:
+    """The command's open files at their own numbers (``fds``: number -> where it is open
+    now), every other descriptor of the zygote's closed (its pipes, the stand-ins' socket)."""
+    open_now = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    above = max([*open_now, *fds, *fds.values()]) + 1
+    moved = {number: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above) for number, fd in fds.items()}
+    for fd in open_now:
+        with contextlib.suppress(OSError):  # the listing's own, closed since
+            os.close(fd)
+    for number, fd in moved.items():
+        os.dup2(fd, number)  # inheritable, as it was where it came from
+        os.close(fd)
 
 
 def _start_fork_server_by_fork() -> None:
@@ -171,16 +239,32 @@ def _start_fork_server_by_fork() -> None:
 
 
 def _run_main(command: list[str]) -> int:
-    """``-m MODULE ARGS`` or ``SCRIPT ARGS`` run as ``__main__``; 0 where it returns."""
-    if command[0] == "-m":
+    """``-m MODULE ARGS``, ``SCRIPT ARGS`` or ``-c CODE ARGS`` run as ``__main__`` after any of
+    ``-u`` (unbuffered output), ``-B``, ``-E``, ``-s``; 0 where it returns. Other options
+    are a fresh interpreter's, which the command then becomes."""
+    while command and command[0] in ("-u", "-B", "-E", "-s"):
+        if command.pop(0) == "-u":
+            raw = {"mode": "wb", "closefd": False}  # unbuffered: FileIO's writes go straight out
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, **raw), write_through=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, **raw), write_through=True)
+    if command[:1] == ["-m"]:
         sys.argv = [command[1], *command[2:]]
         runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+    elif command[:1] == ["-c"]:
+        sys.argv = ["-c", *command[2:]]
+        sys.path[0] = ""
+        exec(compile(command[1], "<string>", "exec"), {"__name__": "__main__"})
+    elif command and command[0].startswith("-"):
+        os.execv(_INTERPRETER, [_INTERPRETER, *command])
     else:
         script = str(Path(command[0]).resolve())  # as python SCRIPT sets __file__, sys.path
         sys.argv = [script, *command[1:]]
         sys.path[0] = str(Path(script).parent)
         runpy.run_path(script, run_name="__main__")
     return 0
+
+
+_INTERPRETER = sys.executable  # this interpreter, for what a fork of it cannot run
 
 
 def _returncode(status: int) -> int:

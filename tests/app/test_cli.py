@@ -392,21 +392,13 @@ def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
     import os
     import pty
     import struct
-    import subprocess
-    import sys
     import termios
 
-    from helpers import env_with_tests
+    from helpers import start_cli
 
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune", *always_fails()],
-        cwd=tmp_path,
-        stdout=terminal,
-        stderr=subprocess.PIPE,
-        env=env_with_tests(),
-    )
+    proc = start_cli(always_fails(), tmp_path, terminal=os.ttyname(terminal))
     os.close(terminal)
     chunks = []
     while True:
@@ -418,7 +410,7 @@ def test_on_a_terminal_the_bar_stays_below_whole_progress_lines(tmp_path):
             break
         chunks.append(chunk)
     os.close(main)
-    assert proc.wait(timeout=240) == 1, proc.stderr.read()
+    assert proc.wait(timeout=240) == 1, proc.communicate()[1]
     shown = [line.rsplit("\r", 1)[-1] for line in b"".join(chunks).decode().split("\r\n")]
     assert "2/2 trials |" in b"".join(chunks).decode()  # the bar was drawn
     progress = [line for line in shown if PROGRESS_LINE.search(line)]
