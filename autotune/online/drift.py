@@ -4,12 +4,15 @@ a neighbour's job, a thermal limit) have changed, and the choice is measured aga
 Each settled reading of the kept setting, once exploring has settled, is compared with the
 reading it was kept on (in a run that starts from a setting an earlier run kept, with the
 run's own first reading of it). A reading off by more than the noise (the larger of the two
-readings' spreads, and never less than ``FLOOR``) counts; ``SUSTAINED`` such readings in a
-row, off the same way and timing ``SUSTAINED_S`` seconds together, are a drift: one reading
-off is noise, a span of them is the machine.
+readings' spreads, and never less than ``FLOOR``) counts, a fall by a factor as a rise by the
+same factor (a rate falls by more than a spread of 100 %, never below 0); ``SUSTAINED`` such
+readings in a row, off the same way and timing ``SUSTAINED_S`` seconds together, are a drift:
+one reading off is noise, a span of them is the machine.
 """
 
 from __future__ import annotations
+
+import math
 
 from autotune.online.meter import Reading
 
@@ -30,13 +33,16 @@ class DriftWatch:
         if self.kept is None:
             self.kept = reading
             return False
-        kept = self.kept.samples_per_s
-        change = reading.samples_per_s / kept - 1 if kept else 0.0
+        kept, rate = self.kept.samples_per_s, reading.samples_per_s
+        if kept <= 0:
+            return False
+        # as factors: a tenfold fall is off however noisy the readings, as a tenfold rise is
+        factor = math.log(rate / kept) if rate > 0 else -math.inf
         noise = max(self.kept.spread, reading.spread, FLOOR)
-        if abs(change) <= noise:
+        if abs(factor) <= math.log1p(noise):
             self._off = []
             return False
-        sign = 1 if change > 0 else -1
+        sign = 1 if factor > 0 else -1
         self._off = [*[off for off in self._off if off[0] == sign], (sign, reading.seconds)]
         seconds = sum(s for _, s in self._off)
         return len(self._off) >= SUSTAINED and seconds >= SUSTAINED_S

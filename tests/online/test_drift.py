@@ -28,7 +28,7 @@ def test_noise_and_readings_off_both_ways_are_not() -> None:
     watch = DriftWatch(KEPT)
     assert not any(watch.drifted(at(r)) for r in (108.0, 93.0, 109.0, 91.0))  # within 10 %
     assert not any(watch.drifted(at(r)) for r in (80.0, 80.0, 120.0, 120.0))  # not one way
-    assert not watch.drifted(at(75.0, spread=0.3))  # the reading's own spread is wider
+    assert not watch.drifted(at(80.0, spread=0.3))  # the reading's own spread is wider
 
 
 def test_a_reading_within_the_noise_starts_the_count_again() -> None:
@@ -43,3 +43,14 @@ def test_short_readings_off_are_a_drift_only_once_they_span_enough_time() -> Non
     brief = Reading(KEPT.settings, 60.0, 0.02, 0.2, 0.0, batches=2, seconds=0.1)
     assert not any(watch.drifted(brief) for _ in range(SUSTAINED * 5))  # 1.5 s of them
     assert any(watch.drifted(brief) for _ in range(SUSTAINED * 10))  # then 4.5 s
+
+
+def test_a_fall_by_a_factor_counts_as_a_rise_by_it_however_noisy_the_kept_reading() -> None:
+    """A spread over 100 % (short spans on a busy machine) still lets a tenfold fall count,
+    as it lets a tenfold rise: a rate cannot fall by more than all of itself."""
+    noisy = Reading(KEPT.settings, 100.0, 1.2, 0.2, 0.0, batches=10, seconds=1.0)
+    for rate in (10.0, 1000.0):
+        watch = DriftWatch(noisy)
+        assert [watch.drifted(at(rate)) for _ in range(SUSTAINED)][-1], rate
+    watch = DriftWatch(noisy)
+    assert not any(watch.drifted(at(r)) for r in (50.0, 200.0) * 3)  # within 2.2x: noise
