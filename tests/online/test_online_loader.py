@@ -30,7 +30,9 @@ import autotune
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
-SWITCHED_EPOCHS = 5  # each a dozen switches to random settings: every worker count met
+# a switch to random settings every few batches: 35-60 a case over these epochs, every
+# worker count met (each switch starts the new setting's workers: the time goes there)
+SWITCHED_EPOCHS = 20
 
 # switched by the test alone: autotune.DataLoader with its explorer off
 Manual = functools.partial(autotune.DataLoader, tune=False)
@@ -137,14 +139,14 @@ def test_switching_every_few_batches_gives_torchs_batches_in_torchs_order(case) 
     expected = epochs_of(make(torch.utils.data.DataLoader), SWITCHED_EPOCHS)
     loader = make(Manual)
     # a batch of one sample without automatic batching: fewer switches per batch
-    every = (1, 4) if "no auto" not in case else (3, 9)
+    every = (2, 6) if "no auto" not in case else (8, 20)
     got = epochs_of(loader, SWITCHED_EPOCHS, switch_every=every)
     assert got == expected
     for epoch in got:  # each index at most once an epoch, every one where nothing is dropped
         counts = Counter(i for batch in epoch for i in batch)
         assert set(counts.values()) == {1}
     mid_epoch = [s for s in loader.switches if s.at_batch > 0]
-    assert len(mid_epoch) > 12, len(mid_epoch)  # the switches happened, between batches
+    assert len(mid_epoch) > 30, len(mid_epoch)  # the switches happened, between batches
     assert {s.settings.num_workers for s in loader.switches} == set(range(5))
 
 
@@ -159,7 +161,7 @@ def test_a_distributed_sampler_of_two_replicas_switching_covers_the_data_once_an
         loader, sampler = make(Manual, rank)
         expected = epochs_of(reference, SWITCHED_EPOCHS, before_epoch=ref_sampler.set_epoch)
         got = epochs_of(
-            loader, SWITCHED_EPOCHS, switch_every=(1, 3), before_epoch=sampler.set_epoch
+            loader, SWITCHED_EPOCHS, switch_every=(3, 6), before_epoch=sampler.set_epoch
         )
         assert got == expected  # set_epoch reaches the sampler: each epoch its own order
         assert got[0] != got[1]
