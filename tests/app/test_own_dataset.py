@@ -19,7 +19,7 @@ from autotune.session import Session
 
 OWN = [
     "window=quick",
-    "study.n_trials=5",
+    "study.n_trials=3",  # the commands run through: the figures are the quick study's
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",
     "study.confirm_rounds=1",

@@ -41,7 +41,7 @@ SMALL = [
     "dataset.num_classes=3",
     "recipe.crop_size=64",
     "batch_size=8",
-    "diagnose.samples=48",
+    "diagnose.samples=24",  # above the 10 slowest files the report lists
     "diagnose.decoder_samples=16",
     "study.name=small",
 ]
