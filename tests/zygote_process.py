@@ -72,7 +72,9 @@ def serve() -> None:
                 _reap(running)
             if listener in ready:
                 stand_in = listener.accept()[0]
-                running[_fork_for(stand_in)] = stand_in
+                pid = _fork_for(stand_in)
+                if pid is not None:
+                    running[pid] = stand_in
             if 0 in ready:
                 chunk = os.read(0, 65536)
                 if not chunk:
@@ -109,12 +111,19 @@ def _fork(request: dict[str, Any]) -> int:
     return pid
 
 
-def _fork_for(stand_in: socket.socket) -> int:
+def _fork_for(stand_in: socket.socket) -> int | None:
     """The child of a stand-in's request (``zygote_python``), with the stand-in's open files
-    at their numbers, in its process group; its pid answered to the stand-in."""
+    at their numbers, in its process group; its pid answered to the stand-in. None where the
+    stand-in ended before its request was whole."""
     message, received, _, _ = socket.recv_fds(stand_in, 1 << 20, 1024)
     while not message.endswith(b"\n"):
-        message += stand_in.recv(1 << 20)
+        more = stand_in.recv(1 << 20)
+        if not more:
+            for fd in received:
+                os.close(fd)
+            stand_in.close()
+            return None
+        message += more
     request = json.loads(message) | {"cpus": None}
     pid = os.fork()
     if pid == 0:
