@@ -5,9 +5,9 @@ Each settled reading of the kept setting, once exploring has settled, is compare
 reading it was kept on (in a run that starts from a setting an earlier run kept, with the
 run's own first reading of it). A reading off by more than the noise (the larger of the two
 readings' spreads, and never less than ``FLOOR``) counts, a fall by a factor as a rise by the
-same factor (a rate falls by more than a spread of 100 %, never below 0); ``SUSTAINED`` such
-readings in a row, off the same way and timing ``SUSTAINED_S`` seconds together, are a drift:
-one reading off is noise, a span of them is the machine.
+same factor (a rate cannot fall by more than 100 %, and a spread can pass that);
+``SUSTAINED`` such readings in a row, off the same way and timing ``SUSTAINED_S`` seconds
+together, are a drift: one reading off is noise, a span of them is the machine.
 """
 
 from __future__ import annotations
