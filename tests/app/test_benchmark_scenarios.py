@@ -23,13 +23,13 @@ def test_the_storage_scenario_reads_through_slow_storage_against_the_best_capped
         "search_space.knobs.num_workers.type=choice",
         "search_space.knobs.num_workers.choices=[0,4]",
     ]
-    # reads still wait (the baseline's data wait is most of its time), at a quarter of the cost
-    late = ["--latency-ms", "5"]
+    # reads still wait (the baseline's data wait is most of its time), at a tenth of the cost
+    late = ["--latency-ms", "2"]
     args = ["--scenario", "storage", "--rounds", "1", *late, *BENCHMARK_TINY, *workers]
     result = run_benchmark(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "studies/benchmark/storage/results.json").read_text())
-    assert "behind 5 ms of added latency" in results["about"]
+    assert "behind 2 ms of added latency" in results["about"]
     rival = results["head_to_head"]["grid best, workers <= cores"]
     cores = results["machine"]["usable_cpus"]
     assert int(rival["config"].split()[0].removeprefix("w")) <= cores

@@ -144,7 +144,8 @@ def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm
         params |= {"prefetch_factor": 2} if w else {}
         study.enqueue_trial(params, user_attrs={"role": "polish", "polish_knob": "num_workers"})
         queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-    again = run_cli([*QUICK, "study.n_trials=5"], cwd)
+    # no confirmation in either run: what is checked is which trials run, and in what order
+    again = run_cli([*QUICK, "study.n_trials=5", "study.confirm_top_k=0"], cwd)
     assert again.returncode == 0, again.stderr[-2000:]
     resumed = optuna.load_study(study_name="synthetic-tiny", storage=storage)
     measured = store.measured(resumed.trials)
@@ -163,7 +164,8 @@ def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm
     earlier = StudyResult.load(resumed, storage=storage)
     rows = [r for r in (earlier.winner, earlier.as_is_winner) if r and r["label"] != "baseline"]
     picks = list(dict.fromkeys(r["config"] for r in rows))
-    warm = run_cli([*QUICK, "study.name=again", f"study.n_trials={1 + len(picks)}"], cwd)
+    warm_args = ["study.name=again", f"study.n_trials={1 + len(picks)}", "study.confirm_top_k=0"]
+    warm = run_cli([*QUICK, *warm_args], cwd)
     assert warm.returncode == 0, warm.stderr[-2000:]
     again = optuna.load_study(study_name="again", storage=storage).trials
     assert [store.role_of(t) for t in again[1:]] == [store.WARM_START] * len(picks)
