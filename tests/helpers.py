@@ -30,9 +30,14 @@ from autotune.schema import AutotuneConfig
 from autotune.session import SearchSpace, Session
 
 TESTS = Path(__file__).parent
-# Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials; the same
-# settings the self-check's study runs. No worth table: a test that checks it adds WORTH.
-QUICK = list(SELFCHECK_QUICK)
+# window=quick with 2 sub-windows (its own are 3): a quarter less time a trial, for studies
+# whose figures are not what their tests check
+SUB_WINDOWS = 2
+QUICK_WINDOW = ["window=quick", f"window.sub_windows={SUB_WINDOWS}"]
+# Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials; the
+# settings the self-check's study runs, in QUICK_WINDOW. No worth table: a test that checks it
+# adds WORTH.
+QUICK = [*SELFCHECK_QUICK, *QUICK_WINDOW]
 # what each setting is worth: measured even in a short search (the table takes seconds)
 WORTH = ["study.worth_budget=2"]
 # a trial's window of a few batches, untimed by length or spread: where the figure is not the
@@ -76,12 +81,14 @@ def run_benchmark(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str
     return run_python(["-m", "autotune.benchmark", *args], cwd, timeout=300)
 
 
-_ZYGOTE = zygote.Zygote()
+# this test process's one zygote: every command a test starts forks from it (its first one
+# starts it, the package imported: seconds of CPU a second one would spend again)
+ZYGOTE = zygote.Zygote()
 
 
 def zygote_pid() -> int | None:
     """The process the tests' commands fork from (``run_python``), where it has started."""
-    return _ZYGOTE.pid
+    return ZYGOTE.pid
 
 
 def run_python(
@@ -90,7 +97,7 @@ def run_python(
     """``python ARGS`` (``-m MODULE ...`` or ``SCRIPT ...``) in ``cwd`` with ``env`` (this
     process's by default), its output captured as text: forked from the zygote."""
     command = [sys.executable, *args]
-    return _ZYGOTE.run(command, cwd, dict(os.environ) if env is None else env, timeout)
+    return ZYGOTE.run(command, cwd, dict(os.environ) if env is None else env, timeout)
 
 
 def start_python(
@@ -107,8 +114,7 @@ def start_python(
     with ``stdout_pipe`` or the ``terminal`` of that path, on ``cpus`` alone where given."""
     command = [sys.executable, *args]
     env = dict(os.environ) if env is None else env
-    output = {"stdout_pipe": stdout_pipe, "terminal": terminal}
-    return _ZYGOTE.start(command, cwd, env, **output, cpus=cpus)
+    return ZYGOTE.start(command, cwd, env, stdout_pipe=stdout_pipe, terminal=terminal, cpus=cpus)
 
 
 def start_cli(

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-import zygote
+from helpers import ZYGOTE
 
-pytestmark = pytest.mark.slow  # its first command starts a zygote: the package imported, 5-8 s
-
-ZYGOTE = zygote.Zygote()
+pytestmark = pytest.mark.slow  # its first command may start the zygote: the package imported
 
 
 def _script(folder: Path, name: str, body: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import userdata_example
+from helpers import QUICK_WINDOW
 from userdata_example import SpecNet, Spectrograms, pad_collate
 
 import autotune
@@ -78,7 +79,7 @@ def test_a_stream_object_with_dict_batches_and_its_own_loss_is_tuned(tmp_path, m
         precision="bf16",
         batch_size=8,
         n_trials=4,
-        overrides=["window=quick", "study.n_startup_trials=2", "study.confirm_top_k=1"],
+        overrides=[*QUICK_WINDOW, "study.n_startup_trials=2", "study.confirm_top_k=1"],
     )
     assert tuned.study_name == "tonestream-specnet" and tuned.best_path.is_file()
     assert tuned.speedup is not None and tuned.config.decoder == "as_is"

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 import yaml
-from helpers import run_cli
+from helpers import QUICK_WINDOW, run_cli
 from userdata_example import WavFiles, pad_collate, write_wavs
 
 from autotune.app import composition
@@ -18,7 +18,7 @@ from autotune.pipeline.user_data import UserData
 from autotune.session import Session
 
 OWN = [
-    "window=quick",
+    *QUICK_WINDOW,
     "study.n_trials=3",  # the commands run through: the figures are the quick study's
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",

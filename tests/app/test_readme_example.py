@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import run_cli, run_python
+from helpers import QUICK_WINDOW, run_cli, run_python
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-dataset.md"
 SECTION = "# Your own Dataset, collate, model and loss\n"
 # small and quick, as the tests' other studies are
 QUICK = [
-    "window=quick",
+    *QUICK_WINDOW,
     "study.n_trials=3",  # the documented commands run through, not a search worth its figures
     "study.n_startup_trials=2",
     "study.confirm_top_k=1",
@@ -83,7 +83,11 @@ def test_the_readme_project_is_tuned_and_its_result_trains(tmp_path) -> None:
     best = yaml.safe_load((tmp_path / "studies" / "clips-specnet" / "best.yaml").read_text())
     assert best["workload"]["dataset_target"]["_target_"] == "spectro.Clips"
     assert best["loader_kwargs"]["measured"]["speedup_vs_baseline"] >= 1.0
-    trained = _python("train.py", tmp_path)  # the training script, with best.yaml's kwargs
+    # the training script, with best.yaml's kwargs, over the study's 64 clips (not 512)
+    train = tmp_path / "train.py"
+    assert "spectro.Clips()" in train.read_text()
+    train.write_text(train.read_text().replace("spectro.Clips()", "spectro.Clips(count=64)"))
+    trained = _python("train.py", tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     # the claim checked in real epochs on the same study (mode=diagnose of a Dataset of the
     # user's own is run end to end by tests/app/test_own_dataset.py)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import make_session
+from helpers import QUICK_WINDOW, make_session
 
 from autotune import machine
 from autotune.app import cli
@@ -35,7 +35,7 @@ from autotune.session import Session
 
 SMALL = [
     "mode=diagnose",
-    "window=quick",
+    *QUICK_WINDOW,
     "search_space=quick",
     "dataset.count=48",
     "dataset.num_classes=3",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import dashboard_serving, get_json
+from helpers import SUB_WINDOWS, dashboard_serving, get_json
 
 
 def _has_gpu() -> bool:
@@ -51,8 +51,8 @@ def test_dashboard_lists_the_study_and_trial_attributes(quick_study):
             "pipeline",
         ):
             assert key in attrs
-        # sets of 3 sub-windows: uneven ones are followed by a set of twice the length
-        assert len(json.loads(attrs["samples_per_s_sub_windows"])) % 3 == 0
+        # sets of the window's sub-windows: uneven ones are followed by a set of twice the length
+        assert len(json.loads(attrs["samples_per_s_sub_windows"])) % SUB_WINDOWS == 0
         assert 0 <= float(attrs["data_wait_fraction"]) <= 1
         assert float(attrs["time_to_first_batch_s"]) > 0 and float(attrs["peak_memory_mb"]) > 10
         assert "failure" not in attrs
