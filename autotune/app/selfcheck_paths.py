@@ -27,10 +27,12 @@ from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig
 from autotune.session.data import load_source
 
-# a real study in about a minute (the tests' own quick study, tests/helpers.py's QUICK)
+# a real study in about a minute (the tests' own quick study, tests/helpers.py's QUICK); 2
+# sub-windows a trial, not window=quick's 3: it checks that each path runs, not its figures
 QUICK = [
     "search_space=quick",
     "window=quick",
+    "window.sub_windows=2",
     "dataset.count=48",
     "dataset.num_classes=3",
     "recipe.crop_size=64",
