@@ -27,8 +27,7 @@ from autotune.runtime.workload import TrainStep, build_model
 from autotune.schema import AutotuneConfig
 from autotune.session.data import load_source
 
-# a real study in about a minute (the tests' own quick study, tests/helpers.py's QUICK); 2
-# sub-windows a trial, not window=quick's 3: it checks that each path runs, not its figures
+# a real study in a minute (the tests' too), 2 sub-windows a trial: paths checked, not figures
 QUICK = [
     "search_space=quick",
     "window=quick",
@@ -43,8 +42,7 @@ QUICK = [
     "study.confirm_rounds=1",
     "study.worth_budget=0",
 ]
-# each device's workload: QUICK's settings, then these (a later override wins). On CUDA the
-# default space, so that the study searches the CUDA knobs too (device decoders, pin_memory, ...)
+# each device's workload: QUICK's, then these; on CUDA the default space, for its CUDA knobs
 ON_DEVICE = {
     "cpu": ["device=cpu", "model=tiny"],
     "cuda": ["search_space=default", "device=cuda", "model=resnet50", "precision=bf16"],
