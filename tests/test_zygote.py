@@ -80,6 +80,24 @@ def test_a_timeout_kills_the_command_and_what_it_started_where_it_streams(tmp_pa
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_a_command_past_its_timeout_is_killed_and_its_output_shown(tmp_path: Path) -> None:
+    """What a command wrote until it was killed is kept with the failure: where it waited."""
+    hangs = _script(
+        tmp_path,
+        "hangs.py",
+        """\
+        import sys, time
+        print('waiting for the lease', file=sys.stderr)  # line-buffered, as in an interpreter
+        print('trial 3 done', flush=True)
+        time.sleep(600)
+        """,
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as late:
+        ZYGOTE.run(hangs, tmp_path, dict(os.environ), timeout=1)
+    assert (late.value.output, late.value.stderr) == ("trial 3 done\n", "waiting for the lease\n")
+    assert "trial 3 done" in late.value.__notes__[0]
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to take one away")
 def test_a_command_runs_on_the_cpus_it_is_given(tmp_path: Path) -> None:
     one = min(os.sched_getaffinity(0))

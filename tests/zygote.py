@@ -138,9 +138,13 @@ class Zygote:
         started = self.start(command, cwd, env)
         try:
             out, err = started.communicate(timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as late:
             started.kill_group()  # the command and every process it started
             started.wait()
+            late.output, late.stderr = started.communicate()
+            # what it wrote until then, shown with the failure: where it waited
+            late.add_note(f"its stdout ended:\n{late.output[-3000:]}")
+            late.add_note(f"its stderr ended:\n{late.stderr[-3000:]}")
             raise
         return subprocess.CompletedProcess(command, started.wait(), out, err)
 

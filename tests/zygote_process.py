@@ -173,7 +173,8 @@ def _command(request: dict[str, Any], fds: dict[int, int]) -> None:
         _files_at(fds)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115  # the process's own, never closed
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        # line-buffered, as an interpreter's stderr is: a killed command's last lines show
+        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
         sys.executable = _PYTHON
         if request["cpus"] is not None:
             os.sched_setaffinity(0, request["cpus"])
@@ -235,6 +236,8 @@ def _start_fork_server_by_fork() -> None:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             exec(code, {"__name__": "__main__"})
+        except SystemExit as stop:  # how the server ends once its command has: quietly
+            os._exit(stop.code if isinstance(stop.code, int) else int(stop.code is not None))
         except BaseException:
             traceback.print_exc()
             os._exit(1)

@@ -46,10 +46,10 @@ def measuring_references(leases: Leases) -> Iterator[bool]:
 
 def wait_for_trials_elsewhere(study: optuna.Study, stop: threading.Event) -> None:
     """Returns once no trial of the study runs on another host (a dead host's trial is failed
-    when its heartbeats stop), or on Ctrl-C."""
-    announced = False
+    when its heartbeats stop, or when it never sent one), or on Ctrl-C."""
+    announced, silent_since = False, {}
     while not stop.is_set():
-        storage.fail_lost(study)
+        storage.fail_lost(study, silent_since)
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if not running:
             return

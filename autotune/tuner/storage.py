@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import sqlalchemy
 from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages._rdb import models  # the heartbeats' table, which Optuna reads alone
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import UsageError
@@ -188,12 +189,39 @@ def _fail_stale(study: optuna.Study) -> None:
             log.warning("trial %d was left running by a killed run: marked failed", t.number)
 
 
-def fail_lost(study: optuna.Study) -> None:
+def fail_lost(study: optuna.Study, silent_since: dict[int, float] | None = None) -> None:
     """Trials whose host stopped sending heartbeats (it died) are marked failed, with the
-    reason: none stays RUNNING forever, and none is counted twice."""
+    reason: none stays RUNNING forever, and none is counted twice. Given ``silent_since``
+    (kept by a caller that looks again and again), also a trial that never sent one: its
+    host died between creating it and its first heartbeat, which Optuna's check never
+    finds. It is failed once this host has seen it silent for the grace period, by this
+    host's own clock (the hosts' clocks may disagree)."""
     storage = study._storage
-    for trial_id in storage._get_stale_trial_ids(study._study_id):  # Optuna's heartbeat check
+    lost = set(storage._get_stale_trial_ids(study._study_id))  # Optuna's heartbeat check
+    if silent_since is not None:
+        rdb = getattr(storage, "_backend", storage)  # Optuna wraps it in a cache
+        now, silent = time.monotonic(), _never_beat(rdb, study._study_id)
+        for trial_id in set(silent_since) - silent:  # it beat, or it ended
+            del silent_since[trial_id]
+        for trial_id in silent:
+            if now - silent_since.setdefault(trial_id, now) > rdb.grace_period:
+                lost.add(trial_id)
+    for trial_id in sorted(lost):
         number = storage.get_trial_number_from_id(trial_id)
-        lost = Failure(FailureKind.HOST_LOST, "the host measuring it stopped sending heartbeats")
-        if mark_failed(study, trial_id, lost):
+        reason = Failure(FailureKind.HOST_LOST, "the host measuring it stopped sending heartbeats")
+        if mark_failed(study, trial_id, reason):
             log.warning("trial %d: its host stopped sending heartbeats: marked failed", number)
+
+
+def _never_beat(storage: optuna.storages.RDBStorage, study_id: int) -> set[int]:
+    """The study's running trials with no heartbeat recorded yet (Optuna's own tables)."""
+    trials = models.TrialModel.__table__
+    beats = models.TrialHeartbeatModel.__table__
+    query = (
+        sqlalchemy.select(trials.c.trial_id)
+        .outerjoin(beats, beats.c.trial_id == trials.c.trial_id)
+        .where(trials.c.study_id == study_id, trials.c.state == TrialState.RUNNING)
+        .where(beats.c.trial_id.is_(None))
+    )
+    with storage.engine.connect() as conn:
+        return set(conn.execute(query).scalars())
