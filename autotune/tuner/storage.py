@@ -197,7 +197,8 @@ def fail_lost(study: optuna.Study, silent_since: dict[int, float] | None = None)
     finds. It is failed once this host has seen it silent for the grace period, by this
     host's own clock (the hosts' clocks may disagree)."""
     storage = study._storage
-    lost = set(storage._get_stale_trial_ids(study._study_id))  # Optuna's heartbeat check
+    stopped = "the host measuring it stopped sending heartbeats"  # Optuna's check finds it
+    lost = dict.fromkeys(storage._get_stale_trial_ids(study._study_id), stopped)
     if silent_since is not None:
         rdb = getattr(storage, "_backend", storage)  # Optuna wraps it in a cache
         now, silent = time.monotonic(), _never_beat(rdb, study._study_id)
@@ -205,12 +206,11 @@ def fail_lost(study: optuna.Study, silent_since: dict[int, float] | None = None)
             del silent_since[trial_id]
         for trial_id in silent:
             if now - silent_since.setdefault(trial_id, now) > rdb.grace_period:
-                lost.add(trial_id)
-    for trial_id in sorted(lost):
+                lost[trial_id] = "the host measuring it never sent a heartbeat"
+    for trial_id, reason in sorted(lost.items()):
         number = storage.get_trial_number_from_id(trial_id)
-        reason = Failure(FailureKind.HOST_LOST, "the host measuring it stopped sending heartbeats")
-        if mark_failed(study, trial_id, reason):
-            log.warning("trial %d: its host stopped sending heartbeats: marked failed", number)
+        if mark_failed(study, trial_id, Failure(FailureKind.HOST_LOST, reason)):
+            log.warning("trial %d: %s; marked failed", number, reason)
 
 
 def _never_beat(storage: optuna.storages.RDBStorage, study_id: int) -> set[int]:

@@ -48,8 +48,10 @@ def test_a_trial_whose_host_died_before_its_first_heartbeat_is_failed_as_lost(st
     (trial,) = study.get_trials()
     assert trial.number == silent.number and trial.state == TrialState.FAIL
     assert trial.user_attrs["failure"]["kind"] == "host_lost"
+    assert "never sent a heartbeat" in trial.user_attrs["failure"]["message"]
 
 
+@pytest.mark.slow  # the beating trial outlives the grace period: 3 s
 def test_a_trial_whose_heartbeats_stopped_is_failed_and_a_beating_one_is_waited_for(study):
     stopped = study.ask()
     study._storage.record_heartbeat(stopped._trial_id)  # one beat, then its host died
