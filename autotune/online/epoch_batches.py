@@ -30,6 +30,7 @@ from typing import Any
 
 import torch.utils.data
 
+from autotune.online.worker_watch import WatchedDataLoader
 from autotune.pipeline.config import LOADER_KEYS, SWITCHABLE, PipelineConfig
 
 # the inner loader's arguments a switch may change; the rest are the user's, as passed
@@ -125,7 +126,7 @@ class InnerLoader:
             kwargs.update(batch_sampler=handed)
         else:
             kwargs.update(sampler=handed, batch_size=None)
-        return cls(torch.utils.data.DataLoader(outer.dataset, **kwargs), settings, handed)
+        return cls(WatchedDataLoader(outer.dataset, **kwargs), settings, handed)
 
 
 class InnerLoaders:

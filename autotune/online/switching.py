@@ -127,9 +127,9 @@ class EpochPass:
         loader, settings = self._loader, self._next or self._loader.settings
         self._next = None
         start = time.perf_counter()
+        if self._batches is not None:  # also what a loader that failed as it opened was handed
+            self._batches.take_back()
         if self._it is not None:
-            if self._batches is not None:
-                self._batches.take_back()
             shut_down(self._it)
             self._it = None
             loader.release()  # where they were a kept loader's persistent workers
