@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch.utils.data
@@ -35,7 +36,14 @@ class _WatchedWorkers(_MultiProcessingDataLoaderIter):
         super()._reset(loader, first_iter)
 
     def _try_get_data(self, timeout: float = CHECK_S) -> tuple[bool, Any]:
-        return super()._try_get_data(timeout)
+        """torch's read, its workers checked each ``CHECK_S`` of it (the loader's own
+        ``timeout`` too may be long)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            got, data = super()._try_get_data(min(CHECK_S, left))  # raises where one died
+            if got or time.monotonic() >= deadline:
+                return got, data
 
 
 class WatchedDataLoader(torch.utils.data.DataLoader):

@@ -42,8 +42,10 @@ def _step_until_dead(iterator) -> None:
         time.sleep(0.001)  # the handler runs between two of these at the latest
 
 
-def _loader(kind: type) -> torch.utils.data.DataLoader:
-    return kind(DiesInItsWorker(), batch_size=None, num_workers=1, prefetch_factor=2)
+def _loader(kind: type, timeout: float = 0) -> torch.utils.data.DataLoader:
+    return kind(
+        DiesInItsWorker(), batch_size=None, num_workers=1, prefetch_factor=2, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -69,8 +71,11 @@ def test_torch_s_loader_raises_a_worker_s_death_in_the_main_thread_s_own_code(
     del iterator
 
 
-def test_the_watched_loader_raises_it_from_next(torch_s_handler) -> None:
-    iterator = iter(_loader(WatchedDataLoader))
+@pytest.mark.parametrize("timeout", [0, 120])
+def test_the_watched_loader_raises_it_from_next(torch_s_handler, timeout) -> None:
+    """Where the loader has a timeout of its own, long before it ends."""
+    started = time.monotonic()
+    iterator = iter(_loader(WatchedDataLoader, timeout=timeout))
     got = [next(iterator), next(iterator)]
     _step_until_dead(iterator)  # nothing raised in the step
     with pytest.raises(RuntimeError, match="DataLoader worker .* exited unexpectedly"):
@@ -78,3 +83,4 @@ def test_the_watched_loader_raises_it_from_next(torch_s_handler) -> None:
             got.append(next(iterator))
     # in order, up to what the worker had sent before it died
     assert got == list(range(len(got))) and len(got) <= DIES_AT
+    assert time.monotonic() - started < 60
