@@ -221,8 +221,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self.meter = self._new_meter(settings, after_switch=after_switch)
 
     def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
-        """A meter for ``settings``; while exploring, its timing capped at its share of the
-        exploring budget."""
+        """A meter for ``settings``; while exploring, capped at its share of the budget."""
         exploring = self._share and not self._is_stream
         exploring = exploring and (self._explorer is None or not self._explorer.done)
         return Meter(
@@ -230,6 +229,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self._window,
             after_switch=after_switch,
             cap_s=setting_cap(self._share, len(self), self._window) if exploring else None,
+            epoch_batches=None if self._is_stream else len(self),
             count=counter(self.batch_size if self._auto_collation else None),
         )
 

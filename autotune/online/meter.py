@@ -79,10 +79,14 @@ class Meter:
         *,
         after_switch: bool = True,
         cap_s: Callable[[float], float] | None = None,
+        epoch_batches: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
     ) -> None:
         self.settings = settings
+        # an epoch's batches, where known: a sub-window is never longer than what an epoch
+        # leaves after its warm-up (a fast loop on a small dataset would time none)
+        self._epoch_batches = epoch_batches
         self._after_switch = after_switch  # its first batch is the switch's cost
         # the most seconds to time, from the batch rate at the end of the warm-up (the
         # explorer's budget shared among the settings it tries); the window's cap if less
@@ -105,10 +109,11 @@ class Meter:
         self._epochs_ended, self._spans_then = 0, 0
         self._restart_warmup()
 
+    def _warmup_batches(self) -> int:
+        return warmup_batches(self.settings.buffered_batches, self._window.warmup_extra_batches)
+
     def _restart_warmup(self) -> None:
-        self._warmup_left = warmup_batches(
-            self.settings.buffered_batches, self._window.warmup_extra_batches
-        )
+        self._warmup_left = self._warmup_batches()
         self._warm_started, self._warm_batches = None, 0
         self._span_start, self._span = None, (0, 0, 0.0)
 
@@ -161,16 +166,22 @@ class Meter:
                 max_timed_s=cap,
                 min_sub_window_s=min(window.min_sub_window_s, cap / window.sub_windows),
             )
-        return sub_windows(
+        align = max(1, self.settings.num_workers)
+        length = sub_windows(
             at_least=window.batches_per_window,
             batch_rate=rate,
             min_sub_window_s=window.min_sub_window_s,
-            align=max(1, self.settings.num_workers),
+            align=align,
             consumed=0,
             pass_batches=None,
             count=window.sub_windows,
             max_timed_s=window.max_timed_s,
         ).batches
+        if self._epoch_batches is None:
+            return length
+        room = self._epoch_batches - self._warmup_batches()  # in whole rounds of the workers
+        shortest = -(-max(window.batches_per_window, 1) // align) * align
+        return min(length, max(shortest, room // align * align))
 
     def _close_span(self, now: float) -> None:
         batches, samples, waited = self._span

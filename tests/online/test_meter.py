@@ -140,3 +140,21 @@ def test_a_setting_no_whole_epoch_can_time_is_untimeable(epoch, untimeable) -> N
         loop.meter.requested()
         loop.meter.epoch_ended()
     assert loop.meter.untimeable is untimeable
+
+
+@pytest.mark.parametrize(("epoch_batches", "untimeable"), [(None, True), (12, False)])
+def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches, untimeable):
+    # 10 batches/s and 1 s sub-windows ask for 10 batches; an epoch of 12 leaves 6 after the
+    # warm-up (2 workers x 2 prefetched + 2 extra): sub-windows of 6, where it is known
+    window = dataclasses.replace(WINDOW, min_sub_window_s=1.0)
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    meter = Meter(settings, window, after_switch=False, epoch_batches=epoch_batches)
+    loop = Loop(meter)
+    for _ in range(4):
+        for _ in range(12):
+            loop.batch(wait=0.0, step=0.1)
+        loop.meter.requested()
+        loop.meter.epoch_ended()
+    assert loop.meter.untimeable is untimeable
+    if not untimeable:
+        assert loop.meter.done and loop.meter.reading().batches == 3 * 6
