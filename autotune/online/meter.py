@@ -179,9 +179,10 @@ class Meter:
         ).batches
         if self._epoch_batches is None:
             return length
-        room = self._epoch_batches - self._warmup_batches()  # in whole rounds of the workers
-        shortest = -(-max(window.batches_per_window, 1) // align) * align
-        return min(length, max(shortest, room // align * align))
+        warmup = self._warmup_batches()
+        shortest = fewest_batches(self.settings, window) - warmup
+        room = (self._epoch_batches - warmup) // align * align  # whole rounds of the workers
+        return min(length, max(shortest, room))
 
     def _close_span(self, now: float) -> None:
         batches, samples, waited = self._span
