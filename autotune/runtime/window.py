@@ -56,12 +56,12 @@ def run_window(
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
     lengths |= {"align": align, "pass_batches": pass_batches, "max_timed_s": max_timed_s}
     lengths |= {"batch_rate": batch_rate, "consumed": 1 + warmup, "count": sub_windows}
-    shape = window_length.sub_windows(**lengths)
+    shape = window_length.sub_windows(**lengths, epoch_after=None not in (end_epoch, one_pass))
     for _ in range(shape.skip):  # to where a pass starts, untimed
         step(next(it))
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
-    sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
-    sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
+    sets = {"sub_windows": sub_windows, "target_spread": shape.spread_goal(target_spread)}
+    sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s, "peers": peers}
     compiled = compiles()
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     pass_s = pass_batches * tally.elapsed / tally.batches if pass_batches and tally.batches else 0

@@ -28,6 +28,13 @@ class SubWindows:
     batches: int
     skip: int = 0
     whole_passes: bool = False
+    one_set: bool = False  # whole passes before a whole timed epoch, the figure
+
+    def spread_goal(self, target_spread: float) -> float:
+        """The spread sets of sub-windows are timed until (``timed_spans``; 0: one set). One
+        set where a whole epoch timed after the sub-windows is the figure: longer spans
+        could not change it, and whole passes agree on uneven samples already."""
+        return 0.0 if self.one_set else target_spread
 
 
 def sub_windows(
@@ -40,6 +47,7 @@ def sub_windows(
     pass_batches: int | None,
     count: int,
     max_timed_s: float,
+    epoch_after: bool = False,
 ) -> SubWindows:
     """Sub-windows of at least ``at_least`` batches and ``min_sub_window_s`` seconds at
     ``batch_rate`` (batches/s seen at the end of the warm-up; None: unknown), in whole rounds
@@ -51,7 +59,8 @@ def sub_windows(
     starts (``consumed`` batches are gone, so ``skip`` more are run untimed first): every
     sub-window then reads every sample once, as an epoch does, and uneven samples (a
     thumbnail beside a camera original) no longer make sub-windows disagree by which of them
-    each drew.
+    each drew. ``epoch_after``: a whole epoch is timed after the sub-windows where a pass
+    fits, as the run's figure.
     """
     needed = math.ceil(min_sub_window_s * batch_rate) if batch_rate and min_sub_window_s else 0
     wanted = max(at_least, needed, 1)
@@ -59,6 +68,7 @@ def sub_windows(
         unit = math.lcm(max(1, align), pass_batches)
         batches = -(-wanted // unit) * unit
         if batch_rate and count * batches / batch_rate <= max_timed_s:
-            return SubWindows(batches, skip=-consumed % pass_batches, whole_passes=True)
+            skip = -consumed % pass_batches
+            return SubWindows(batches, skip=skip, whole_passes=True, one_set=epoch_after)
     unit = max(1, align)
     return SubWindows(-(-wanted // unit) * unit)

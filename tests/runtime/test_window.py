@@ -286,11 +286,18 @@ class EpochLoader:
     raced ahead into their buffer, idle while it drains, make an epoch's batches so)."""
 
     def __init__(
-        self, clock: FakeClock, restart: float, in_flight: int, pass_len: int = 4, idle=0.0
+        self,
+        clock: FakeClock,
+        restart: float,
+        in_flight: int,
+        pass_len: int = 4,
+        idle=0.0,
+        cost: Callable[[int], float] = lambda i: T_BATCH,
     ) -> None:
         self.clock, self.restart, self.in_flight = clock, restart, in_flight
         self.ended, self.epochs, self.after_end = False, 0, 0
         self.pass_len, self.idle, self.one, self.last_pass = pass_len, idle, False, 0
+        self.cost, self.drawn = cost, 0  # the endless epochs' batch i costs cost(i)
 
     def end(self) -> None:
         self.ended = True
@@ -311,7 +318,8 @@ class EpochLoader:
         while not self.ended or self.after_end < self.in_flight:
             if self.ended:
                 self.after_end += 1
-            self.clock.now += T_BATCH
+            self.clock.now += self.cost(self.drawn)
+            self.drawn += 1
             yield torch.zeros(BATCH_SIZE, 1), torch.zeros(BATCH_SIZE, dtype=torch.int64)
 
 
@@ -362,6 +370,27 @@ def test_a_whole_epoch_that_fits_is_timed_and_charged_beyond_its_samples_at_the_
     # charge the noise of every pass that runs slower and none of one that runs faster)
     fast, _ = timed(max_timed_s=math.inf, restart=0.0, idle=-0.1)
     assert fast.epoch_overhead_s == pytest.approx(-0.1)
+
+
+def test_whole_passes_before_a_timed_epoch_are_one_set_however_they_disagree() -> None:
+    """Passes of 4 batches, every other one slow: their spans disagree by far more than the
+    target, and no longer spans could change the figure, which is the epoch timed after."""
+    slow_every_other = lambda i: 0.25 if i // 4 % 2 else 1.0  # noqa: E731
+
+    def timed(*, epoch_after: bool) -> Measurement:
+        clock = FakeClock()
+        epochs = EpochLoader(clock, restart=0.0, in_flight=0, cost=slow_every_other)
+        boundary = {"end_epoch": epochs.end, "one_pass": epochs.one_pass} if epoch_after else {}
+        return run_window(
+            epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4,
+            clock=clock, pass_batches=4, target_spread=0.1, max_timed_s=1e6, **boundary,
+        )  # fmt: skip
+
+    assert timed(epoch_after=False).grouped > 1  # the figure is the spans: lengthened
+    m = timed(epoch_after=True)
+    assert m.whole_passes and m.grouped == 1 and m.timed_batches == 3 * 4
+    assert m.spread > 0.1  # what the one set saw, kept as it is
+    assert m.epoch_overhead_s is not None  # the epoch was timed: the figure
 
 
 def uneven(buffered: int, every: int) -> Callable[[int], float]:
