@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from autotune.pipeline.batches import samples_in
-from autotune.runtime import window_length
+from autotune.runtime import window_epochs, window_length
 from autotune.runtime.gpu_monitor import UtilizationSampler
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.peers import ALONE, Peers
-from autotune.runtime.timed_spans import Batch, Count, Step, Tally, time_sets
+from autotune.runtime.timed_spans import Batch, Count, Step, Tally
 
 
 class WindowStopped(Exception):
@@ -47,25 +47,22 @@ def run_window(
     compiles: Callable[[], int] = lambda: 0,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then sub-windows (``window_length``:
-    whole worker rounds, whole passes where they fit) until ``sub_windows`` equal spans agree
-    within ``target_spread`` or ``max_timed_s`` ends it (``timed_spans``); then an epoch
-    boundary (``_next_epoch``). ``on_sub_window`` may stop it (``WindowStopped``)."""
+    whole worker rounds; whole passes where they fit, real epochs where the run makes them,
+    ``end_epoch`` and ``one_pass``) and the epochs' boundary (``window_epochs``).
+    ``on_sub_window`` may stop it (``WindowStopped``)."""
     it, sync = iter(batches), _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     batch_rate = _slowest(peers, _warm_up(it, step, warmup, sync=sync, clock=clock))
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
     lengths |= {"align": align, "pass_batches": pass_batches, "max_timed_s": max_timed_s}
     lengths |= {"batch_rate": batch_rate, "consumed": 1 + warmup, "count": sub_windows}
-    shape = window_length.sub_windows(**lengths, epoch_after=None not in (end_epoch, one_pass))
-    for _ in range(shape.skip):  # to where a pass starts, untimed
-        step(next(it))
+    shape = window_length.sub_windows(**lengths, makes_epochs=None not in (end_epoch, one_pass))
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
-    sets = {"sub_windows": sub_windows, "target_spread": shape.spread_goal(target_spread)}
-    sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s, "peers": peers}
-    compiled = compiles()
-    grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
-    pass_s = pass_batches * tally.elapsed / tally.batches if pass_batches and tally.batches else 0
-    whole = one_pass if 0 < pass_s <= max_timed_s else None  # a whole epoch, where it fits
+    compiled, loop = compiles(), (it, batches, step, tally, count, timing)
+    sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
+    sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
+    ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
+    grouped, boundary = window_epochs.time_sub_windows(*loop, shape, sets, pass_batches, **ends)
     return Measurement(
         samples_per_s=tally.rate,
         sub_window_samples_per_s=tuple(tally.rates),
@@ -75,7 +72,7 @@ def run_window(
         timed_batches=tally.batches,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
-        **_next_epoch(it, batches, step, end_epoch, whole, tally.rate, count, sync, clock),
+        **boundary,
         first_step_s=first_step_s,
         settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
         grouped=grouped,
@@ -102,64 +99,6 @@ def _slowest(peers: Peers, batch_rate: float | None) -> float | None:
     its sub-windows alike."""
     agreed = peers.least(-1.0 if batch_rate is None else batch_rate)
     return None if agreed < 0 else agreed
-
-
-def _next_epoch(
-    it: Iterator[Batch],
-    batches: Iterable[Batch],
-    step: Step,
-    end_epoch: Callable[[], None] | None,
-    one_pass: Callable[[], None] | None,
-    steady: float,
-    count: Count,
-    sync: Callable[[], None],
-    clock: Callable[[], float],
-) -> dict[str, float | None]:
-    """Ends ``it``'s epoch, drains the batches in flight (untimed), and times what a user's
-    epoch pays at the boundary (``epoch_start_s``): the end itself (workers that do not
-    persist are shut down then) and a new epoch of ``batches`` to its first batch in hand;
-    given ``one_pass`` (the new epoch made one pass: the run passes it where a pass fits
-    ``max_timed_s`` at the rate timed), on to that epoch's last step done, as a user's epoch
-    runs (``time_epoch``'s rule): what it took beyond its samples at the ``steady`` rate
-    (``epoch_overhead_s``; below 0 where the pass ran faster). None without ``end_epoch``."""
-    if end_epoch is None:
-        return {"epoch_start_s": None, "epoch_overhead_s": None}
-    end_epoch()
-    while True:
-        before = clock()
-        try:
-            next(it)
-        except StopIteration:
-            ending = clock() - before
-            break
-    if one_pass is None:
-        start_s = ending + _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
-        return {"epoch_start_s": start_s, "epoch_overhead_s": None}
-    one_pass()
-    sync()
-    start, in_hand, samples = clock(), None, 0
-    for batch in batches:
-        in_hand = clock() - start if in_hand is None else in_hand
-        step(batch)
-        samples += count(batch)
-    sync()
-    seconds = clock() - start
-    # not clamped at 0: a pass that ran faster than the steady rate is the same noise as one
-    # that ran slower, and a clamp would charge every claim (a baseline's most) the noise
-    overhead = seconds - samples / steady if steady > 0 and samples else None
-    start_s = ending + (seconds if in_hand is None else in_hand)
-    return {"epoch_start_s": start_s, "epoch_overhead_s": overhead}
-
-
-def _first_batch_in_hand(
-    it: Iterator[Batch], *, sync: Callable[[], None], clock: Callable[[], float]
-) -> float:
-    """Seconds from here to the next batch of ``it`` in hand (an iterator starting: worker
-    spawn or refill, and the first fill)."""
-    sync()
-    start = clock()
-    next(it)
-    return clock() - start
 
 
 def _start_up(

@@ -23,18 +23,13 @@ def warmup_batches(buffered_batches: int, extra: int) -> int:
 @dataclass(frozen=True)
 class SubWindows:
     """The shape of the timed part: each sub-window's batches, and the untimed batches run
-    first so that the first sub-window starts where a pass over the data starts."""
+    first so that the first sub-window starts where a pass over the data starts; or, where
+    the run can make epochs, ``epochs`` real epochs of one pass each to a sub-window."""
 
     batches: int
     skip: int = 0
     whole_passes: bool = False
-    one_set: bool = False  # whole passes before a whole timed epoch, the figure
-
-    def spread_goal(self, target_spread: float) -> float:
-        """The spread sets of sub-windows are timed until (``timed_spans``; 0: one set). One
-        set where a whole epoch timed after the sub-windows is the figure: longer spans
-        could not change it, and whole passes agree on uneven samples already."""
-        return 0.0 if self.one_set else target_spread
+    epochs: int = 0  # real epochs (one pass each) to a sub-window; 0: all in one epoch
 
 
 def sub_windows(
@@ -47,7 +42,7 @@ def sub_windows(
     pass_batches: int | None,
     count: int,
     max_timed_s: float,
-    epoch_after: bool = False,
+    makes_epochs: bool = False,
 ) -> SubWindows:
     """Sub-windows of at least ``at_least`` batches and ``min_sub_window_s`` seconds at
     ``batch_rate`` (batches/s seen at the end of the warm-up; None: unknown), in whole rounds
@@ -55,20 +50,21 @@ def sub_windows(
 
     Where a pass over the data is ``pass_batches`` long (the sampler's passes are whole
     batches, and the loader hands batches back in its order) and ``count`` sub-windows of
-    whole passes fit in ``max_timed_s``, each sub-window is whole passes and starts where one
-    starts (``consumed`` batches are gone, so ``skip`` more are run untimed first): every
-    sub-window then reads every sample once, as an epoch does, and uneven samples (a
-    thumbnail beside a camera original) no longer make sub-windows disagree by which of them
-    each drew. ``epoch_after``: a whole epoch is timed after the sub-windows where a pass
-    fits, as the run's figure.
+    whole passes fit in ``max_timed_s``, each sub-window is whole passes: every sub-window
+    then reads every sample once, as an epoch does, and uneven samples (a thumbnail beside a
+    camera original) no longer make sub-windows disagree by which of them each drew. Where
+    the run ``makes_epochs``, each pass is a real epoch, as the user's run makes them (no
+    worker rounds to align: an epoch ends where it ends); else the sub-windows start where
+    a pass starts (``consumed`` batches are gone, so ``skip`` more are run untimed first).
     """
     needed = math.ceil(min_sub_window_s * batch_rate) if batch_rate and min_sub_window_s else 0
     wanted = max(at_least, needed, 1)
     if pass_batches:
-        unit = math.lcm(max(1, align), pass_batches)
+        unit = pass_batches if makes_epochs else math.lcm(max(1, align), pass_batches)
         batches = -(-wanted // unit) * unit
         if batch_rate and count * batches / batch_rate <= max_timed_s:
-            skip = -consumed % pass_batches
-            return SubWindows(batches, skip=skip, whole_passes=True, one_set=epoch_after)
+            if makes_epochs:
+                return SubWindows(batches, whole_passes=True, epochs=batches // pass_batches)
+            return SubWindows(batches, skip=-consumed % pass_batches, whole_passes=True)
     unit = max(1, align)
     return SubWindows(-(-wanted // unit) * unit)

@@ -297,7 +297,7 @@ class EpochLoader:
         self.clock, self.restart, self.in_flight = clock, restart, in_flight
         self.ended, self.epochs, self.after_end = False, 0, 0
         self.pass_len, self.idle, self.one, self.last_pass = pass_len, idle, False, 0
-        self.cost, self.drawn = cost, 0  # the endless epochs' batch i costs cost(i)
+        self.cost, self.drawn = cost, 0  # the i-th batch drawn costs cost(i)
 
     def end(self) -> None:
         self.ended = True
@@ -311,7 +311,9 @@ class EpochLoader:
         self.clock.now += self.restart
         if self.one:
             for i in range(self.pass_len):
-                self.clock.now += T_BATCH + (self.idle if i == self.pass_len - 1 else 0.0)
+                self.clock.now += self.cost(self.drawn)
+                self.clock.now += self.idle if i == self.pass_len - 1 else 0.0
+                self.drawn += 1
                 self.last_pass += 1
                 yield torch.zeros(BATCH_SIZE, 1), torch.zeros(BATCH_SIZE, dtype=torch.int64)
             return
@@ -343,54 +345,67 @@ def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() 
     assert m.epoch_overhead_s is None and without.epoch_overhead_s is None
 
 
-def test_a_whole_epoch_that_fits_is_timed_and_charged_beyond_its_samples_at_the_steady_rate():
-    def timed(
-        max_timed_s: float, restart: float = 1.5, idle: float = 0.25
-    ) -> tuple[Measurement, EpochLoader]:
-        clock = FakeClock()
-        epochs = EpochLoader(clock, restart=restart, in_flight=3, pass_len=4, idle=idle)
-        m = run_window(
-            epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4,
-            clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4,
-            max_timed_s=max_timed_s,
-        )  # fmt: skip
-        return m, epochs
+def timed_epochs(
+    max_timed_s: float, restart: float = 1.5, idle: float = 0.25, **loader: object
+) -> tuple[Measurement, EpochLoader]:
+    """A run that makes epochs: passes of 4 batches, each epoch's start ``restart`` s."""
+    clock = FakeClock()
+    epochs = EpochLoader(clock, restart=restart, in_flight=3, pass_len=4, idle=idle, **loader)
+    m = run_window(
+        epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
+        end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4, max_timed_s=max_timed_s,
+        target_spread=0.1,
+    )  # fmt: skip
+    return m, epochs
 
-    m, epochs = timed(max_timed_s=math.inf)
+
+def test_a_run_that_makes_epochs_times_its_sub_windows_as_real_epochs() -> None:
+    m, epochs = timed_epochs(max_timed_s=math.inf)
+    # the warm-up's epoch, ended; then three epochs of one pass each
+    assert epochs.epochs == 1 + 3 and epochs.last_pass == 3 * 4 and epochs.after_end == 3
+    assert m.whole_passes and m.timed_batches == 3 * 4 and len(m.sub_window_samples_per_s) == 3
+    # each epoch's batches from its first in hand: the last one late by the workers' idle
+    # time, which sums to the steady rate here
+    assert m.samples_per_s == SUSTAINED
+    assert m.epoch_start_s == 1.5 + T_BATCH  # each epoch's restart and first batch
+    # each epoch from iter() to its end, beyond its samples at the steady rate: its start
+    assert m.epoch_overhead_s == pytest.approx(1.5 + T_BATCH)
+
+
+def test_real_epochs_are_one_set_however_they_disagree() -> None:
+    """Passes of 4 batches, every other one slow: spans that disagree by far more than the
+    target. In one epoch they are lengthened until they agree; real epochs are the figure,
+    which longer spans could not change: one set."""
+    slow_every_other = lambda i: 0.25 if i // 4 % 2 else 1.0  # noqa: E731
+    clock = FakeClock()
+    endless = EpochLoader(clock, restart=0.0, in_flight=0, cost=slow_every_other)
+    in_one = run_window(
+        endless, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
+        pass_batches=4, target_spread=0.1, max_timed_s=1e6,
+    )  # fmt: skip
+    assert in_one.grouped > 1
+    m, _ = timed_epochs(max_timed_s=1e6, restart=0.0, idle=0.0, cost=slow_every_other)
+    assert m.grouped == 1 and m.timed_batches == 3 * 4 and m.spread > 0.1
+
+
+def test_a_whole_epoch_that_fits_is_timed_after_sub_windows_that_do_not() -> None:
+    """Three passes past the time cap, one within it: the sub-windows run on in one epoch,
+    and one whole epoch after them is timed and charged beyond its samples at their rate."""
+    cap = 2 * 4 * (T_BATCH + T_STEP)  # two passes' time at the sustained rate
+    m, epochs = timed_epochs(max_timed_s=cap)
     assert epochs.epochs == 2 and epochs.last_pass == 4  # the next epoch: one pass, whole
-    assert m.samples_per_s == SUSTAINED  # the epoch is not in the timed windows
+    assert not m.whole_passes and m.samples_per_s == SUSTAINED  # the epoch is not in them
     assert m.epoch_start_s == 1.5 + T_BATCH  # its start, as without it
     # 4 batches beyond their time at the steady rate: the restart and the late last batch
     assert m.epoch_overhead_s == pytest.approx(1.5 + 0.25)
     # a pass longer than the window's time cap at the rate timed: its start alone
-    short, epochs = timed(max_timed_s=4 * (T_BATCH + T_STEP) * 0.9)
+    short, epochs = timed_epochs(max_timed_s=4 * (T_BATCH + T_STEP) * 0.9)
     assert short.epoch_overhead_s is None and epochs.last_pass == 0
     assert short.epoch_start_s == 1.5 + T_BATCH
     # a pass that ran faster than the steady rate: charged below 0, not 0 (a clamp would
     # charge the noise of every pass that runs slower and none of one that runs faster)
-    fast, _ = timed(max_timed_s=math.inf, restart=0.0, idle=-0.1)
+    fast, _ = timed_epochs(max_timed_s=cap, restart=0.0, idle=-0.1)
     assert fast.epoch_overhead_s == pytest.approx(-0.1)
-
-
-def test_whole_passes_before_a_timed_epoch_are_one_set_however_they_disagree() -> None:
-    """Passes of 4 batches, every other one slow: their spans disagree by far more than the
-    target, and no longer spans could change the figure, which is the epoch timed after."""
-    slow_every_other = lambda i: 0.25 if i // 4 % 2 else 1.0  # noqa: E731
-
-    def timed(*, epoch_after: bool) -> Measurement:
-        clock = FakeClock()
-        epochs = EpochLoader(clock, restart=0.0, in_flight=0, cost=slow_every_other)
-        boundary = {"end_epoch": epochs.end, "one_pass": epochs.one_pass} if epoch_after else {}
-        return run_window(
-            epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4,
-            clock=clock, pass_batches=4, target_spread=0.1, max_timed_s=1e6, **boundary,
-        )  # fmt: skip
-
-    assert timed(epoch_after=False).grouped > 1  # the figure is the spans: lengthened
-    m = timed(epoch_after=True)
-    assert m.whole_passes and m.grouped == 1 and m.timed_batches == 3 * 4
-    assert m.spread > 0.1  # what the one set saw, kept as it is
-    assert m.epoch_overhead_s is not None  # the epoch was timed: the figure
 
 
 def uneven(buffered: int, every: int) -> Callable[[int], float]:

@@ -1,0 +1,178 @@
+"""How a window meets epochs: after the warm-up, its sub-windows are either real epochs of
+one pass each, as the user's run makes them (``time_epochs``), or run on inside the warm-up's
+epoch, whose boundary is timed after them (``time_in_one_epoch``).
+
+Pure timing over an iterator of batches and a step (``run_window`` calls it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from statistics import median
+from typing import Any
+
+from autotune.runtime.timed_spans import Batch, Count, Step, Tally, time_sets, time_sub_window
+from autotune.runtime.window_length import SubWindows
+
+
+def time_sub_windows(
+    it: Iterator[Batch],
+    batches: Iterable[Batch],
+    step: Step,
+    tally: Tally,
+    count: Count,
+    timing: dict[str, Any],
+    shape: SubWindows,
+    sets: dict[str, Any],
+    pass_batches: int | None,
+    *,
+    end_epoch: Callable[[], None] | None,
+    one_pass: Callable[[], None] | None,
+    on_sub_window: Callable[[int, float], None] | None,
+) -> tuple[int, dict[str, float | None]]:
+    """The timed part after the warm-up, in ``shape``: real epochs (``time_epochs``), or on
+    in the warm-up's epoch (``time_in_one_epoch``). Returns the sub-windows grouped in each
+    span of the last set, and the boundary's figures (``epoch_start_s``,
+    ``epoch_overhead_s``)."""
+    loop = (it, batches, step, tally, count, timing)
+    if shape.epochs and end_epoch is not None and one_pass is not None:
+        epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
+        ends = {"end_epoch": end_epoch, "one_pass": one_pass}
+        boundary = time_epochs(*loop, epochs, batches_in_pass, **ends, on_sub_window=on_sub_window)
+        return shape.epochs, boundary
+    ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
+    return time_in_one_epoch(*loop, shape, sets, pass_batches, **ends)
+
+
+def time_in_one_epoch(
+    it: Iterator[Batch],
+    batches: Iterable[Batch],
+    step: Step,
+    tally: Tally,
+    count: Count,
+    timing: dict[str, Any],
+    shape: SubWindows,
+    sets: dict[str, Any],
+    pass_batches: int | None,
+    *,
+    end_epoch: Callable[[], None] | None,
+    one_pass: Callable[[], None] | None,
+    on_sub_window: Callable[[int, float], None] | None,
+) -> tuple[int, dict[str, float | None]]:
+    """The sub-windows one after another in the warm-up's epoch (from where a pass starts,
+    where they are whole passes: ``skip`` batches untimed first), in ``sets``
+    (``timed_spans``); then its boundary (``next_epoch``: a whole epoch timed where a pass
+    fits ``max_timed_s``). Returns the spans' ``grouped`` and the boundary's figures."""
+    for _ in range(shape.skip):  # to where a pass starts, untimed
+        step(next(it))
+    grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
+    pass_s = pass_batches * tally.elapsed / tally.batches if pass_batches else 0
+    whole = one_pass if 0 < pass_s <= sets["max_timed_s"] else None  # a whole epoch, if it fits
+    sync, clock = timing["sync"], timing["clock"]
+    return grouped, next_epoch(it, batches, step, end_epoch, whole, tally.rate, count, sync, clock)
+
+
+def time_epochs(
+    it: Iterator[Batch],
+    batches: Iterable[Batch],
+    step: Step,
+    tally: Tally,
+    count: Count,
+    timing: dict[str, Any],
+    epochs: int,
+    pass_batches: int,
+    *,
+    end_epoch: Callable[[], None],
+    one_pass: Callable[[], None],
+    on_sub_window: Callable[[int, float], None] | None,
+) -> dict[str, float | None]:
+    """Ends the warm-up's epoch (the batches in flight drained, untimed), then runs
+    ``epochs`` real epochs of one pass each, as the user's run makes them, each from
+    ``iter()`` to its end (``StopIteration``: where workers do not persist, they shut down
+    there). Each epoch's batches, from the first in hand to the last step done, are a span
+    of ``tally`` (the steady rate, the spread, the pruner's evidence, seen by
+    ``on_sub_window``); the epoch's start to its first batch in hand (``epoch_start_s``) and
+    what it took beyond its samples at the steady rate (``epoch_overhead_s``: its start and
+    end), medians over the epochs, are what each epoch pays at its boundary."""
+    sync, clock = timing["sync"], timing["clock"]
+    end_epoch()
+    for _ in it:  # the batches in flight: read, not stepped
+        pass
+    starts, seconds = [], []
+    for _ in range(epochs):
+        one_pass()
+        sync()
+        start = clock()
+        epoch = iter(batches)
+        first = next(epoch)
+        starts.append(clock() - start)
+        time_sub_window(
+            itertools.chain([first], epoch), step, pass_batches, tally, count, **timing
+        )
+        for _ in epoch:  # its end (none left in a pass): StopIteration
+            pass
+        sync()
+        seconds.append(clock() - start)
+        if on_sub_window is not None:
+            on_sub_window(len(tally.spans) - 1, tally.rate)
+    overheads = [s - tally.samples / epochs / tally.rate for s in seconds]
+    return {"epoch_start_s": median(starts), "epoch_overhead_s": median(overheads)}
+
+
+def next_epoch(
+    it: Iterator[Batch],
+    batches: Iterable[Batch],
+    step: Step,
+    end_epoch: Callable[[], None] | None,
+    one_pass: Callable[[], None] | None,
+    steady: float,
+    count: Count,
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+) -> dict[str, float | None]:
+    """Ends ``it``'s epoch, drains the batches in flight (untimed), and times what a user's
+    epoch pays at the boundary (``epoch_start_s``): the end itself (workers that do not
+    persist are shut down then) and a new epoch of ``batches`` to its first batch in hand;
+    given ``one_pass`` (the new epoch made one pass: the run passes it where a pass fits
+    ``max_timed_s`` at the rate timed), on to that epoch's last step done, as a user's epoch
+    runs (``time_epoch``'s rule): what it took beyond its samples at the ``steady`` rate
+    (``epoch_overhead_s``; below 0 where the pass ran faster). None without ``end_epoch``."""
+    if end_epoch is None:
+        return {"epoch_start_s": None, "epoch_overhead_s": None}
+    end_epoch()
+    while True:
+        before = clock()
+        try:
+            next(it)
+        except StopIteration:
+            ending = clock() - before
+            break
+    if one_pass is None:
+        start_s = ending + _first_batch_in_hand(iter(batches), sync=sync, clock=clock)
+        return {"epoch_start_s": start_s, "epoch_overhead_s": None}
+    one_pass()
+    sync()
+    start, in_hand, samples = clock(), None, 0
+    for batch in batches:
+        in_hand = clock() - start if in_hand is None else in_hand
+        step(batch)
+        samples += count(batch)
+    sync()
+    seconds = clock() - start
+    # not clamped at 0: a pass that ran faster than the steady rate is the same noise as one
+    # that ran slower, and a clamp would charge every claim (a baseline's most) the noise
+    overhead = seconds - samples / steady if steady > 0 and samples else None
+    start_s = ending + (seconds if in_hand is None else in_hand)
+    return {"epoch_start_s": start_s, "epoch_overhead_s": overhead}
+
+
+def _first_batch_in_hand(
+    it: Iterator[Batch], *, sync: Callable[[], None], clock: Callable[[], float]
+) -> float:
+    """Seconds from here to the next batch of ``it`` in hand (an iterator starting: worker
+    spawn or refill, and the first fill)."""
+    sync()
+    start = clock()
+    next(it)
+    return clock() - start
