@@ -28,6 +28,7 @@ def run_window(
     step: Step,
     *,
     warmup: int,
+    buffered: int = 0,
     sub_windows: int,
     batches_per_window: int,
     min_sub_window_s: float = 0.0,
@@ -48,15 +49,17 @@ def run_window(
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then sub-windows (``window_length``:
     whole worker rounds; whole passes where they fit, real epochs where the run makes them,
-    ``end_epoch`` and ``one_pass``) and the epochs' boundary (``window_epochs``).
-    ``on_sub_window`` may stop it (``WindowStopped``)."""
+    ``end_epoch`` and ``one_pass``: the warm-up's last ``buffered`` batches, which drain a
+    full prefetch buffer, left out) and the epochs' boundary (``window_epochs``)."""
     it, sync = iter(batches), _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
-    batch_rate = _slowest(peers, _warm_up(it, step, warmup, sync=sync, clock=clock))
+    makes_epochs = None not in (end_epoch, one_pass)  # an epoch starts with an empty buffer
+    warm = warmup - buffered if makes_epochs and pass_batches else warmup
+    batch_rate = _slowest(peers, _warm_up(it, step, warm, sync=sync, clock=clock))
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
     lengths |= {"align": align, "pass_batches": pass_batches, "max_timed_s": max_timed_s}
-    lengths |= {"batch_rate": batch_rate, "consumed": 1 + warmup, "count": sub_windows}
-    shape = window_length.sub_windows(**lengths, makes_epochs=None not in (end_epoch, one_pass))
+    lengths |= {"batch_rate": batch_rate, "consumed": 1 + warm, "count": sub_windows}
+    shape = window_length.sub_windows(**lengths, drain=warmup - warm, makes_epochs=makes_epochs)
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     compiled, loop = compiles(), (it, batches, step, tally, count, timing)
     sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
@@ -68,7 +71,7 @@ def run_window(
         sub_window_samples_per_s=tuple(tally.rates),
         data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
         time_to_first_batch_s=time_to_first_batch,
-        warmup_batches=warmup,
+        warmup_batches=warm if shape.epochs else warmup,
         timed_batches=tally.batches,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,

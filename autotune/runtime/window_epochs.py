@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from statistics import median
 from typing import Any
 
+from autotune.runtime.peers import ALONE, Peers
 from autotune.runtime.timed_spans import Batch, Count, Step, Tally, time_sets, time_sub_window
 from autotune.runtime.window_length import SubWindows
 
@@ -38,8 +39,9 @@ def time_sub_windows(
     loop = (it, batches, step, tally, count, timing)
     if shape.epochs and end_epoch is not None and one_pass is not None:
         epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
-        ends = {"end_epoch": end_epoch, "one_pass": one_pass}
-        boundary = time_epochs(*loop, epochs, batches_in_pass, **ends, on_sub_window=on_sub_window)
+        ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
+        ends |= {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"]}
+        boundary = time_epochs(*loop, epochs, batches_in_pass, **ends)
         return shape.epochs, boundary
     ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
     return time_in_one_epoch(*loop, shape, sets, pass_batches, **ends)
@@ -61,10 +63,10 @@ def time_in_one_epoch(
     on_sub_window: Callable[[int, float], None] | None,
 ) -> tuple[int, dict[str, float | None]]:
     """The sub-windows one after another in the warm-up's epoch (from where a pass starts,
-    where they are whole passes: ``skip`` batches untimed first), in ``sets``
+    where they are whole passes; ``skip`` batches untimed first), in ``sets``
     (``timed_spans``); then its boundary (``next_epoch``: a whole epoch timed where a pass
     fits ``max_timed_s``). Returns the spans' ``grouped`` and the boundary's figures."""
-    for _ in range(shape.skip):  # to where a pass starts, untimed
+    for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
         step(next(it))
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     pass_s = pass_batches * tally.elapsed / tally.batches if pass_batches else 0
@@ -86,6 +88,8 @@ def time_epochs(
     end_epoch: Callable[[], None],
     one_pass: Callable[[], None],
     on_sub_window: Callable[[int, float], None] | None,
+    max_timed_s: float,
+    peers: Peers = ALONE,
 ) -> dict[str, float | None]:
     """Ends the warm-up's epoch (the batches in flight drained, untimed), then runs
     ``epochs`` real epochs of one pass each, as the user's run makes them, each from
@@ -94,13 +98,15 @@ def time_epochs(
     of ``tally`` (the steady rate, the spread, the pruner's evidence, seen by
     ``on_sub_window``); the epoch's start to its first batch in hand (``epoch_start_s``) and
     what it took beyond its samples at the steady rate (``epoch_overhead_s``: its start and
-    end), medians over the epochs, are what each epoch pays at its boundary."""
+    end), medians over the epochs, are what each epoch pays at its boundary. No epoch starts
+    that would end past ``max_timed_s`` at the epochs' pace so far (the warm-up's rate, which
+    said they fit, may have been read off a buffer still full), the first always does."""
     sync, clock = timing["sync"], timing["clock"]
     end_epoch()
     for _ in it:  # the batches in flight: read, not stepped
         pass
     starts, seconds = [], []
-    for _ in range(epochs):
+    while len(seconds) < epochs:
         one_pass()
         sync()
         start = clock()
@@ -116,7 +122,10 @@ def time_epochs(
         seconds.append(clock() - start)
         if on_sub_window is not None:
             on_sub_window(len(tally.spans) - 1, tally.rate)
-    overheads = [s - tally.samples / epochs / tally.rate for s in seconds]
+        late = sum(seconds) + median(seconds) > max_timed_s
+        if len(seconds) < epochs and peers.any(late):  # every rank times as many
+            break
+    overheads = [s - tally.samples / len(seconds) / tally.rate for s in seconds]
     return {"epoch_start_s": median(starts), "epoch_overhead_s": median(overheads)}
 
 

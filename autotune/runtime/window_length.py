@@ -42,6 +42,7 @@ def sub_windows(
     pass_batches: int | None,
     count: int,
     max_timed_s: float,
+    drain: int = 0,
     makes_epochs: bool = False,
 ) -> SubWindows:
     """Sub-windows of at least ``at_least`` batches and ``min_sub_window_s`` seconds at
@@ -56,6 +57,8 @@ def sub_windows(
     the run ``makes_epochs``, each pass is a real epoch, as the user's run makes them (no
     worker rounds to align: an epoch ends where it ends); else the sub-windows start where
     a pass starts (``consumed`` batches are gone, so ``skip`` more are run untimed first).
+    ``drain``: batches of the warm-up not run yet (a full prefetch buffer's, left out where
+    the sub-windows might have been real epochs): where they are not, they open ``skip``.
     """
     needed = math.ceil(min_sub_window_s * batch_rate) if batch_rate and min_sub_window_s else 0
     wanted = max(at_least, needed, 1)
@@ -65,6 +68,7 @@ def sub_windows(
         if batch_rate and count * batches / batch_rate <= max_timed_s:
             if makes_epochs:
                 return SubWindows(batches, whole_passes=True, epochs=batches // pass_batches)
-            return SubWindows(batches, skip=-consumed % pass_batches, whole_passes=True)
+            skip = drain + -(consumed + drain) % pass_batches
+            return SubWindows(batches, skip=skip, whole_passes=True)
     unit = max(1, align)
-    return SubWindows(-(-wanted // unit) * unit)
+    return SubWindows(-(-wanted // unit) * unit, skip=drain)

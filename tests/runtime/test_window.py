@@ -372,6 +372,44 @@ def test_a_run_that_makes_epochs_times_its_sub_windows_as_real_epochs() -> None:
     assert m.epoch_overhead_s == pytest.approx(1.5 + T_BATCH)
 
 
+def test_real_epochs_need_no_prefetch_buffer_drained_before_them() -> None:
+    """Each epoch starts with an empty buffer, as the user's do: the warm-up's batches that
+    drain a full buffer (``buffered``) are left out; its first batch and the extra ones stay."""
+    clock = FakeClock()
+    epochs = EpochLoader(clock, restart=0.0, in_flight=0, cost=prefetching(8))
+    m = run_window(
+        epochs, make_step(clock), warmup=warmup_batches(8, 4), buffered=8, sub_windows=3,
+        batches_per_window=4, clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass,
+        pass_batches=4, max_timed_s=1e6,
+    )  # fmt: skip
+    assert m.warmup_batches == 4 and epochs.drawn == 1 + 4 + 3 * 4
+    assert m.timed_batches == 3 * 4
+
+
+def test_sub_windows_in_one_epoch_drain_the_buffer_first_where_epochs_were_possible() -> None:
+    """Passes too long to be the sub-windows: the warm-up's drain of the buffer, left out in
+    case they could be epochs, runs before them, so the buffer cannot flatter the rate."""
+    clock = FakeClock()
+    epochs = EpochLoader(clock, restart=0.0, in_flight=0, cost=prefetching(8))
+    m = run_window(
+        epochs, make_step(clock), warmup=warmup_batches(8, 4), buffered=8, sub_windows=3,
+        batches_per_window=4, clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass,
+        pass_batches=1000, max_timed_s=30.0,
+    )  # fmt: skip
+    assert not m.whole_passes and m.warmup_batches == 12
+    assert m.samples_per_s == SUSTAINED  # the 8 ready batches went by untimed
+
+
+def test_no_real_epoch_starts_that_would_end_past_the_time_cap() -> None:
+    """A warm-up read off a full buffer says three passes fit the cap; the first epoch,
+    timed, says they do not: the epochs stop there."""
+    m, epochs = timed_epochs(max_timed_s=8.0, cost=prefetching(8))
+    # the warm-up's 2 batches were ready: 2 batches/s, 3 passes of 4 in 6 s; an epoch
+    # takes over 4 s, its restart in it
+    assert epochs.epochs == 1 + 1 and len(m.sub_window_samples_per_s) == 1
+    assert m.timed_batches == 4 and m.epoch_overhead_s is not None
+
+
 def test_real_epochs_are_one_set_however_they_disagree() -> None:
     """Passes of 4 batches, every other one slow: spans that disagree by far more than the
     target. In one epoch they are lengthened until they agree; real epochs are the figure,
