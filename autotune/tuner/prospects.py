@@ -143,7 +143,7 @@ def nothing_left_to_win(
         f"nothing left to win: none of the {left} point(s) of the space not yet measured is "
         f"predicted to beat its way's best by more than the best's spread (the rate model "
         f"is off by {error.median:.0%} at the median over {error.trials} trials); the search "
-        "ended, and a polish moves the knobs the model does not see"
+        "ended, and a polish moves the knobs the model does not see first"
     )
 
 

@@ -71,16 +71,20 @@ def search(
             model = objective.model(study)
             return prospects.nothing_left_to_win(study, points, model, both_ways)
 
-        binds = None
+        binds, modelled = None, False  # modelled: ended by the rate model's stop
         while binds is None and run_one(study_conf.n_trials - polish, queue_tpe):
-            binds = step_binds(study, study_conf) or nothing_left()
+            binds = step_binds(study, study_conf)
+            if binds is None:
+                binds = nothing_left()
+                modelled = binds is not None
         # ended early: the polish's share of trials from here, not the rest of the budget
         polish_until = study_conf.n_trials
         if binds is not None:
             log.info("%s", binds)
             spent = store.spent(study, free=study_conf.n_trials)
             polish_until = min(polish_until, spent + polish)
-        while run_one(polish_until, queue_polish):
+        # the model judged the knobs it sees: then the polish moves the others first
+        while run_one(polish_until, functools.partial(queue_polish, unseen_first=modelled)):
             pass
     return binds
 
@@ -103,9 +107,11 @@ def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: 
         ask_for_as_is(study)
 
 
-def _queue_polish(study: optuna.Study, space: SearchSpace, both_ways: bool) -> None:
+def _queue_polish(
+    study: optuna.Study, space: SearchSpace, both_ways: bool, *, unseen_first: bool = False
+) -> None:
     if not _waiting(study):
-        enqueue_polish_step(study, space, both_ways)
+        enqueue_polish_step(study, space, both_ways, unseen_first=unseen_first)
 
 
 def step_binds(study: optuna.Study, study_conf: StudyConfig) -> str | None:

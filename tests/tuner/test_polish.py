@@ -108,6 +108,26 @@ def test_a_better_step_starts_the_polish_over_from_it() -> None:
     assert again is not None and again.best == study.best_trial.number != step.best
 
 
+def test_after_the_rate_model_s_stop_the_knobs_it_cannot_see_move_first() -> None:
+    """The model judged every decoder, worker count and thread count before it ended the
+    search: the prefetch depth, persistence and the like move first, then the swaps."""
+    space = _default_space()
+    study = optuna.create_study(direction="maximize")
+    add = _adder(study, space)
+    best = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False}
+    best |= {"decoder": "pil", "cache": "none", "main_threads": 1}
+    add(best, 100.0)
+    assert next_step(study, space).knob == SWAP  # type: ignore[union-attr]
+    knobs = []
+    for _ in range(3):
+        step = next_step(study, space, unseen_first=True)
+        assert step is not None
+        knobs.append(step.knob)
+        add(step.params, 90.0, step.attrs("polish", as_is=False))  # the best stays the best
+    assert set(knobs[:2]) == {"prefetch_factor", "persistent_workers"}
+    assert knobs[2] == SWAP
+
+
 def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
     space = _default_space()
     tuned = {
