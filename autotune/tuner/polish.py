@@ -47,15 +47,15 @@ class Step:
 
 
 def next_step(
-    study: optuna.Study, space: SearchSpace, *, as_is: bool = False, unseen_first: bool = False
+    study: optuna.Study, space: SearchSpace, *, as_is: bool = False, unseen_only: bool = False
 ) -> Step | None:
     """The next unmeasured one-knob neighbour of the best so far (``as_is``: of the best
     config of the pipeline as it is, staying as it is): for the whole pipeline the other
     decoders at its settings first; then, of the knobs not yet moved from this best, the
     most important with a neighbour left; every knob moved, the most important again.
-    ``unseen_first``: the rate model ended the search, having judged every point of the
-    knobs it sees (``prospects.MODEL_KNOBS``): the knobs it cannot see are moved first.
-    None where every neighbour is measured: the best is a local optimum."""
+    ``unseen_only``: the rate model ended the search, having judged every point of the
+    knobs it sees (``prospects.MODEL_KNOBS``): only the knobs it cannot see are moved, each
+    once from the best. None where no such neighbour is left: the best is a local optimum."""
     complete = [t for t in feasible_complete(study) if not as_is or is_as_is(t.params)]
     if not complete:
         return None
@@ -74,11 +74,11 @@ def next_step(
         name: [p for p in points if untried(p) and (not as_is or is_as_is(p))]
         for name, points in space.neighbours(best.params, fill).items()
     }
-    # the decoder's steps are the swaps: the pipeline as it is has its own polish turns
-    decoders = per_knob.pop("decoder", []) if not as_is else []
-    swaps = [Step(p, SWAP, best.number) for p in decoders if p["decoder"] != AS_IS]
-    if swaps and not unseen_first:
-        return swaps[0]
+    if not as_is and "decoder" in per_knob:
+        # the decoder's steps are the swaps: the pipeline as it is has its own polish turns
+        swaps = [p for p in per_knob.pop("decoder") if p["decoder"] != AS_IS]
+        if swaps and not unseen_only:
+            return Step(swaps[0], SWAP, best.number)
     moved = {
         store.trial_attr(t, TrialKey.POLISH_KNOB)
         for t in trials
@@ -86,11 +86,10 @@ def next_step(
     }
     ranked = [name for name in by_importance(complete, list(per_knob)) if per_knob[name]]
     fresh = [name for name in ranked if name not in moved]
-    unseen = [name for name in fresh if name not in MODEL_KNOBS] if unseen_first else []
-    steps = [Step(per_knob[name][0], name, best.number) for name in unseen[:1]] + swaps
+    if unseen_only:
+        fresh = ranked = [name for name in fresh if name not in MODEL_KNOBS]
     knob = next(iter(fresh or ranked), None)
-    steps += [Step(per_knob[knob][0], knob, best.number)] if knob is not None else []
-    return steps[0] if steps else None
+    return Step(per_knob[knob][0], knob, best.number) if knob is not None else None
 
 
 def by_importance(complete: list[FrozenTrial], names: list[str]) -> list[str]:
@@ -112,12 +111,12 @@ def enqueue_step(study: optuna.Study, step: Step, role: str, *, as_is: bool) -> 
 
 
 def enqueue_polish_step(
-    study: optuna.Study, space: SearchSpace, both_ways: bool, *, unseen_first: bool = False
-) -> None:
+    study: optuna.Study, space: SearchSpace, both_ways: bool, *, unseen_only: bool = False
+) -> bool:
     """The next polish step, the ways in turn: the whole pipeline twice for each step of the
     pipeline as it is (it has the decoders to swap besides the same knobs); a way with no
-    unmeasured neighbour left gives its turn to the other. None left in either: TPE's turn.
-    ``unseen_first``: ``next_step``'s."""
+    unmeasured neighbour left gives its turn to the other. Returns whether a step was
+    queued (none left in either: TPE's turn; ``unseen_only``, ``next_step``'s: the end)."""
     polished = [
         t
         for t in study.get_trials(deepcopy=False, states=store.FINISHED)
@@ -125,10 +124,11 @@ def enqueue_polish_step(
     ]
     as_is_turn = both_ways and len(polished) % 3 == 2
     for as_is in (as_is_turn, not as_is_turn) if both_ways else (False,):
-        step = next_step(study, space, as_is=as_is, unseen_first=unseen_first)
+        step = next_step(study, space, as_is=as_is, unseen_only=unseen_only)
         if step is not None:
             enqueue_step(study, step, store.POLISH, as_is=as_is)
-            return
+            return True
+    return False
 
 
 def enqueue_instead_of_repeat(study: optuna.Study, space: SearchSpace, *, as_is: bool) -> bool:

@@ -14,7 +14,8 @@ Its error is that of its last ``RECENT`` predictions.
 - **Stop**: no unmeasured point's prediction, raised by the model's median error, beats the
   way's best by more than the best's own spread. The model sees the workers, the threads and
   the decoder; the knobs it cannot see (prefetch depth, persistence, a prepared copy, a decoder
-  on the device) are left to the polish that follows, which moves each knob of each way's best.
+  on the device) are left to the polish that follows, which then moves only those
+  (``polish.next_step``'s ``unseen_only``), each once from each way's best.
 
 How the model is kept honest: every ``CHECK_EVERY``-th trial is measured even where the model
 says it loses (its error is then measured where it says no, not only where it says yes), its
@@ -143,7 +144,7 @@ def nothing_left_to_win(
         f"nothing left to win: none of the {left} point(s) of the space not yet measured is "
         f"predicted to beat its way's best by more than the best's spread (the rate model "
         f"is off by {error.median:.0%} at the median over {error.trials} trials); the search "
-        "ended, and a polish moves the knobs the model does not see first"
+        "ended, and a polish moves the knobs the model does not see"
     )
 
 

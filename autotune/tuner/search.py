@@ -59,7 +59,7 @@ def search(
     quiet = objective.session.conf.quiet
     with StudyProgress(study_conf.n_trials, store.finished_count(study), quiet=quiet) as progress:
 
-        def run_one(until: int, queue: Callable[[], None]) -> bool:
+        def run_one(until: int, queue: Callable[[], bool]) -> bool:
             left = time_left()
             if stop.is_set() or (left is not None and left <= 0):
                 return False
@@ -83,17 +83,18 @@ def search(
             log.info("%s", binds)
             spent = store.spent(study, free=study_conf.n_trials)
             polish_until = min(polish_until, spent + polish)
-        # the model judged the knobs it sees: then the polish moves the others first
-        while run_one(polish_until, functools.partial(queue_polish, unseen_first=modelled)):
+        # the model judged the knobs it sees: then the polish moves only the others
+        while run_one(polish_until, functools.partial(queue_polish, unseen_only=modelled)):
             pass
     return binds
 
 
-def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: float) -> None:
+def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: float) -> bool:
     """What TPE's next trial is, where it is not TPE's pick: the nearest unmeasured neighbour
-    after a repeat, or a trial of the pipeline as it is when that way is due its ``share``."""
+    after a repeat, or a trial of the pipeline as it is when that way is due its ``share``.
+    Always True: a trial follows, TPE's where nothing is queued."""
     if _waiting(study):
-        return
+        return True
     finished = study.get_trials(deepcopy=False, states=store.FINISHED)
     if (
         finished
@@ -102,16 +103,19 @@ def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: 
             study, space, as_is=both_ways and is_as_is(finished[-1].params)
         )
     ):
-        return
+        return True
     if both_ways and as_is_is_due(store.measured(finished), share):
         ask_for_as_is(study)
+    return True
 
 
 def _queue_polish(
-    study: optuna.Study, space: SearchSpace, both_ways: bool, *, unseen_first: bool = False
-) -> None:
-    if not _waiting(study):
-        enqueue_polish_step(study, space, both_ways, unseen_first=unseen_first)
+    study: optuna.Study, space: SearchSpace, both_ways: bool, *, unseen_only: bool = False
+) -> bool:
+    """The next polish step; False where none is left and (``unseen_only``) none may follow."""
+    if _waiting(study):
+        return True
+    return enqueue_polish_step(study, space, both_ways, unseen_only=unseen_only) or not unseen_only
 
 
 def step_binds(study: optuna.Study, study_conf: StudyConfig) -> str | None:
@@ -141,18 +145,20 @@ def _run_one(
     objective: Objective,
     leases: Leases,
     until: int,
-    queue: Callable[[], None],
+    queue: Callable[[], bool],
     left: float | None,
     stop: threading.Event,
     progress: StudyProgress,
 ) -> bool:
-    """One trial, if fewer than ``until`` have started on any host: counted, queued and
-    asked for under the lease, measured after it is released."""
+    """One trial, if fewer than ``until`` have started on any host and ``queue`` has one
+    (False: none may follow): counted, queued and asked for under the lease, measured after
+    it is released."""
     with leases.one_at_a_time(NEXT_TRIAL):
         n_trials = objective.session.conf.study.n_trials
         if stop.is_set() or store.spent(study, free=n_trials) >= until:
             return False  # (a dead host's running trial counts: spent, failed or not)
-        queue()
+        if not queue():
+            return False
         # a dead host's trial is failed with its reason, and never counted twice; checked
         # last before the trial starts, as Optuna then checks too and fails what it finds
         # stale without a reason

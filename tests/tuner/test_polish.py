@@ -14,7 +14,7 @@ from optuna.distributions import BaseDistribution
 from autotune import machine
 from autotune.app.composition import compose, to_config
 from autotune.session import SearchSpace
-from autotune.tuner.polish import SWAP, next_step
+from autotune.tuner.polish import SWAP, enqueue_polish_step, next_step
 
 
 def _default_space() -> SearchSpace:
@@ -108,9 +108,9 @@ def test_a_better_step_starts_the_polish_over_from_it() -> None:
     assert again is not None and again.best == study.best_trial.number != step.best
 
 
-def test_after_the_rate_model_s_stop_the_knobs_it_cannot_see_move_first() -> None:
-    """The model judged every decoder, worker count and thread count before it ended the
-    search: the prefetch depth, persistence and the like move first, then the swaps."""
+def test_after_the_rate_model_s_stop_only_the_knobs_it_cannot_see_move() -> None:
+    """The model judged every decoder, worker and thread count before it ended the search:
+    the prefetch depth, persistence and the like move, each once, and then the polish ends."""
     space = _default_space()
     study = optuna.create_study(direction="maximize")
     add = _adder(study, space)
@@ -119,13 +119,14 @@ def test_after_the_rate_model_s_stop_the_knobs_it_cannot_see_move_first() -> Non
     add(best, 100.0)
     assert next_step(study, space).knob == SWAP  # type: ignore[union-attr]
     knobs = []
-    for _ in range(3):
-        step = next_step(study, space, unseen_first=True)
-        assert step is not None
+    while (step := next_step(study, space, unseen_only=True)) is not None:
         knobs.append(step.knob)
         add(step.params, 90.0, step.attrs("polish", as_is=False))  # the best stays the best
-    assert set(knobs[:2]) == {"prefetch_factor", "persistent_workers"}
-    assert knobs[2] == SWAP
+    assert sorted(knobs) == ["persistent_workers", "prefetch_factor"]
+    # none left: nothing is queued, and the search ends there (TPE does not take the turn)
+    assert not enqueue_polish_step(study, space, both_ways=False, unseen_only=True)
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert enqueue_polish_step(study, space, both_ways=False)  # else the swaps remain
 
 
 def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
