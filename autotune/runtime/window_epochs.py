@@ -7,7 +7,6 @@ Pure timing over an iterator of batches and a step (``run_window`` calls it).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Iterator
 from statistics import median
 from typing import Any
@@ -37,13 +36,11 @@ def time_sub_windows(
     span of the last set, and the boundary's figures (``epoch_start_s``,
     ``epoch_overhead_s``)."""
     loop = (it, batches, step, tally, count, timing)
+    ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
     if shape.epochs and end_epoch is not None and one_pass is not None:
         epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
-        ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
-        ends |= {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"]}
-        boundary = time_epochs(*loop, epochs, batches_in_pass, **ends)
-        return shape.epochs, boundary
-    ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
+        limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"]}
+        return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
     return time_in_one_epoch(*loop, shape, sets, pass_batches, **ends)
 
 
@@ -94,32 +91,29 @@ def time_epochs(
     """Ends the warm-up's epoch (the batches in flight drained, untimed), then runs
     ``epochs`` real epochs of one pass each, as the user's run makes them, each from
     ``iter()`` to its end (``StopIteration``: where workers do not persist, they shut down
-    there). Each epoch's batches, from the first in hand to the last step done, are a span
-    of ``tally`` (the steady rate, the spread, the pruner's evidence, seen by
-    ``on_sub_window``); the epoch's start to its first batch in hand (``epoch_start_s``) and
-    what it took beyond its samples at the steady rate (``epoch_overhead_s``: its start and
-    end), medians over the epochs, are what each epoch pays at its boundary. No epoch starts
+    there). Each epoch, from ``iter()`` to its last step done, is a span of ``tally``: its
+    start is in the rate (the steady rate here is the epochs'; where an epoch is not longer
+    than the workers' first round, no flow inside it could be told from its start), and the
+    spans give the spread and the pruner's evidence (``on_sub_window``). Its first batch in
+    hand (``epoch_start_s``) and its end beyond the span (``epoch_overhead_s``), medians
+    over the epochs, are what each epoch pays at its boundary. No epoch starts
     that would end past ``max_timed_s`` at the epochs' pace so far (the warm-up's rate, which
     said they fit, may have been read off a buffer still full), the first always does."""
     sync, clock = timing["sync"], timing["clock"]
     end_epoch()
     for _ in it:  # the batches in flight: read, not stepped
         pass
-    starts, seconds = [], []
+    starts: list[float] = []
+    seconds: list[float] = []
     while len(seconds) < epochs:
         one_pass()
-        sync()
-        start = clock()
-        epoch = iter(batches)
-        first = next(epoch)
-        starts.append(clock() - start)
-        time_sub_window(
-            itertools.chain([first], epoch), step, pass_batches, tally, count, **timing
-        )
+        epoch = _epoch(batches, starts, clock)  # begun by the span's first next()
+        time_sub_window(epoch, step, pass_batches, tally, count, **timing)
+        end = clock()
         for _ in epoch:  # its end (none left in a pass): StopIteration
             pass
         sync()
-        seconds.append(clock() - start)
+        seconds.append(tally.spans[-1][1] + clock() - end)
         if on_sub_window is not None:
             on_sub_window(len(tally.spans) - 1, tally.rate)
         late = sum(seconds) + median(seconds) > max_timed_s
@@ -127,6 +121,19 @@ def time_epochs(
             break
     overheads = [s - tally.samples / len(seconds) / tally.rate for s in seconds]
     return {"epoch_start_s": median(starts), "epoch_overhead_s": median(overheads)}
+
+
+def _epoch(
+    batches: Iterable[Batch], starts: list[float], clock: Callable[[], float]
+) -> Iterator[Batch]:
+    """``batches``' next epoch, begun at the first ``next()``; the seconds to its first
+    batch in hand go to ``starts``."""
+    start = clock()
+    epoch = iter(batches)
+    first = next(epoch)
+    starts.append(clock() - start)
+    yield first
+    yield from epoch
 
 
 def next_epoch(
