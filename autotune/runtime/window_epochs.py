@@ -39,7 +39,7 @@ def time_sub_windows(
     ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
     if shape.epochs and end_epoch is not None and one_pass is not None:
         epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
-        limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"]}
+        limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"], "head": shape.head}
         return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
     return time_in_one_epoch(*loop, shape, sets, pass_batches, **ends)
 
@@ -87,16 +87,18 @@ def time_epochs(
     on_sub_window: Callable[[int, float], None] | None,
     max_timed_s: float,
     peers: Peers = ALONE,
+    head: int = 0,
 ) -> dict[str, float | None]:
     """Ends the warm-up's epoch (the batches in flight drained, untimed), then runs
     ``epochs`` real epochs of one pass each, as the user's run makes them, each from
     ``iter()`` to its end (``StopIteration``: where workers do not persist, they shut down
-    there). Each epoch, from ``iter()`` to its last step done, is a span of ``tally``: its
-    start is in the rate (the steady rate here is the epochs'; where an epoch is not longer
-    than the workers' first round, no flow inside it could be told from its start), and the
-    spans give the spread and the pruner's evidence (``on_sub_window``). Its first batch in
-    hand (``epoch_start_s``) and its end beyond the span (``epoch_overhead_s``), medians
-    over the epochs, are what each epoch pays at its boundary. No epoch starts
+    there). Each epoch's batches after its first ``head`` (the workers' first round, which
+    come together) to its last step done are a span of ``tally``: the steady rate, the
+    spread, the pruner's evidence (``on_sub_window``); with no ``head``, the whole epoch
+    from ``iter()`` is (too short to hold a flow apart from its start). Its first batch in
+    hand (``epoch_start_s``) and what it took beyond its samples at the steady rate
+    (``epoch_overhead_s``: its start, first round and end), medians over the epochs, are
+    what each epoch pays at its boundary. No epoch starts
     that would end past ``max_timed_s`` at the epochs' pace so far (the warm-up's rate, which
     said they fit, may have been read off a buffer still full), the first always does."""
     sync, clock = timing["sync"], timing["clock"]
@@ -107,19 +109,23 @@ def time_epochs(
     seconds: list[float] = []
     while len(seconds) < epochs:
         one_pass()
-        epoch = _epoch(batches, starts, clock)  # begun by the span's first next()
-        time_sub_window(epoch, step, pass_batches, tally, count, **timing)
-        end = clock()
+        sync()
+        begun = clock()
+        epoch = _epoch(batches, starts, clock)  # begun by the first next()
+        if head:  # in the epoch's time, not in the flow
+            time_sub_window(epoch, step, head, Tally(), count, **timing)
+        time_sub_window(epoch, step, pass_batches - head, tally, count, **timing)
         for _ in epoch:  # its end (none left in a pass): StopIteration
             pass
         sync()
-        seconds.append(tally.spans[-1][1] + clock() - end)
+        seconds.append(clock() - begun)
         if on_sub_window is not None:
             on_sub_window(len(tally.spans) - 1, tally.rate)
         late = sum(seconds) + median(seconds) > max_timed_s
         if len(seconds) < epochs and peers.any(late):  # every rank times as many
             break
-    overheads = [s - tally.samples / len(seconds) / tally.rate for s in seconds]
+    per_epoch = tally.samples / len(seconds) * pass_batches / (pass_batches - head)
+    overheads = [s - per_epoch / tally.rate for s in seconds]
     return {"epoch_start_s": median(starts), "epoch_overhead_s": median(overheads)}
 
 

@@ -30,6 +30,10 @@ class SubWindows:
     skip: int = 0
     whole_passes: bool = False
     epochs: int = 0  # real epochs (one pass each) to a sub-window; 0: all in one epoch
+    # of each real epoch, the batches of the workers' first round: they come together (each
+    # worker's first), so the steady rate is the flow after them; 0 where the epoch is too
+    # short to hold a flow as long (the steady rate is then the epoch's own)
+    head: int = 0
 
 
 def sub_windows(
@@ -67,7 +71,9 @@ def sub_windows(
         batches = -(-wanted // unit) * unit
         if batch_rate and count * batches / batch_rate <= max_timed_s:
             if makes_epochs:
-                return SubWindows(batches, whole_passes=True, epochs=batches // pass_batches)
+                head = align if pass_batches >= 2 * align else 0
+                epochs = batches // pass_batches
+                return SubWindows(batches, whole_passes=True, epochs=epochs, head=head)
             skip = drain + -(consumed + drain) % pass_batches
             return SubWindows(batches, skip=skip, whole_passes=True)
     unit = max(1, align)

@@ -214,8 +214,8 @@ def _winners(
     winner, as_is_winner, notes = pick_each_way(confirmed)
     if session.epoch_samples:
         notes.append(
-            f"samples/s over an epoch of {session.epoch_samples} samples: a whole epoch timed "
-            "where it fits a window (else each epoch's start) charged once per epoch"
+            f"samples/s over an epoch of {session.epoch_samples} samples: real epochs, timed "
+            "whole where they fit a window (else each epoch's start charged once per epoch)"
         )
     return winner, as_is_winner, notes
 

@@ -66,8 +66,8 @@ def test_the_window_reports_each_sub_window(source) -> None:
     assert reported[-1][1] == m.samples_per_s  # the rate so far, at the end the result
     assert len(m.sub_window_samples_per_s) == 3 and m.samples_per_s > 0
     # no workers: nothing buffered. 16 samples are 4 batches of 4: each sub-window is at
-    # least 2 batches, so it is one whole pass over the data
-    assert (m.warmup_batches, m.timed_batches) == (1, 3 * 4) and m.whole_passes
+    # least 2 batches, so it is a real epoch of one pass, its flow timed after its first batch
+    assert (m.warmup_batches, m.timed_batches) == (1, 3 * (4 - 1)) and m.whole_passes
     assert m.gpu_peak_memory_bytes is None and m.gpu_utilization_pct is None  # no GPU
 
 

@@ -363,13 +363,31 @@ def test_a_run_that_makes_epochs_times_its_sub_windows_as_real_epochs() -> None:
     m, epochs = timed_epochs(max_timed_s=math.inf)
     # the warm-up's epoch, ended; then three epochs of one pass each
     assert epochs.epochs == 1 + 3 and epochs.last_pass == 3 * 4 and epochs.after_end == 3
-    assert m.whole_passes and m.timed_batches == 3 * 4 and len(m.sub_window_samples_per_s) == 3
-    # each epoch whole, from iter() to its last step: its restart (and its last batch, late
-    # by the workers' idle time) is in the rate
-    epoch_s = 1.5 + 4 * (T_BATCH + T_STEP) + 0.25
-    assert m.samples_per_s == pytest.approx(4 * BATCH_SIZE / epoch_s)
+    # the steady rate: each epoch's flow after its workers' first round (one batch here),
+    # its last batch late by the workers' idle time
+    assert m.whole_passes and m.timed_batches == 3 * 3 and len(m.sub_window_samples_per_s) == 3
+    flow_s = 3 * (T_BATCH + T_STEP) + 0.25
+    assert m.samples_per_s == pytest.approx(3 * BATCH_SIZE / flow_s)
     assert m.epoch_start_s == 1.5 + T_BATCH  # each epoch's restart and first batch
-    assert m.epoch_overhead_s == pytest.approx(0.0)  # its end: nothing beyond the last step
+    # each epoch from iter() to its end, beyond its samples at the steady rate: the figure
+    epoch_s = 1.5 + 4 * (T_BATCH + T_STEP) + 0.25
+    assert m.epoch_overhead_s == pytest.approx(epoch_s - 4 * BATCH_SIZE / m.samples_per_s)
+
+
+def test_an_epoch_too_short_for_a_flow_is_timed_whole() -> None:
+    """Two workers, epochs of 3 batches: each worker's first comes together, and what
+    follows is no flow to tell apart from the start: the whole epoch is the span."""
+    clock = FakeClock()
+    epochs = EpochLoader(clock, restart=1.5, in_flight=0, pass_len=3)
+    m = run_window(
+        epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=3, clock=clock,
+        align=2, end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=3,
+        max_timed_s=1e6,
+    )  # fmt: skip
+    assert m.timed_batches == 3 * 3
+    epoch_s = 1.5 + 3 * (T_BATCH + T_STEP)
+    assert m.samples_per_s == pytest.approx(3 * BATCH_SIZE / epoch_s)
+    assert m.epoch_overhead_s == pytest.approx(0.0)
 
 
 def test_real_epochs_need_no_prefetch_buffer_drained_before_them() -> None:
@@ -383,7 +401,7 @@ def test_real_epochs_need_no_prefetch_buffer_drained_before_them() -> None:
         pass_batches=4, max_timed_s=1e6,
     )  # fmt: skip
     assert m.warmup_batches == 4 and epochs.drawn == 1 + 4 + 3 * 4
-    assert m.timed_batches == 3 * 4
+    assert m.timed_batches == 3 * (4 - 1)  # each epoch's flow, after its first round
 
 
 def test_sub_windows_in_one_epoch_drain_the_buffer_first_where_epochs_were_possible() -> None:
@@ -407,23 +425,15 @@ def test_no_real_epoch_starts_that_would_end_past_the_time_cap() -> None:
     # the warm-up's 2 batches were ready: 2 batches/s, 3 passes of 4 in 6 s; an epoch
     # takes over 4 s, its restart in it
     assert epochs.epochs == 1 + 1 and len(m.sub_window_samples_per_s) == 1
-    assert m.timed_batches == 4 and m.epoch_overhead_s is not None
+    assert m.timed_batches == 3 and m.epoch_overhead_s is not None
 
 
 def test_real_epochs_are_one_set_however_they_disagree() -> None:
-    """Passes of 4 batches, every third batch slow: spans that disagree by more than the
-    target. In one epoch they are lengthened until they agree; real epochs are the figure,
-    which longer spans could not change: one set."""
-    every_third_slow = lambda i: 1.0 if i % 3 == 0 else 0.25  # noqa: E731
-    clock = FakeClock()
-    endless = EpochLoader(clock, restart=0.0, in_flight=0, cost=every_third_slow)
-    in_one = run_window(
-        endless, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
-        pass_batches=4, target_spread=0.1, max_timed_s=1e6,
-    )  # fmt: skip
-    assert in_one.grouped > 1
-    m, _ = timed_epochs(max_timed_s=1e6, restart=0.0, idle=0.0, cost=every_third_slow)
-    assert m.grouped == 1 and m.timed_batches == 3 * 4 and m.spread > 0.1
+    """Every fifth batch slow: the epochs' flows disagree by more than the target. Real
+    epochs are the figure, which longer spans could not change: one set, as it spread."""
+    every_fifth_slow = lambda i: 1.0 if i % 5 == 0 else 0.25  # noqa: E731
+    m, _ = timed_epochs(max_timed_s=1e6, restart=0.0, idle=0.0, cost=every_fifth_slow)
+    assert m.grouped == 1 and m.timed_batches == 3 * 3 and m.spread > 0.1
 
 
 def test_a_whole_epoch_that_fits_is_timed_after_sub_windows_that_do_not() -> None:
