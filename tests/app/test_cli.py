@@ -100,9 +100,10 @@ def test_trials_carry_their_measurements(quick_study):
         assert 0 <= attrs["data_wait_fraction"] <= 1
         assert attrs["time_to_first_batch_s"] > 0
         assert attrs["peak_memory_mb"] > 10
-        assert attrs["warmup_batches"] >= t.params["num_workers"] * t.params.get(
-            "prefetch_factor", 0
-        )
+        # a full prefetch buffer is drained before timing, unless the sub-windows were real
+        # epochs (whole epochs timed: each starts with an empty buffer)
+        buffer = t.params["num_workers"] * t.params.get("prefetch_factor", 0)
+        assert attrs["warmup_batches"] >= buffer or overhead is not None
         assert len(t.intermediate_values) == len(rates)  # each reported to the pruner
     polish = [t for t in trials if t.user_attrs.get("role") == "polish"]
     assert polish and polish[-1] is trials[-1]  # the last quarter polishes the best so far
