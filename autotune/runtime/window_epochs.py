@@ -1,6 +1,7 @@
 """How a window meets epochs: after the warm-up, its sub-windows are either real epochs of
 one pass each, as the user's run makes them (``time_epochs``), or run on inside the warm-up's
-epoch, whose boundary is timed after them (``time_in_one_epoch``).
+epoch, whose boundary is timed after them (``next_epoch``); ``time_sub_windows`` does
+either.
 
 Pure timing over an iterator of batches and a step (``run_window`` calls it).
 """
@@ -31,38 +32,18 @@ def time_sub_windows(
     one_pass: Callable[[], None] | None,
     on_sub_window: Callable[[int, float], None] | None,
 ) -> tuple[int, dict[str, float | None]]:
-    """The timed part after the warm-up, in ``shape``: real epochs (``time_epochs``), or on
-    in the warm-up's epoch (``time_in_one_epoch``). Returns the sub-windows grouped in each
-    span of the last set, and the boundary's figures (``epoch_start_s``,
-    ``epoch_overhead_s``)."""
-    loop = (it, batches, step, tally, count, timing)
-    ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
+    """The timed part after the warm-up, in ``shape``: real epochs (``time_epochs``); else
+    the sub-windows one after another in the warm-up's epoch (from where a pass starts, where
+    they are whole passes; ``skip`` batches untimed first), in ``sets`` (``timed_spans``),
+    then its boundary (``next_epoch``: a whole epoch timed where a pass fits
+    ``max_timed_s``). Returns the sub-windows grouped in each span of the last set, and the
+    boundary's figures (``epoch_start_s``, ``epoch_overhead_s``)."""
     if shape.epochs and end_epoch is not None and one_pass is not None:
         epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
+        ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
         limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"], "head": shape.head}
+        loop = (it, batches, step, tally, count, timing)
         return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
-    return time_in_one_epoch(*loop, shape, sets, pass_batches, **ends)
-
-
-def time_in_one_epoch(
-    it: Iterator[Batch],
-    batches: Iterable[Batch],
-    step: Step,
-    tally: Tally,
-    count: Count,
-    timing: dict[str, Any],
-    shape: SubWindows,
-    sets: dict[str, Any],
-    pass_batches: int | None,
-    *,
-    end_epoch: Callable[[], None] | None,
-    one_pass: Callable[[], None] | None,
-    on_sub_window: Callable[[int, float], None] | None,
-) -> tuple[int, dict[str, float | None]]:
-    """The sub-windows one after another in the warm-up's epoch (from where a pass starts,
-    where they are whole passes; ``skip`` batches untimed first), in ``sets``
-    (``timed_spans``); then its boundary (``next_epoch``: a whole epoch timed where a pass
-    fits ``max_timed_s``). Returns the spans' ``grouped`` and the boundary's figures."""
     for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
         step(next(it))
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)

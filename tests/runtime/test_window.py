@@ -390,16 +390,22 @@ def test_an_epoch_too_short_for_a_flow_is_timed_whole() -> None:
     assert m.epoch_overhead_s == pytest.approx(0.0)
 
 
-def test_real_epochs_need_no_prefetch_buffer_drained_before_them() -> None:
-    """Each epoch starts with an empty buffer, as the user's do: the warm-up's batches that
-    drain a full buffer (``buffered``) are left out; its first batch and the extra ones stay."""
+def buffered_epochs(pass_batches: int, max_timed_s: float) -> tuple[Measurement, EpochLoader]:
+    """A run that makes epochs, whose workers keep 8 batches ready at its start."""
     clock = FakeClock()
     epochs = EpochLoader(clock, restart=0.0, in_flight=0, cost=prefetching(8))
     m = run_window(
         epochs, make_step(clock), warmup=warmup_batches(8, 4), buffered=8, sub_windows=3,
         batches_per_window=4, clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass,
-        pass_batches=4, max_timed_s=1e6,
+        pass_batches=pass_batches, max_timed_s=max_timed_s,
     )  # fmt: skip
+    return m, epochs
+
+
+def test_real_epochs_need_no_prefetch_buffer_drained_before_them() -> None:
+    """Each epoch starts with an empty buffer, as the user's do: the warm-up's batches that
+    drain a full buffer (``buffered``) are left out; its first batch and the extra ones stay."""
+    m, epochs = buffered_epochs(pass_batches=4, max_timed_s=1e6)
     assert m.warmup_batches == 4 and epochs.drawn == 1 + 4 + 3 * 4
     assert m.timed_batches == 3 * (4 - 1)  # each epoch's flow, after its first round
 
@@ -407,13 +413,7 @@ def test_real_epochs_need_no_prefetch_buffer_drained_before_them() -> None:
 def test_sub_windows_in_one_epoch_drain_the_buffer_first_where_epochs_were_possible() -> None:
     """Passes too long to be the sub-windows: the warm-up's drain of the buffer, left out in
     case they could be epochs, runs before them, so the buffer cannot flatter the rate."""
-    clock = FakeClock()
-    epochs = EpochLoader(clock, restart=0.0, in_flight=0, cost=prefetching(8))
-    m = run_window(
-        epochs, make_step(clock), warmup=warmup_batches(8, 4), buffered=8, sub_windows=3,
-        batches_per_window=4, clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass,
-        pass_batches=1000, max_timed_s=30.0,
-    )  # fmt: skip
+    m, _ = buffered_epochs(pass_batches=1000, max_timed_s=30.0)
     assert not m.whole_passes and m.warmup_batches == 12
     assert m.samples_per_s == SUSTAINED  # the 8 ready batches went by untimed
 

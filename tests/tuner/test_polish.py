@@ -94,13 +94,19 @@ def test_the_polish_moves_each_knob_once_the_one_that_mattered_most_first() -> N
     assert "decoder" not in knobs  # its steps are the swaps; as it is has its own polish
 
 
-def test_a_better_step_starts_the_polish_over_from_it() -> None:
+def _one_best(persistent_workers: bool):
+    """The default space, a study of one trial (the best, at 100 samples/s), and its adder."""
     space = _default_space()
     study = optuna.create_study(direction="maximize")
     add = _adder(study, space)
-    best = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}
+    best = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": persistent_workers}
     best |= {"decoder": "pil", "cache": "none", "main_threads": 1}
     add(best, 100.0)
+    return space, study, add
+
+
+def test_a_better_step_starts_the_polish_over_from_it() -> None:
+    space, study, add = _one_best(persistent_workers=True)
     step = next_step(study, space)
     assert step is not None and step.knob == SWAP
     add(step.params, 120.0, step.attrs("polish", as_is=False))  # better: the new best
@@ -111,12 +117,7 @@ def test_a_better_step_starts_the_polish_over_from_it() -> None:
 def test_after_the_rate_model_s_stop_only_the_knobs_it_cannot_see_move() -> None:
     """The model judged every decoder, worker and thread count before it ended the search:
     the prefetch depth, persistence and the like move, each once, and then the polish ends."""
-    space = _default_space()
-    study = optuna.create_study(direction="maximize")
-    add = _adder(study, space)
-    best = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False}
-    best |= {"decoder": "pil", "cache": "none", "main_threads": 1}
-    add(best, 100.0)
+    space, study, add = _one_best(persistent_workers=False)
     assert next_step(study, space).knob == SWAP  # type: ignore[union-attr]
     knobs = []
     while (step := next_step(study, space, unseen_only=True)) is not None:
