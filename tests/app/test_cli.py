@@ -74,7 +74,8 @@ def test_trials_carry_their_measurements(quick_study):
         study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
     )
     trials = store.measured(study.get_trials())  # a repeat measured nothing
-    assert len(trials) == 4
+    # the rate model may end the search once 3 of its predictions were measured
+    assert len(trials) in (3, 4)
     baseline = trials[0]
     assert baseline.params["num_workers"] == 0 and baseline.params["decoder"] == "as_is"
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -128,11 +129,12 @@ def test_trials_carry_their_measurements(quick_study):
 def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm(
     quick_study, tmp_path, monkeypatch, capsys
 ):
-    # a copy: the shared quick study must stay at its 4 trials for the tests that read it
+    # a copy: the shared quick study must stay as it is for the tests that read it
     cwd = tmp_path / "resumed"
     shutil.copytree(quick_study[0], cwd)
     storage = f"sqlite:///{cwd}/studies/autotune.db"
     study = optuna.load_study(study_name="synthetic-tiny", storage=storage)
+    before = len(store.measured(study.trials))
     # a trial queued in the study (as the worth table queues a variant that beat the winner)
     # is what the resumed search measures first
     queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
@@ -146,11 +148,11 @@ def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm
         study.enqueue_trial(params, user_attrs={"role": "polish", "polish_knob": "num_workers"})
         queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     # no confirmation in either run: what is checked is which trials run, and in what order
-    again = run_cli([*QUICK, "study.n_trials=5", "study.confirm_top_k=0"], cwd)
+    again = run_cli([*QUICK, f"study.n_trials={before + 1}", "study.confirm_top_k=0"], cwd)
     assert again.returncode == 0, again.stderr[-2000:]
     resumed = optuna.load_study(study_name="synthetic-tiny", storage=storage)
     measured = store.measured(resumed.trials)
-    assert len(measured) == 5  # 4 from before + 1: resumed, not restarted
+    assert len(measured) == before + 1  # resumed, not restarted
     fixed = queued[0].system_attrs["fixed_params"]
     assert measured[-1].number == queued[0].number and measured[-1].params == fixed
     # refused before anything runs: through main() in this process (the real command's
@@ -357,11 +359,17 @@ PROGRESS_LINE = re.compile(r"\[ ?(\d+)/(\d+)\] trial \d+ +w\d")
 
 @pytest.mark.slow
 def test_a_progress_line_per_trial_and_no_bar_when_output_is_not_a_terminal(quick_study):
-    _, result = quick_study
+    cwd, result = quick_study
+    study = optuna.load_study(
+        study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
+    )
+    ran = len(store.measured(study.get_trials()))
     lines = [line for line in result.stdout.splitlines() if PROGRESS_LINE.search(line)]
     assert [PROGRESS_LINE.search(line).groups() for line in lines] == [
-        (str(n), "4") for n in range(1, 5)
+        (str(n), "4") for n in range(1, ran + 1)
     ]
+    if ran < 4:  # a search that ends early says why
+        assert "nothing left to win" in result.stdout or "the step binds" in result.stdout
     assert all("  best " in line for line in lines)  # the best so far, on every line
     assert any(re.search(r"\d+\.\d samples/s", line) for line in lines)
     assert "\r" not in result.stdout + result.stderr and "trials |" not in result.stdout
