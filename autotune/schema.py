@@ -154,6 +154,7 @@ class StudyConfig:
     polish_fraction: float = 0.25  # last trials: the best's unmeasured one-knob neighbours
     as_is_share: float = 0.3  # of the search's trials, on the pipeline as it is (loader_kwargs)
     step_bound_wait: float = 0.05  # a best waiting less for data ends TPE early: the step binds
+    stop_when_nothing_left: bool = True  # the rate model: no point left predicted to win ends TPE
     warm_start: bool = True  # a new study first measures earlier studies' picks of its job
     confirm_top_k: int = 3  # finalists re-measured against the baseline, interleaved
     confirm_rounds: int = 2
@@ -235,8 +236,7 @@ class VerifyConfig:
 
     rounds: int = 3  # interleaved rounds of the three arms (A B C A B C ...)
     epochs: int = 2  # epochs timed per run, each from a fresh iterator
-    # samples per epoch (a seeded subset); None: all, but capped so that the whole verify
-    # takes about 5 minutes at the epoch rates best.yaml measured
+    # samples an epoch (a seeded subset); None: all, capped to about 5 minutes at best.yaml's rates
     samples: int | None = None
 
     def __post_init__(self) -> None:

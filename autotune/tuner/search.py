@@ -74,7 +74,7 @@ def search(
         binds, modelled = None, False  # modelled: ended by the rate model's stop
         while binds is None and run_one(study_conf.n_trials - polish, queue_tpe):
             binds = step_binds(study, study_conf)
-            if binds is None:
+            if binds is None and study_conf.stop_when_nothing_left:
                 binds = nothing_left()
                 modelled = binds is not None
         # ended early: the polish's share of trials from here, not the rest of the budget

@@ -183,18 +183,16 @@ def _run(job, *, timeout_s, should_prune=lambda i, v: False):
     return TrialOutcome("ok", measurement=m, wall_s=0.0)
 
 
-@pytest.mark.slow  # a search of its own: seconds
-def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
-    tmp_path, caplog
-) -> None:
+def _search(tmp_path, name: str, *extra: str) -> tuple[optuna.Study, str | None]:
+    """A search on ``_run``'s rates, its reference points those of ``MODEL``."""
     session = make_session(
         [
             f"study.storage=sqlite:///{tmp_path}/s.db",
-            "study.name=prospects",
-            "study.n_trials=30",
+            f"study.name={name}",
             "study.polish_fraction=0.1",
             "study.n_startup_trials=4",
             "study.epoch_aware=false",
+            *extra,
         ],
         facts=dataclasses.replace(FACTS, usable_cpus=CPUS),
     )
@@ -203,19 +201,33 @@ def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
     store.set_study_attr(study, StudyKey.CPU_WORK_BOUND, BOUNDS)
     conf = session.conf.study
     leases = Leases(conf.storage, conf.name, expire_s=storage.lost_after_s(conf))
+    return study, search(study, Objective(session, run=_run), threading.Event(), leases)
+
+
+@pytest.mark.slow  # a search of its own: seconds
+def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
+    tmp_path, caplog
+) -> None:
+    n_trials = 30
     with caplog.at_level(logging.INFO):
-        ended = search(study, Objective(session, run=_run), threading.Event(), leases)
+        study, ended = _search(tmp_path, "prospects", f"study.n_trials={n_trials}")
     assert ended is not None and ended.startswith("nothing left to win"), ended
     trials = study.get_trials()
     skipped = [t for t in trials if store.is_predicted_to_lose(t)]
     measured = [t for t in store.measured(trials) if not store.is_predicted_to_lose(t)]
-    assert len(measured) < conf.n_trials  # it ended before its ceiling
+    assert len(measured) < n_trials  # it ended before its ceiling
     assert all(t.state == TrialState.PRUNED for t in skipped)
     assert all(store.trial_attr(t, TrialKey.PREDICTED) for t in skipped)
     assert len([r for r in caplog.messages if "skipped: the rate model predicts" in r]) == len(
         skipped
     )
-    assert store.spent(study, free=conf.n_trials) == len(store.measured(trials)) - len(skipped)
+    assert store.spent(study, free=n_trials) == len(store.measured(trials)) - len(skipped)
     best = max(store.trial_attr(t, TrialKey.STEADY) or 0 for t in measured)
-    predictions = [MODEL.predict(p) for p in prospects.model_points(session.space)]
+    space = make_session([]).space
+    predictions = [MODEL.predict(p) for p in prospects.model_points(space)]
     assert best == max(p.bound for p in predictions if p)  # the fastest point: found
+    # turned off, the same search spends the whole of a budget it ended before
+    budget = len(store.measured(trials)) - len(skipped) + 3
+    off = ("study.stop_when_nothing_left=false", f"study.n_trials={budget}")
+    study, ended = _search(tmp_path, "prospects-off", *off)
+    assert ended is None and store.spent(study, free=budget) == budget
