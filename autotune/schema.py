@@ -235,7 +235,7 @@ class VerifyConfig:
     arm in fresh processes, interleaved."""
 
     rounds: int = 3  # interleaved rounds of the three arms (A B C A B C ...)
-    epochs: int = 2  # epochs timed per run, each from a fresh iterator
+    epochs: int = 2  # timed per run after its first (its one-off start, timed apart)
     # samples an epoch (a seeded subset); None: all, capped to about 5 minutes at best.yaml's rates
     samples: int | None = None
 

@@ -17,6 +17,11 @@ refilled when they persist) and its tail are inside its time. The model's own st
 device (CUDA's lazy loading, cuDNN's and cuBLAS's handles: most of a second for a ResNet-50
 on a GPU) is the same for every arm and none of the loader's: a few steps on a batch read
 here take it before the first epoch, as a trial's warm-up does before its timing.
+
+A run's first epoch carries what the run pays once (persistent workers spawned, their first
+round, files read before they were cached): it is timed apart (``EpochTimes.first``), and
+the epochs after it are the run's figure, as a trial's epochs come after its warm-up. A long
+run pays that start once over all its epochs; the first epoch says what it is.
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ class EpochTimes:
     reader: str  # how a sample is read: ImageFolder's loader function, or the decoder
     transform: str  # the Dataset's transforms, by name ("" for the tuned pipeline's own)
     threads: int  # torch intra-op threads of the training process while timed
-    epochs: tuple[EpochTime, ...]
+    epochs: tuple[EpochTime, ...]  # after the first: the run's figure
+    first: EpochTime | None = None  # the run's first epoch: its one-off start inside
 
 
 def time_epoch(
@@ -193,7 +199,8 @@ def describe_dataset(dataset: Any) -> tuple[str, str, str]:
 
 
 def measure_epochs(job: TrialJob) -> EpochTimes:
-    """Runs the job's arm for its epochs, each from a fresh iterator of one loader."""
+    """Runs the job's arm for a first epoch and then its epochs, each from a fresh iterator
+    of one loader."""
     spec = job.epochs
     if spec is None:
         raise ValueError("an epochs job needs its EpochRun")
@@ -209,10 +216,12 @@ def measure_epochs(job: TrialJob) -> EpochTimes:
     )
     kind, reader, transform = describe_dataset(dataset)
     warm_up(step, _warm_up_batch(job, spec, read_from), to_device=_copy_to(step.device))
-    timed = tuple(
-        time_epoch(loader, step, to_device=to_device, sync=step.sync) for _ in range(spec.epochs)
+    first, *timed = (
+        time_epoch(loader, step, to_device=to_device, sync=step.sync)
+        for _ in range(1 + spec.epochs)
     )
-    return EpochTimes(spec.arm, kind, reader, transform, torch.get_num_threads(), timed)
+    threads = torch.get_num_threads()
+    return EpochTimes(spec.arm, kind, reader, transform, threads, tuple(timed), first)
 
 
 def warm_up(step: TrainStep, batch: Batch, *, to_device: ToDevice) -> None:

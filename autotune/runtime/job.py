@@ -18,7 +18,7 @@ class EpochRun:
     """What a ``kind="epochs"`` job times: whole epochs of one arm (``runtime.epochs``)."""
 
     arm: str  # baseline | loader_kwargs | build_loader
-    epochs: int
+    epochs: int  # timed after the run's first epoch, which is timed apart
     best_path: str | None = None  # the best.yaml the tuned arms load, as a user does
     # a seeded subset: indices of the samples read (a folder's i-th file, a Dataset's index
     # i), in order; None: all

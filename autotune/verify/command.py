@@ -3,7 +3,8 @@
 The arms, each what a user runs (``runtime.epochs``): the PyTorch tutorial pipeline (or the
 user's own Dataset and collate in a plain DataLoader), the same Dataset with
 ``loader_kwargs(best)``, and, of an image folder, ``build_loader(source, best)``; each run in
-a fresh process, interleaved over ``verify.rounds`` rounds of ``verify.epochs`` epochs. Writes
+a fresh process, interleaved over ``verify.rounds`` rounds of a first epoch (the run's one-off
+start, timed apart) and ``verify.epochs`` timed epochs. Writes
 ``studies/<study>/verify.md`` and ``verify.json`` and sets the study's ``verify`` attribute.
 """
 
@@ -53,7 +54,7 @@ def _announce(plan: Plan, notes: tuple[str, ...]) -> None:
         log.warning("verify: %s", note)
     estimate = f", about {plan.estimate_s / 60:.1f} min" if plan.estimate_s else ""
     log.info(
-        "verify: %d arms x %d rounds x %d epoch(s) of %d samples (%s)%s",
+        "verify: %d arms x %d rounds x (a first epoch + %d timed) of %d samples (%s)%s",
         len(plan.arms),
         plan.rounds,
         plan.epochs,

@@ -1,6 +1,6 @@
-"""One arm's figures over all its epochs: the median and interquartile range of samples/s, and
-the shapes that explain a gap (a slow first epoch, start-up in every epoch, a slow tail, a slow
-first round)."""
+"""One arm's figures over its timed epochs (each run's after its first): the median and
+interquartile range of samples/s, what a run's first epoch adds (its one-off start), and the
+shapes that explain a gap (start-up in every epoch, a slow tail, a slow first round)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ class ArmFigures:
     median: float
     iqr: tuple[float, float]
     runs: int
-    # later epochs' rate over the first epoch's, median over runs (None: one epoch per run)
+    # the timed epochs' rate over the run's first epoch's, median over runs (None: no first)
     first_epoch_slowdown: float | None
-    # later rounds' first epochs (median rate) over the first round's (None: one round);
-    # first epochs only: each run is a fresh process, so they share its warm-up
+    # the seconds a run's first epoch takes beyond a timed one: its one-off start, median
+    first_epoch_extra_s: float | None
+    # later rounds' first timed epochs (median rate) over the first round's (None: one round)
     first_round_slowdown: float | None
     startup_share: float  # median share of an epoch spent before its first batch
     tail_share: float | None  # median share of an epoch its tail took beyond the steady rate
@@ -36,15 +37,20 @@ def quartiles(values: Sequence[float]) -> tuple[float, float]:
     return q1, q3
 
 
-def first_epoch_slowdown(runs: Sequence[ArmRun]) -> float | None:
-    ratios = []
+def first_epochs(runs: Sequence[ArmRun]) -> tuple[float | None, float | None]:
+    """The timed epochs' rate over the run's first epoch's, and the seconds the first took
+    beyond a timed epoch: medians over the runs (None where no run timed its first)."""
+    ratios, extras = [], []
     for run in runs:
         assert run.times is not None
-        epochs = run.times.epochs
-        if len(epochs) >= 2 and epochs[0].samples_per_s > 0:
-            later = statistics.median(e.samples_per_s for e in epochs[1:])
-            ratios.append(later / epochs[0].samples_per_s)
-    return statistics.median(ratios) if ratios else None
+        first, epochs = run.times.first, run.times.epochs
+        if first is None or not epochs or first.samples_per_s <= 0:
+            continue
+        ratios.append(statistics.median(e.samples_per_s for e in epochs) / first.samples_per_s)
+        extras.append(first.seconds - statistics.median(e.seconds for e in epochs))
+    if not ratios:
+        return None, None
+    return statistics.median(ratios), statistics.median(extras)
 
 
 def first_round_slowdown(runs: Sequence[ArmRun]) -> float | None:
@@ -76,13 +82,15 @@ def arm_figures(arm: str, runs: Sequence[ArmRun], *, last_round: int = 1) -> Arm
         return None
     rates = tuple(e.samples_per_s for e in epochs)
     tails = [t for t in (tail_share(e, last_round) for e in epochs) if t is not None]
+    slowdown, extra_s = first_epochs(measured)
     return ArmFigures(
         arm=arm,
         rates=rates,
         median=statistics.median(rates),
         iqr=quartiles(rates),
         runs=len(measured),
-        first_epoch_slowdown=first_epoch_slowdown(measured),
+        first_epoch_slowdown=slowdown,
+        first_epoch_extra_s=extra_s,
         first_round_slowdown=first_round_slowdown(measured),
         startup_share=statistics.median(
             e.first_batch_s / e.seconds if e.seconds > 0 else 0.0 for e in epochs

@@ -42,7 +42,7 @@ class Arm:
 class Plan:
     arms: tuple[Arm, ...]
     rounds: int
-    epochs: int
+    epochs: int  # timed per run, after its first
     samples: int  # per epoch, before a loader with drop_last drops the last partial batch
     dataset_samples: int
     timeout_s: float  # per run
@@ -144,17 +144,18 @@ def make_plan(session: Session, checked: Checked) -> Plan:
     per_sample = sum(per_arm) if per_arm else None
     batch_size = max(config.batch_size for _, _, config in described)
     arms = len(described)
+    run_epochs = 1 + verify.epochs  # a run's first epoch, then the timed ones
     if isinstance(session.source, UserData) and session.source.iterable:
         samples, sizing = total, "a stream is read whole: it cannot be read in part"
     elif verify.samples is not None:
         samples, sizing = min(verify.samples, total), f"verify.samples={verify.samples}"
     else:
         samples, sizing = epoch_size(
-            total, verify.rounds, verify.epochs, per_sample, batch_size, arms=arms
+            total, verify.rounds, run_epochs, per_sample, batch_size, arms=arms
         )
     run = EpochRun("", verify.epochs, str(checked.path.resolve()), sample_subset(session, samples))
     slowest = max(per_arm) if per_arm else 1 / FALLBACK_RATE
-    run_s = RUN_OVERHEAD_S + verify.epochs * samples * slowest
+    run_s = RUN_OVERHEAD_S + run_epochs * samples * slowest
     return Plan(
         arms=tuple(
             Arm(name, what, config, _job(session, config, dataclasses.replace(run, arm=name)))
@@ -166,7 +167,7 @@ def make_plan(session: Session, checked: Checked) -> Plan:
         dataset_samples=total,
         timeout_s=max(conf.study.trial_timeout, math.ceil(TIMEOUT_MARGIN * run_s)),
         estimate_s=(
-            estimate_s(samples, verify.rounds, verify.epochs, per_sample, arms=arms)
+            estimate_s(samples, verify.rounds, run_epochs, per_sample, arms=arms)
             if per_sample
             else None
         ),

@@ -85,6 +85,11 @@ def progress_figures(result: ArmRun) -> str:
     if result.times is None:
         assert result.failure is not None
         return f"FAILED {result.failure.kind}: {result.failure.message}"
-    rates = " ".join(f"{e.samples_per_s:.1f}" for e in result.times.epochs)
-    first = result.times.epochs[0].first_batch_s
-    return f"{rates} samples/s per epoch (first batch {first:.2f} s, wall {result.wall_s:.1f} s)"
+    times = result.times
+    rates = " ".join(f"{e.samples_per_s:.1f}" for e in times.epochs)
+    first = f"first epoch {times.first.samples_per_s:.1f}, then " if times.first else ""
+    start = (times.first or times.epochs[0]).first_batch_s
+    return (
+        f"{first}{rates} samples/s per epoch (first batch {start:.2f} s, "
+        f"wall {result.wall_s:.1f} s)"
+    )

@@ -11,7 +11,7 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.verify.figures import ArmFigures
 
 TOLERANCE = 0.10  # a claim within this share of the measured ratio holds
-SLOW_FIRST = 1.25  # a first epoch or first round this many times slower is named
+SLOW_FIRST = 1.25  # a first round this many times slower is named
 STARTUP_SHARE = 0.15  # start-up above this share of every epoch is named
 TAIL_SHARE = 0.10  # a tail above this share of the epoch (beyond the steady rate) is named
 REFERENCE_GAP = 0.10  # an arm this far from best.yaml's own figure is named
@@ -60,20 +60,14 @@ def judge(claimed: float | None, measured: Ratio) -> str:
 
 
 def startup_causes(arm: ArmFigures, config: PipelineConfig) -> list[str]:
-    causes = []
-    if config.workers_restart and arm.startup_share >= STARTUP_SHARE:
-        causes.append(
-            f"start-up not amortized: the {arm.arm} arm's workers restart every epoch "
-            f"(persistent_workers off) and its first batch takes {arm.startup_share:.0%} of "
-            "each epoch"
-        )
-    slowdown = arm.first_epoch_slowdown
-    if slowdown is not None and slowdown >= SLOW_FIRST:
-        causes.append(
-            f"start-up not amortized: the {arm.arm} arm's first epoch of each run is "
-            f"{slowdown:.2f}x slower than its later ones"
-        )
-    return causes
+    """Start-up paid in every epoch (a run's first epoch, paid once, is not in the figures)."""
+    if not config.workers_restart or arm.startup_share < STARTUP_SHARE:
+        return []
+    return [
+        f"start-up not amortized: the {arm.arm} arm's workers restart every epoch "
+        f"(persistent_workers off) and its first batch takes {arm.startup_share:.0%} of "
+        "each epoch"
+    ]
 
 
 def tail_cause(arm: ArmFigures) -> list[str]:
@@ -87,7 +81,7 @@ def tail_cause(arm: ArmFigures) -> list[str]:
 
 def page_cache_causes(*arms: ArmFigures) -> list[str]:
     return [
-        f"page cache: the {arm.arm} arm's first epoch in the first round was "
+        f"page cache: the {arm.arm} arm's first timed epoch in the first round was "
         f"{arm.first_round_slowdown:.2f}x slower than in its later rounds (files read from "
         "storage before they were cached, or the machine busier then)"
         for arm in arms

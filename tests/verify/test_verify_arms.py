@@ -76,15 +76,16 @@ def job(source, arm, best=None, *, epochs=1, subset=None, batch_size=4):
 
 def test_the_baseline_reads_through_imagefolder_and_its_default_loader(source, reads):
     measured = measure_epochs(job(source, "baseline", epochs=2))
-    # two full epochs and the warm-up's batch of 4 before them, all through ImageFolder
-    assert reads == {"imagefolder": 24 + 4, "tuner": 0}
+    # a first epoch, two timed, and the warm-up's batch of 4 before them, all through
+    # ImageFolder
+    assert reads == {"imagefolder": 12 + 24 + 4, "tuner": 0}
     assert measured.dataset == "torchvision.datasets.folder.ImageFolder"
     assert measured.reader == "torchvision.datasets.folder.default_loader"
     assert measured.transform == (
         "RandomResizedCrop, RandomHorizontalFlip, ToImage, ToDtype, Normalize"
     )
-    assert [e.samples for e in measured.epochs] == [12, 12]
-    assert all(len(e.step_done_s) == 3 for e in measured.epochs)  # batch_size=4
+    assert [e.samples for e in measured.epochs] == [12, 12] and measured.first.samples == 12
+    assert all(len(e.step_done_s) == 3 for e in (measured.first, *measured.epochs))  # 4 each
 
 
 def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
@@ -98,8 +99,9 @@ def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
         recipe=RECIPE,
     )
     measured = measure_epochs(job(source, "loader_kwargs", best))
-    # as it is: the last partial batch too, and the warm-up's batch (of 5, the arm's)
-    assert reads == {"imagefolder": 12 + 5, "tuner": 0}
+    # as it is: the last partial batch too, a first epoch and a timed one, and the warm-up's
+    # batch (of 5, the arm's)
+    assert reads == {"imagefolder": 12 + 12 + 5, "tuner": 0}
     assert measured.dataset.endswith("ImageFolder")
     # loader_kwargs: batch_size 5, as best.yaml tuned it for the pipeline as it is, and its
     # threads; not the whole pipeline's batch of 4
@@ -110,7 +112,7 @@ def test_the_kwargs_arm_takes_best_yaml_s_loader_arguments_on_the_same_dataset(
 def test_build_loader_reads_through_the_tuned_pipeline(source, best, reads):
     measured = measure_epochs(job(source, "build_loader", best))
     # the warm-up's batch read in the tutorial's form, the step's
-    assert reads == {"imagefolder": 4, "tuner": 12}
+    assert reads == {"imagefolder": 4, "tuner": 12 + 12}  # a first epoch, a timed one
     assert measured.dataset == "autotune.pipeline.loader.EncodedImageDataset"
     assert measured.reader == "decoder pil" and measured.threads == 1  # main_threads: 1
 
@@ -120,7 +122,8 @@ def test_every_arm_reads_the_same_subset(source, best, reads):
     baseline = measure_epochs(job(source, "baseline", subset=chosen))
     tuned = measure_epochs(job(source, "build_loader", best, subset=chosen))
     assert baseline.epochs[0].samples == tuned.epochs[0].samples == 7
-    assert reads == {"imagefolder": 7 + 4 + 4, "tuner": 7}  # and each arm's warm-up batch
+    # a first epoch and a timed one of each arm, and each arm's warm-up batch
+    assert reads == {"imagefolder": 7 + 7 + 4 + 4, "tuner": 7 + 7}
     paths = source.paths[2:9]
     dataset = tutorial_dataset(source, recipes.from_config(RECIPE), paths)
     assert isinstance(dataset, Subset)
@@ -198,8 +201,9 @@ def test_the_user_s_own_dataset_is_read_by_both_arms_with_its_collate(best, monk
     jobs = own_job("baseline", vary=True), own_job("loader_kwargs", best, vary=True)
     reads = count_reads(monkeypatch, own=Spectrograms)  # what the arms read, not the check
     baseline, tuned = (measure_epochs(job) for job in jobs)
-    # every sample once per arm, in this process, and each arm's warm-up batch (4, then 3)
-    assert reads == {"own": 20 + 4 + 3}
+    # every sample once per epoch of each arm (a first one and a timed one), in this
+    # process, and each arm's warm-up batch (4, then 3)
+    assert reads == {"own": 2 * 20 + 4 + 3}
     assert baseline.dataset == tuned.dataset == "userdata_example.Spectrograms"
     assert baseline.reader == "its own __getitem__" and baseline.transform == ""
     # the baseline's batch of 4 and loader_kwargs' 3, the last partial batch kept
@@ -211,7 +215,8 @@ def test_a_subset_of_the_user_s_own_dataset_and_a_stream_read_whole(monkeypatch)
     job = own_job("baseline", subset=(1, 4, 5, 8, 9))
     reads = count_reads(monkeypatch, own=Spectrograms)
     measured = measure_epochs(job)
-    assert measured.epochs[0].samples == 5 and reads == {"own": 5 + 4}  # and the warm-up's
+    # a first epoch and a timed one, and the warm-up's batch
+    assert measured.epochs[0].samples == 5 and reads == {"own": 2 * 5 + 4}
     stream = measure_epochs(own_job("baseline", target="ToneStream"))
     assert stream.epochs[0].samples == 10 and stream.reader == "its own __iter__"
     with pytest.raises(ValueError, match="cannot be read in part"):

@@ -41,14 +41,29 @@ def epoch(
     return EpochTime(samples, seconds, first, done)
 
 
-def times(arm: str, *epochs: EpochTime) -> EpochTimes:
-    return EpochTimes(arm, "test.Dataset", "test reader", "", 1, tuple(epochs))
+def times(arm: str, *epochs: EpochTime, first: EpochTime | None = None) -> EpochTimes:
+    return EpochTimes(arm, "test.Dataset", "test reader", "", 1, tuple(epochs), first)
 
 
-def runs(arm: str, rates_by_round: Sequence[Sequence[float]], **epoch_kwargs: Any) -> list[ArmRun]:
-    """One run per round of ``arm``, each with epochs at the given rates."""
+def runs(
+    arm: str,
+    rates_by_round: Sequence[Sequence[float]],
+    *,
+    first: float | None = None,
+    **epoch_kwargs: Any,
+) -> list[ArmRun]:
+    """One run per round of ``arm``, each with timed epochs at the given rates (after a first
+    epoch at ``first``, where given)."""
     return [
-        ArmRun(arm, index, times(arm, *(epoch(r, **epoch_kwargs) for r in rates)))
+        ArmRun(
+            arm,
+            index,
+            times(
+                arm,
+                *(epoch(r, **epoch_kwargs) for r in rates),
+                first=epoch(first, **epoch_kwargs) if first else None,
+            ),
+        )
         for index, rates in enumerate(rates_by_round)
     ]
 
