@@ -212,7 +212,6 @@ def _time_window(
         # the loader's batches are the sampler's passes cut in whole batches (DALI reads the
         # sampler ahead on its own: no passes known there)
         pass_batches=sampler.pass_batches if makes_epochs else None,
-        workers_persist=job.pipeline.num_workers > 0 and not job.pipeline.workers_restart,
         peers=peers,
         compiles=compiled_graphs if job.compile_cache is not None else lambda: 0,
     )

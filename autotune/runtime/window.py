@@ -44,18 +44,16 @@ def run_window(
     target_spread: float = 0.0,
     max_timed_s: float = math.inf,
     pass_batches: int | None = None,
-    workers_persist: bool = False,
     peers: Peers = ALONE,
     compiles: Callable[[], int] = lambda: 0,
 ) -> Measurement:
-    """Times ``step`` over ``batches``: start-up, warm-up, then sub-windows (``window_length``)
-    and the epochs' boundary, or real epochs where the run makes them (``end_epoch``,
-    ``one_pass``; ``window_epochs``, which reads a whole epoch first where ``workers_persist``).
-    Before real epochs the warm-up stops short of the ``buffered`` batches that drain a full
-    prefetch buffer: each epoch starts with an empty one."""
+    """Times ``step`` over ``batches``: start-up, warm-up, then sub-windows (``window_length``:
+    whole worker rounds; whole passes where they fit, real epochs where the run makes them,
+    ``end_epoch`` and ``one_pass``: the warm-up's last ``buffered`` batches, which drain a
+    full prefetch buffer, left out) and the epochs' boundary (``window_epochs``)."""
     it, sync = iter(batches), _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
-    makes_epochs = None not in (end_epoch, one_pass)
+    makes_epochs = None not in (end_epoch, one_pass)  # an epoch starts with an empty buffer
     warm = warmup - buffered if makes_epochs and pass_batches else warmup
     batch_rate = _slowest(peers, _warm_up(it, step, warm, sync=sync, clock=clock))
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
@@ -67,39 +65,23 @@ def run_window(
     sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
     sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
     ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
-    grouped, boundary = window_epochs.time_sub_windows(
-        *loop, shape, sets, pass_batches, **ends, workers_persist=workers_persist
-    )
-    return _measured(
-        tally,
-        grouped,
-        sub_windows,
-        gpu,
-        time_to_first_batch_s=time_to_first_batch,
-        first_step_s=first_step_s,
-        warmup_batches=warm if shape.epochs else warmup,
-        whole_passes=shape.whole_passes,
-        timed_compiles=compiles() - compiled,  # in the sub-windows and the epoch boundary
-        **boundary,
-    )
-
-
-def _measured(
-    tally: Tally, grouped: int, sub_windows: int, gpu: UtilizationSampler | None, **run: Any
-) -> Measurement:
-    """The window's figures: the timed sub-windows' (``tally``, in sets of ``grouped``) and
-    the ``run``'s own (its start-up, warm-up, shape and epochs' boundary)."""
+    grouped, boundary = window_epochs.time_sub_windows(*loop, shape, sets, pass_batches, **ends)
     return Measurement(
         samples_per_s=tally.rate,
         sub_window_samples_per_s=tuple(tally.rates),
         data_wait_fraction=tally.waited / tally.elapsed if tally.elapsed > 0 else 0.0,
+        time_to_first_batch_s=time_to_first_batch,
+        warmup_batches=warm if shape.epochs else warmup,
         timed_batches=tally.batches,
         gpu_utilization_pct=gpu.mean_pct if gpu is not None else None,
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
+        **boundary,
+        first_step_s=first_step_s,
         settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
         grouped=grouped,
+        whole_passes=shape.whole_passes,
         timed_s=tally.elapsed,
-        **run,
+        timed_compiles=compiles() - compiled,  # in the sub-windows and the epoch boundary
     )
 
 

@@ -31,7 +31,6 @@ def time_sub_windows(
     end_epoch: Callable[[], None] | None,
     one_pass: Callable[[], None] | None,
     on_sub_window: Callable[[int, float], None] | None,
-    workers_persist: bool = False,
 ) -> tuple[int, dict[str, float | None]]:
     """The timed part after the warm-up, in ``shape``: real epochs (``time_epochs``); else
     the sub-windows one after another in the warm-up's epoch (from where a pass starts, where
@@ -43,7 +42,6 @@ def time_sub_windows(
         epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
         ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
         limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"], "head": shape.head}
-        limits |= {"settle": workers_persist}
         loop = (it, batches, step, tally, count, timing)
         return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
     for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
@@ -71,10 +69,9 @@ def time_epochs(
     max_timed_s: float,
     peers: Peers = ALONE,
     head: int = 0,
-    settle: bool = False,
 ) -> dict[str, float | None]:
-    """Ends the warm-up's epoch (``end_warm_up``: ``settle`` where workers persist), then
-    runs ``epochs`` real epochs of one pass each, as the user's run makes them, each from
+    """Ends the warm-up's epoch (the batches in flight drained, untimed), then runs
+    ``epochs`` real epochs of one pass each, as the user's run makes them, each from
     ``iter()`` to its end (``StopIteration``: where workers do not persist, they shut down
     there). Each epoch's batches after its first ``head`` (the workers' first round, which
     come together) to its last step done are a span of ``tally``: the steady rate, the
@@ -86,7 +83,9 @@ def time_epochs(
     that would end past ``max_timed_s`` at the epochs' pace so far (the warm-up's rate, which
     said they fit, may have been read off a buffer still full), the first always does."""
     sync, clock = timing["sync"], timing["clock"]
-    end_warm_up(it, batches, end_epoch, one_pass, settle=settle)
+    end_epoch()
+    for _ in it:  # the batches in flight: read, not stepped
+        pass
     starts: list[float] = []
     seconds: list[float] = []
     while len(seconds) < epochs:
@@ -109,27 +108,6 @@ def time_epochs(
     per_epoch = tally.samples / len(seconds) * pass_batches / (pass_batches - head)
     overheads = [s - per_epoch / tally.rate for s in seconds]
     return {"epoch_start_s": median(starts), "epoch_overhead_s": median(overheads)}
-
-
-def end_warm_up(
-    it: Iterator[Batch],
-    batches: Iterable[Batch],
-    end_epoch: Callable[[], None],
-    one_pass: Callable[[], None],
-    *,
-    settle: bool,
-) -> None:
-    """Ends the warm-up's epoch, its batches in flight read, not stepped; with ``settle``
-    (persistent workers), then reads one whole epoch, untimed: a long run's epochs come
-    after a whole first one, and persistent workers' first epochs after their start ran
-    up to 6 % faster than those (measured on JPEGs of varied sizes, in fresh processes)."""
-    end_epoch()
-    for _ in it:
-        pass
-    if settle:
-        one_pass()
-        for _ in batches:
-            pass
 
 
 def _epoch(

@@ -346,11 +346,7 @@ def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() 
 
 
 def timed_epochs(
-    max_timed_s: float,
-    restart: float = 1.5,
-    idle: float = 0.25,
-    workers_persist: bool = False,
-    **loader: object,
+    max_timed_s: float, restart: float = 1.5, idle: float = 0.25, **loader: object
 ) -> tuple[Measurement, EpochLoader]:
     """A run that makes epochs: passes of 4 batches, each epoch's start ``restart`` s."""
     clock = FakeClock()
@@ -358,7 +354,7 @@ def timed_epochs(
     m = run_window(
         epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
         end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4, max_timed_s=max_timed_s,
-        target_spread=0.1, workers_persist=workers_persist,
+        target_spread=0.1,
     )  # fmt: skip
     return m, epochs
 
@@ -376,17 +372,6 @@ def test_a_run_that_makes_epochs_times_its_sub_windows_as_real_epochs() -> None:
     # each epoch from iter() to its end, beyond its samples at the steady rate: the figure
     epoch_s = 1.5 + 4 * (T_BATCH + T_STEP) + 0.25
     assert m.epoch_overhead_s == pytest.approx(epoch_s - 4 * BATCH_SIZE / m.samples_per_s)
-
-
-def test_where_workers_persist_a_whole_epoch_is_read_before_the_timed_ones() -> None:
-    """As a long run's epochs come after its first: one whole epoch, untimed, after the
-    warm-up's; the figures are those of the epochs after it."""
-    m, epochs = timed_epochs(max_timed_s=math.inf, workers_persist=True)
-    assert epochs.epochs == 1 + 1 + 3 and epochs.last_pass == (1 + 3) * 4
-    assert m.timed_batches == 3 * 3  # the timed epochs alone, as without it
-    unsettled, _ = timed_epochs(max_timed_s=math.inf)
-    assert m.samples_per_s == unsettled.samples_per_s
-    assert m.epoch_overhead_s == pytest.approx(unsettled.epoch_overhead_s)
 
 
 def test_an_epoch_too_short_for_a_flow_is_timed_whole() -> None:
