@@ -107,7 +107,10 @@ def test_trials_carry_their_measurements(quick_study):
         assert attrs["warmup_batches"] >= buffer or overhead is not None
         assert len(t.intermediate_values) == len(rates)  # each reported to the pruner
     polish = [t for t in trials if t.user_attrs.get("role") == "polish"]
-    assert polish and polish[-1] is trials[-1]  # the last quarter polishes the best so far
+    if len(trials) == 4:  # the last quarter polishes the best so far
+        assert polish and polish[-1] is trials[-1]
+    else:  # ended on the rate model's word: the quick space has no knob it cannot see
+        assert not polish
     assert study.user_attrs["ceiling_samples_per_s"] > 0
     assert study.metric_names == ["samples_per_s"]
     # the rate model's prediction beside each measured rate, and its error over the study
