@@ -223,7 +223,7 @@ def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
     )
     assert store.spent(study, free=n_trials) == len(store.measured(trials)) - len(skipped)
     best = max(store.trial_attr(t, TrialKey.STEADY) or 0 for t in measured)
-    space = make_session([]).space
+    space = make_session([], facts=dataclasses.replace(FACTS, usable_cpus=CPUS)).space
     predictions = [MODEL.predict(p) for p in prospects.model_points(space)]
     assert best == max(p.bound for p in predictions if p)  # the fastest point: found
     # turned off, the same search spends the whole of a budget it ended before
