@@ -47,8 +47,11 @@ def time_sub_windows(
     for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
         step(next(it))
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
-    pass_s = pass_batches * tally.elapsed / tally.batches if pass_batches else 0
-    whole = one_pass if 0 < pass_s <= sets["max_timed_s"] else None  # a whole epoch, if it fits
+    whole = None  # a whole epoch where every rank's pass fits: one stepping alone waits forever
+    if one_pass is not None and pass_batches:
+        pass_s = pass_batches * tally.elapsed / tally.batches
+        if not sets["peers"].any(not 0 < pass_s <= sets["max_timed_s"]):
+            whole = one_pass
     sync, clock = timing["sync"], timing["clock"]
     return grouped, next_epoch(it, batches, step, end_epoch, whole, tally.rate, count, sync, clock)
 

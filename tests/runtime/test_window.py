@@ -15,6 +15,7 @@ import torch
 
 from autotune.runtime.gpu_monitor import UtilizationSampler
 from autotune.runtime.measurement import Measurement
+from autotune.runtime.peers import ALONE, Alone, Peers
 from autotune.runtime.window import (
     WindowStopped,
     run_ceiling,
@@ -346,7 +347,12 @@ def test_an_epoch_boundary_made_after_the_window_times_the_next_epoch_s_start() 
 
 
 def timed_epochs(
-    max_timed_s: float, restart: float = 1.5, idle: float = 0.25, **loader: object
+    max_timed_s: float,
+    restart: float = 1.5,
+    idle: float = 0.25,
+    target_spread: float = 0.1,
+    peers: Peers = ALONE,
+    **loader: object,
 ) -> tuple[Measurement, EpochLoader]:
     """A run that makes epochs: passes of 4 batches, each epoch's start ``restart`` s."""
     clock = FakeClock()
@@ -354,7 +360,7 @@ def timed_epochs(
     m = run_window(
         epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
         end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4, max_timed_s=max_timed_s,
-        target_spread=0.1,
+        target_spread=target_spread, peers=peers,
     )  # fmt: skip
     return m, epochs
 
@@ -566,6 +572,28 @@ def test_the_ranks_agree_on_each_decision_and_meet_at_each_span() -> None:
     assert together.grouped == 3 and together.timed_batches == 3 * 3 * 4  # the other's way
     # a barrier at each span's start and end, besides start-up and warm-up
     assert peers.waits >= 2 * len(together.sub_window_samples_per_s)
+
+
+class OtherRankPassTooLong(Alone):
+    """Peers of which another rank's pass would not fit the time cap: any flag is set."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    def any(self, flag: bool) -> bool:
+        self.asked.append(flag)
+        return True
+
+
+def test_no_rank_times_a_whole_epoch_unless_every_rank_s_pass_fits() -> None:
+    """One rank stepping through a whole epoch that another skips would wait forever on its
+    first all-reduce: the ranks agree first, and the slowest rank's answer holds."""
+    cap = 2 * 4 * (T_BATCH + T_STEP)  # this rank's pass fits, as in the test before
+    peers = OtherRankPassTooLong()
+    m, epochs = timed_epochs(max_timed_s=cap, target_spread=0.0, peers=peers)
+    assert peers.asked == [False]  # this rank's own answer: its pass is not too long
+    assert epochs.last_pass == 0 and m.epoch_overhead_s is None  # the other's answer holds
+    assert m.epoch_start_s == 1.5 + T_BATCH
 
 
 def test_the_ranks_shape_their_sub_windows_for_the_slowest_warm_up() -> None:
