@@ -114,15 +114,17 @@ def enqueue_polish_step(
     study: optuna.Study, space: SearchSpace, both_ways: bool, *, unseen_only: bool = False
 ) -> bool:
     """The next polish step, the ways in turn: the whole pipeline twice for each step of the
-    pipeline as it is (it has the decoders to swap besides the same knobs); a way with no
-    unmeasured neighbour left gives its turn to the other. Returns whether a step was
-    queued (none left in either: TPE's turn; ``unseen_only``, ``next_step``'s: the end)."""
+    pipeline as it is (it has the decoders to swap besides the same knobs; ``unseen_only``:
+    no swaps, the same knobs, one for one); a way with no unmeasured neighbour left gives
+    its turn to the other. Returns whether a step was queued (none left in either: TPE's
+    turn; ``unseen_only``, ``next_step``'s: the end)."""
     polished = [
         t
         for t in study.get_trials(deepcopy=False, states=store.FINISHED)
         if store.role_of(t) == store.POLISH
     ]
-    as_is_turn = both_ways and len(polished) % 3 == 2
+    cycle = 2 if unseen_only else 3  # steps of both ways, the last the pipeline as it is
+    as_is_turn = both_ways and len(polished) % cycle == cycle - 1
     for as_is in (as_is_turn, not as_is_turn) if both_ways else (False,):
         step = next_step(study, space, as_is=as_is, unseen_only=unseen_only)
         if step is not None:

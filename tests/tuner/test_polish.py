@@ -14,6 +14,7 @@ from optuna.distributions import BaseDistribution
 from autotune import machine
 from autotune.app.composition import compose, to_config
 from autotune.session import SearchSpace
+from autotune.tuner import store
 from autotune.tuner.polish import SWAP, enqueue_polish_step, next_step
 
 
@@ -128,6 +129,21 @@ def test_after_the_rate_model_s_stop_only_the_knobs_it_cannot_see_move() -> None
     assert not enqueue_polish_step(study, space, both_ways=False, unseen_only=True)
     assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert enqueue_polish_step(study, space, both_ways=False)  # else the swaps remain
+
+
+def test_after_the_rate_model_s_stop_both_ways_move_their_unseen_knobs_in_turn() -> None:
+    """The model's stop leaves each way's prefetch depth and persistence to the polish: the
+    ways take one step each in turn (a step of the pipeline as it is is no cheaper to skip
+    than the whole pipeline's), until each knob moved once from each way's best."""
+    space, study, add = _one_best(persistent_workers=False)
+    add({**study.best_trial.params, "decoder": "as_is", "main_threads": 2}, 60.0)
+    ways = []
+    while enqueue_polish_step(study, space, both_ways=True, unseen_only=True):
+        (queued,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+        ways.append(store.enqueued_params(queued)["decoder"] == "as_is")
+        # each step a little under its way's best: the bests stay
+        study.optimize(lambda t: (space.suggest(t), 50.0 if ways[-1] else 90.0)[1], n_trials=1)
+    assert ways == [False, True, False, True]  # persistence and prefetch depth, each way
 
 
 def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:

@@ -23,9 +23,11 @@ from autotune.runtime.trial import TrialOutcome
 from autotune.tuner import prospects, storage, store
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective
+from autotune.tuner.polish import next_step
 from autotune.tuner.rate_model import Prediction, RateModel
 from autotune.tuner.search import search
 from autotune.tuner.store import StudyKey, TrialKey
+from autotune.tuner.ways import searches_both
 
 CPUS = 2
 # samples/s each decoder's CPU work allows on the CPUs (the stage profile's bound)
@@ -226,6 +228,10 @@ def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
     space = make_session([], facts=dataclasses.replace(FACTS, usable_cpus=CPUS)).space
     predictions = [MODEL.predict(p) for p in prospects.model_points(space)]
     assert best == max(p.bound for p in predictions if p)  # the fastest point: found
+    # then every knob the model cannot see moved once from each way's best
+    assert searches_both(space) and len(measured) + 3 < n_trials  # not for lack of budget
+    for as_is in (False, True):
+        assert next_step(study, space, as_is=as_is, unseen_only=True) is None
     # turned off, the same search spends the whole of a budget it ended before
     budget = len(store.measured(trials)) - len(skipped) + 3
     off = ("study.stop_when_nothing_left=false", f"study.n_trials={budget}")
