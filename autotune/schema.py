@@ -194,19 +194,19 @@ class WindowConfig:
 
     warmup_extra_batches: int = 4  # beyond num_workers * prefetch_factor
     sub_windows: int = 3
+    epoch_sub_windows: int = 2  # where they are real epochs: each reads every sample
     batches_per_window: int = 4  # at least; more when a sub-window would be shorter than:
     min_sub_window_s: float = 0.4
-    # uneven samples: more sub-windows, set after set, until the last set's spans (each one
-    # sub-window more than the set before) have (max - min) / median under this (0: never)
-    # or the next set would pass max_timed_s
+    # uneven samples: set after set of sub-windows (each span one sub-window longer) until the
+    # last set's (max - min) / median is under this (0: never) or the next passes max_timed_s
     target_spread: float = 0.10
     max_timed_s: float = 20.0
-    # of the runs that rank the finalists: where an epoch fits, it is their figure either way
-    confirm_max_timed_s: float = 20.0
+    confirm_max_timed_s: float = 20.0  # of the runs that rank the finalists
 
     def __post_init__(self) -> None:
         _require(self.warmup_extra_batches >= 1, "window.warmup_extra_batches must be >= 1")
-        _require(self.sub_windows >= 1, "window.sub_windows must be >= 1")
+        for key in ("sub_windows", "epoch_sub_windows"):
+            _require(getattr(self, key) >= 1, f"window.{key} must be >= 1")
         _require(self.batches_per_window >= 1, "window.batches_per_window must be >= 1")
         _require(self.min_sub_window_s >= 0, "window.min_sub_window_s must be >= 0 seconds")
         _require(self.target_spread >= 0, "window.target_spread must be >= 0 (0: never extend)")

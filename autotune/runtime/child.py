@@ -131,6 +131,7 @@ def _timing(job: TrialJob) -> dict[str, Any]:
         "warmup": warmup_batches(job.pipeline.buffered_batches, w.warmup_extra_batches),
         "buffered": job.pipeline.buffered_batches,
         "sub_windows": w.sub_windows,
+        "epoch_sub_windows": w.epoch_sub_windows,
         "batches_per_window": w.batches_per_window,
         "min_sub_window_s": w.min_sub_window_s,
         "target_spread": w.target_spread,

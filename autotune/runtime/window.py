@@ -30,6 +30,7 @@ def run_window(
     warmup: int,
     buffered: int = 0,
     sub_windows: int,
+    epoch_sub_windows: int | None = None,
     batches_per_window: int,
     min_sub_window_s: float = 0.0,
     align: int = 1,
@@ -48,9 +49,8 @@ def run_window(
     compiles: Callable[[], int] = lambda: 0,
 ) -> Measurement:
     """Times ``step`` over ``batches``: start-up, warm-up, then sub-windows (``window_length``:
-    whole worker rounds; whole passes where they fit, real epochs where the run makes them,
-    ``end_epoch`` and ``one_pass``: the warm-up's last ``buffered`` batches, which drain a
-    full prefetch buffer, left out) and the epochs' boundary (``window_epochs``)."""
+    worker rounds, whole passes, or real epochs where ``end_epoch`` and ``one_pass`` make them,
+    the warm-up's last ``buffered`` batches then left out) and the epochs' boundary."""
     it, sync = iter(batches), _with_peers(sync, peers)
     time_to_first_batch, first_step_s = _start_up(it, step, sync=sync, clock=clock)
     makes_epochs = None not in (end_epoch, one_pass)  # an epoch starts with an empty buffer
@@ -59,11 +59,11 @@ def run_window(
     lengths = {"at_least": batches_per_window, "min_sub_window_s": min_sub_window_s}
     lengths |= {"align": align, "pass_batches": pass_batches, "max_timed_s": max_timed_s}
     lengths |= {"batch_rate": batch_rate, "consumed": 1 + warm, "count": sub_windows}
-    shape = window_length.sub_windows(**lengths, drain=warmup - warm, makes_epochs=makes_epochs)
+    lengths |= {"epoch_count": epoch_sub_windows, "drain": warmup - warm}
+    shape = window_length.sub_windows(**lengths, makes_epochs=makes_epochs)
     tally, timing = Tally(), {"sync": sync, "clock": clock, "cpu_clock": cpu_clock, "gpu": gpu}
     compiled, loop = compiles(), (it, batches, step, tally, count, timing)
-    sets = {"sub_windows": sub_windows, "target_spread": target_spread, "peers": peers}
-    sets |= {"batches_per_window": shape.batches, "max_timed_s": max_timed_s}
+    sets = {"target_spread": target_spread, "peers": peers, "max_timed_s": max_timed_s}
     ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
     grouped, boundary = window_epochs.time_sub_windows(*loop, shape, sets, pass_batches, **ends)
     return Measurement(
@@ -77,7 +77,7 @@ def run_window(
         process_cpu_s_per_sample=tally.cpu / tally.samples if tally.samples else None,
         **boundary,
         first_step_s=first_step_s,
-        settled_samples_per_s=tuple(tally.spans_of(grouped, sub_windows)),
+        settled_samples_per_s=tuple(tally.spans_of(grouped, shape.count)),
         grouped=grouped,
         whole_passes=shape.whole_passes,
         timed_s=tally.elapsed,

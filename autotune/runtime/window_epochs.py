@@ -39,13 +39,14 @@ def time_sub_windows(
     ``max_timed_s``). Returns the sub-windows grouped in each span of the last set, and the
     boundary's figures (``epoch_start_s``, ``epoch_overhead_s``)."""
     if shape.epochs and end_epoch is not None and one_pass is not None:
-        epochs, batches_in_pass = sets["sub_windows"] * shape.epochs, shape.batches // shape.epochs
+        epochs, batches_in_pass = shape.count * shape.epochs, shape.batches // shape.epochs
         ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
         limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"], "head": shape.head}
         loop = (it, batches, step, tally, count, timing)
         return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
     for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
         step(next(it))
+    sets |= {"sub_windows": shape.count, "batches_per_window": shape.batches}
     grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
     whole = None  # a whole epoch where every rank's pass fits: one stepping alone waits forever
     if one_pass is not None and pass_batches:

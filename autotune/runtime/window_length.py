@@ -34,6 +34,7 @@ class SubWindows:
     # worker's first), so the steady rate is the flow after them; 0 where the epoch is too
     # short to hold a flow as long (the steady rate is then the epoch's own)
     head: int = 0
+    count: int = 1  # sub-windows in a set
 
 
 def sub_windows(
@@ -48,6 +49,7 @@ def sub_windows(
     max_timed_s: float,
     drain: int = 0,
     makes_epochs: bool = False,
+    epoch_count: int | None = None,
 ) -> SubWindows:
     """Sub-windows of at least ``at_least`` batches and ``min_sub_window_s`` seconds at
     ``batch_rate`` (batches/s seen at the end of the warm-up; None: unknown), in whole rounds
@@ -59,7 +61,8 @@ def sub_windows(
     then reads every sample once, as an epoch does, and uneven samples (a thumbnail beside a
     camera original) no longer make sub-windows disagree by which of them each drew. Where
     the run ``makes_epochs``, each pass is a real epoch, as the user's run makes them (no
-    worker rounds to align: an epoch ends where it ends); else the sub-windows start where
+    worker rounds to align: an epoch ends where it ends), ``epoch_count`` sub-windows of them
+    (None: ``count``); else the sub-windows start where
     a pass starts (``consumed`` batches are gone, so ``skip`` more are run untimed first).
     ``drain``: batches of the warm-up not run yet (a full prefetch buffer's, left out where
     the sub-windows might have been real epochs): where they are not, they open ``skip``.
@@ -69,12 +72,15 @@ def sub_windows(
     if pass_batches:
         unit = pass_batches if makes_epochs else math.lcm(max(1, align), pass_batches)
         batches = -(-wanted // unit) * unit
-        if batch_rate and count * batches / batch_rate <= max_timed_s:
+        spans = (epoch_count or count) if makes_epochs else count
+        if batch_rate and spans * batches / batch_rate <= max_timed_s:
             if makes_epochs:
                 head = align if pass_batches >= 2 * align else 0
                 epochs = batches // pass_batches
-                return SubWindows(batches, whole_passes=True, epochs=epochs, head=head)
+                return SubWindows(
+                    batches, whole_passes=True, epochs=epochs, head=head, count=spans
+                )
             skip = drain + -(consumed + drain) % pass_batches
-            return SubWindows(batches, skip=skip, whole_passes=True)
+            return SubWindows(batches, skip=skip, whole_passes=True, count=count)
     unit = max(1, align)
-    return SubWindows(-(-wanted // unit) * unit, skip=drain)
+    return SubWindows(-(-wanted // unit) * unit, skip=drain, count=count)

@@ -32,7 +32,8 @@ def test_storage_window_is_fixed_and_inside_the_first_pass() -> None:
     common = {"align": 1, "batch_size": 32}
     # a big dataset: sub-windows of 0.4 s at 800 samples/s, fixed (no rate-dependent length)
     big = storage_window(window, epoch_batches=10_000, buffered=0, rate=800, **common)
-    assert big == WindowConfig(4, 5, 10, 0.0, target_spread=0.0)  # never lengthened
+    fixed = {"batches_per_window": 10, "min_sub_window_s": 0.0, "target_spread": 0.0}
+    assert big == WindowConfig(warmup_extra_batches=4, sub_windows=5, **fixed)  # no lengthening
     # a small one: shorter sub-windows, all inside one pass
     small = storage_window(window, epoch_batches=16, buffered=0, rate=250, **common)
     assert small is not None and small.min_sub_window_s == 0.0

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+from autotune.runtime import window_length
 from autotune.runtime.gpu_monitor import UtilizationSampler
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.peers import ALONE, Alone, Peers
@@ -378,6 +379,27 @@ def test_a_run_that_makes_epochs_times_its_sub_windows_as_real_epochs() -> None:
     # each epoch from iter() to its end, beyond its samples at the steady rate: the figure
     epoch_s = 1.5 + 4 * (T_BATCH + T_STEP) + 0.25
     assert m.epoch_overhead_s == pytest.approx(epoch_s - 4 * BATCH_SIZE / m.samples_per_s)
+
+
+def test_real_epochs_are_timed_as_many_as_epoch_sub_windows_says() -> None:
+    """Each real epoch reads every sample: two of them, where sub-windows inside one epoch
+    (shorter spans, a share of the samples each) stay three."""
+    clock = FakeClock()
+    epochs = EpochLoader(clock, restart=1.5, in_flight=3, pass_len=4)
+    m = run_window(
+        epochs, make_step(clock), warmup=2, sub_windows=3, epoch_sub_windows=2,
+        batches_per_window=4, clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass,
+        pass_batches=4, max_timed_s=1e6,
+    )  # fmt: skip
+    assert epochs.epochs == 1 + 2 and len(m.sub_window_samples_per_s) == 2
+    assert len(m.settled_sub_windows) == 2 and m.timed_batches == 2 * 3
+    inside, _ = window(buffered=2, epoch_sub_windows=2, pass_batches=1000, max_timed_s=30.0)
+    assert len(inside.sub_window_samples_per_s) == 3 and not inside.whole_passes
+    # whether they fit the time cap is asked of two epochs, not of three
+    lengths = {"at_least": 4, "batch_rate": 1.0, "min_sub_window_s": 0.0, "align": 1}
+    lengths |= {"consumed": 3, "pass_batches": 4, "count": 3, "max_timed_s": 9.0}
+    assert window_length.sub_windows(**lengths, makes_epochs=True, epoch_count=2).epochs == 1
+    assert window_length.sub_windows(**lengths, makes_epochs=True).epochs == 0
 
 
 def test_an_epoch_too_short_for_a_flow_is_timed_whole() -> None:
