@@ -46,8 +46,8 @@ def time_sub_windows(
         return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
     for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
         step(next(it))
-    sets |= {"sub_windows": shape.count, "batches_per_window": shape.batches}
-    grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **sets)
+    spans = sets | {"sub_windows": shape.count, "batches_per_window": shape.batches}
+    grouped = time_sets(it, step, tally, count, timing, on_sub_window=on_sub_window, **spans)
     whole = None  # a whole epoch where every rank's pass fits: one stepping alone waits forever
     if one_pass is not None and pass_batches:
         pass_s = pass_batches * tally.elapsed / tally.batches

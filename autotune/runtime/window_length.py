@@ -62,8 +62,8 @@ def sub_windows(
     camera original) no longer make sub-windows disagree by which of them each drew. Where
     the run ``makes_epochs``, each pass is a real epoch, as the user's run makes them (no
     worker rounds to align: an epoch ends where it ends), ``epoch_count`` sub-windows of them
-    (None: ``count``); else the sub-windows start where
-    a pass starts (``consumed`` batches are gone, so ``skip`` more are run untimed first).
+    (None: ``count``); else the sub-windows start where a pass starts (``consumed`` batches
+    are gone, so ``skip`` more are run untimed first).
     ``drain``: batches of the warm-up not run yet (a full prefetch buffer's, left out where
     the sub-windows might have been real epochs): where they are not, they open ``skip``.
     """
