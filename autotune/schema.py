@@ -194,7 +194,6 @@ class WindowConfig:
 
     warmup_extra_batches: int = 4  # beyond num_workers * prefetch_factor
     sub_windows: int = 3
-    epoch_sub_windows: int = 2  # where they are real epochs: each reads every sample
     batches_per_window: int = 4  # at least; more when a sub-window would be shorter than:
     min_sub_window_s: float = 0.4
     # uneven samples: set after set of sub-windows (each span one sub-window longer) until the
@@ -202,6 +201,7 @@ class WindowConfig:
     target_spread: float = 0.10
     max_timed_s: float = 20.0
     confirm_max_timed_s: float = 20.0  # of the runs that rank the finalists
+    epoch_sub_windows: int = 2  # sub_windows where they are real epochs (each reads all)
 
     def __post_init__(self) -> None:
         _require(self.warmup_extra_batches >= 1, "window.warmup_extra_batches must be >= 1")

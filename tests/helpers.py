@@ -30,8 +30,8 @@ from autotune.schema import AutotuneConfig
 from autotune.session import SearchSpace, Session
 
 TESTS = Path(__file__).parent
-# window=quick with 2 sub-windows (its own are 3): a quarter less time a trial, for studies
-# whose figures are not what their tests check
+# window=quick with 2 sub-windows (its own are 3; its real epochs, epoch_sub_windows, are 2):
+# a quarter less time a trial, for studies whose figures are not what their tests check
 SUB_WINDOWS = 2
 QUICK_WINDOW = ["window=quick", f"window.sub_windows={SUB_WINDOWS}"]
 # Small but real: JPEGs on disk, DataLoader workers, SQLite storage, forked trials; the

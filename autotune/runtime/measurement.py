@@ -41,8 +41,9 @@ class Measurement:
     # graphs torch.compile built inside the timed sub-windows (a batch of a shape it had not
     # seen, past the warm-up): their compile time is in the rate; 0 without compile=true
     timed_compiles: int = 0
-    # the last set: ``sub_windows`` spans of equal length, each ``grouped`` consecutive
-    # sub-windows (uneven data groups them until they agree); empty: all the sub-windows
+    # the last set: ``sub_windows`` spans (``epoch_sub_windows`` of real epochs) of equal
+    # length, each ``grouped`` consecutive sub-windows (uneven data groups them until they
+    # agree); empty: all the sub-windows
     settled_samples_per_s: tuple[float, ...] = ()
     grouped: int = 1
     whole_passes: bool = False  # each sub-window read whole passes over the data

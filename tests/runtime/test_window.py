@@ -393,7 +393,14 @@ def test_real_epochs_are_timed_as_many_as_epoch_sub_windows_says() -> None:
     )  # fmt: skip
     assert epochs.epochs == 1 + 2 and len(m.sub_window_samples_per_s) == 2
     assert len(m.settled_sub_windows) == 2 and m.timed_batches == 2 * 3
-    inside, _ = window(buffered=2, epoch_sub_windows=2, pass_batches=1000, max_timed_s=30.0)
+    # a run that could make epochs, whose passes are too long for the time cap: three inside
+    clock = FakeClock()
+    long = EpochLoader(clock, restart=1.5, in_flight=3, pass_len=1000)
+    inside = run_window(
+        long, make_step(clock), warmup=2, sub_windows=3, epoch_sub_windows=2,
+        batches_per_window=4, clock=clock, end_epoch=long.end, one_pass=long.one_pass,
+        pass_batches=1000, max_timed_s=30.0,
+    )  # fmt: skip
     assert len(inside.sub_window_samples_per_s) == 3 and not inside.whole_passes
     # whether they fit the time cap is asked of two epochs, not of three
     lengths = {"at_least": 4, "batch_rate": 1.0, "min_sub_window_s": 0.0, "align": 1}
