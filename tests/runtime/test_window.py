@@ -353,15 +353,21 @@ def timed_epochs(
     idle: float = 0.25,
     target_spread: float = 0.1,
     peers: Peers = ALONE,
+    pass_len: int = 4,
+    epoch_sub_windows: int | None = None,
     **loader: object,
 ) -> tuple[Measurement, EpochLoader]:
-    """A run that makes epochs: passes of 4 batches, each epoch's start ``restart`` s."""
+    """A run that makes epochs: passes of ``pass_len`` batches, each epoch's start
+    ``restart`` s; 3 sub-windows (``epoch_sub_windows`` where they are real epochs)."""
     clock = FakeClock()
-    epochs = EpochLoader(clock, restart=restart, in_flight=3, pass_len=4, idle=idle, **loader)
+    epochs = EpochLoader(
+        clock, restart=restart, in_flight=3, pass_len=pass_len, idle=idle, **loader
+    )
     m = run_window(
         epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
-        end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=4, max_timed_s=max_timed_s,
-        target_spread=target_spread, peers=peers,
+        end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=pass_len,
+        max_timed_s=max_timed_s, target_spread=target_spread, peers=peers,
+        epoch_sub_windows=epoch_sub_windows,
     )  # fmt: skip
     return m, epochs
 
@@ -384,23 +390,11 @@ def test_a_run_that_makes_epochs_times_its_sub_windows_as_real_epochs() -> None:
 def test_real_epochs_are_timed_as_many_as_epoch_sub_windows_says() -> None:
     """Each real epoch reads every sample: two of them, where sub-windows inside one epoch
     (shorter spans, a share of the samples each) stay three."""
-    clock = FakeClock()
-    epochs = EpochLoader(clock, restart=1.5, in_flight=3, pass_len=4)
-    m = run_window(
-        epochs, make_step(clock), warmup=2, sub_windows=3, epoch_sub_windows=2,
-        batches_per_window=4, clock=clock, end_epoch=epochs.end, one_pass=epochs.one_pass,
-        pass_batches=4, max_timed_s=1e6,
-    )  # fmt: skip
+    m, epochs = timed_epochs(max_timed_s=1e6, epoch_sub_windows=2)
     assert epochs.epochs == 1 + 2 and len(m.sub_window_samples_per_s) == 2
     assert len(m.settled_sub_windows) == 2 and m.timed_batches == 2 * 3
     # a run that could make epochs, whose passes are too long for the time cap: three inside
-    clock = FakeClock()
-    long = EpochLoader(clock, restart=1.5, in_flight=3, pass_len=1000)
-    inside = run_window(
-        long, make_step(clock), warmup=2, sub_windows=3, epoch_sub_windows=2,
-        batches_per_window=4, clock=clock, end_epoch=long.end, one_pass=long.one_pass,
-        pass_batches=1000, max_timed_s=30.0,
-    )  # fmt: skip
+    inside, _ = timed_epochs(max_timed_s=30.0, pass_len=1000, epoch_sub_windows=2)
     assert len(inside.sub_window_samples_per_s) == 3 and not inside.whole_passes
     # whether they fit the time cap is asked of two epochs, not of three
     lengths = {"at_least": 4, "batch_rate": 1.0, "min_sub_window_s": 0.0, "align": 1}
