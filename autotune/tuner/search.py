@@ -77,13 +77,13 @@ def search(
             if binds is None and study_conf.stop_when_nothing_left:
                 binds = nothing_left()
                 modelled = binds is not None
-        # ended early: the polish's share from here (the model's stop: its steps, all)
         polish_until = study_conf.n_trials
         if binds is not None:
             log.info("%s", binds)
-            spent = store.spent(study, free=study_conf.n_trials)
-            polish_until = polish_until if modelled else min(polish_until, spent + polish)
-        # the model judged the knobs it sees: then the polish moves only the others
+            if not modelled:  # ended early: the polish's share from here, not the rest
+                spent = store.spent(study, free=study_conf.n_trials)
+                polish_until = min(polish_until, spent + polish)
+        # the model judged the knobs it sees: the polish moves the others, until none is left
         while run_one(polish_until, functools.partial(queue_polish, unseen_only=modelled)):
             pass
     return binds
