@@ -36,13 +36,15 @@ def test_one_holder_at_a_time_until_released(storage):
 
 @pytest.mark.slow
 def test_a_lease_its_holder_stopped_renewing_is_taken_over(storage):
-    a = Leases(storage, "s", expire_s=2, holder="a")
-    b = Leases(storage, "s", expire_s=2, holder="b")
+    # 4 s: a renewal every second, so a loaded machine that delays one by seconds (a CI run
+    # with PostgreSQL and two test processes on two cores did, at 2 s) cannot lose the lease
+    a = Leases(storage, "s", expire_s=4, holder="a")
+    b = Leases(storage, "s", expire_s=4, holder="b")
     assert a.take("x")
-    with a.renewed("x"):  # renewed every half second: never stale while a works
-        time.sleep(3)
+    with a.renewed("x"):  # renewed every second: never stale while a works
+        time.sleep(5)
         assert not b.take("x")
-    time.sleep(3.1)  # a "died": no renewal for longer than expire_s
+    time.sleep(4.1)  # a "died": no renewal for longer than expire_s
     assert b.take("x")
     assert a.holder_of("x") == ("b", False)
     a.renew("x")  # a's late renewal does not take it back
