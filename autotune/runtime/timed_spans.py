@@ -17,6 +17,9 @@ from autotune.runtime.peers import ALONE, Peers
 Batch = Any  # what the loader yields: (images, labels), or the user's own batch
 Step = Callable[[Batch], None]
 Count = Callable[[Batch], int]  # samples in a batch
+# sub-windows of one epoch timed before their rate so far is evidence the pruner may act on:
+# one short span is no rate (a whole epoch is one: ``window_epochs.time_epochs``)
+EVIDENCE_FROM = 2
 
 
 def time_sets(
@@ -37,13 +40,14 @@ def time_sets(
     equal length agree within ``target_spread``, or the next sub-window would pass
     ``max_timed_s``. A span is ``grouped`` consecutive sub-windows, one more each time another
     set of ``sub_windows`` is timed: every sub-window counts again in the longer spans, where
-    timing sets twice as long from scratch would throw the shorter ones away. Returns
+    timing sets twice as long from scratch would throw the shorter ones away. The rate so far
+    goes to ``on_sub_window`` after each sub-window from the ``EVIDENCE_FROM``-th on. Returns
     ``grouped``."""
     grouped = 1
     while True:
         for _ in range(sub_windows):
             time_sub_window(it, step, batches_per_window, tally, count, **timing)
-            if on_sub_window is not None:
+            if on_sub_window is not None and len(tally.spans) >= EVIDENCE_FROM:
                 on_sub_window(len(tally.spans) - 1, tally.rate)
         if target_spread <= 0 or sub_windows == 1:
             return grouped

@@ -64,8 +64,9 @@ def run_trial(
 ) -> TrialOutcome:
     """Runs ``job`` in a fresh child process and returns what happened, whatever happened.
 
-    ``should_prune(index, running_median)`` is asked after each sub-window (in this process,
-    so it may talk to Optuna's storage). Setting ``stop`` (Ctrl-C) ends the trial at once.
+    ``should_prune(index, rate so far)`` is asked where the window has evidence and more to
+    time (``run_window``'s ``on_sub_window``; in this process, so it may talk to Optuna's
+    storage). Setting ``stop`` (Ctrl-C) ends the trial at once.
     """
     ctx = fork_server.context()
     parent_conn, child_conn = ctx.Pipe()

@@ -20,7 +20,9 @@ from autotune.runtime.timed_spans import Batch, Count, Step, Tally
 
 
 class WindowStopped(Exception):
-    """Raised by an ``on_sub_window`` callback to stop a window early (a pruned trial)."""
+    """Raised by ``run_window``'s ``on_sub_window(index, rate so far)`` to stop the window
+    early (a pruned trial). It is called where that rate is evidence and more is left to time
+    (``timed_spans.time_sets``, ``window_epochs.time_epochs``)."""
 
 
 def run_window(
@@ -37,7 +39,7 @@ def run_window(
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.process_time,
-    on_sub_window: Callable[[int, float], None] | None = None,
+    on_sub_window: Callable[[int, float], None] | None = None,  # see WindowStopped
     gpu: UtilizationSampler | None = None,
     end_epoch: Callable[[], None] | None = None,
     one_pass: Callable[[], None] | None = None,

@@ -79,7 +79,8 @@ def time_epochs(
     ``iter()`` to its end (``StopIteration``: where workers do not persist, they shut down
     there). Each epoch's batches after its first ``head`` (the workers' first round, which
     come together) to its last step done are a span of ``tally``: the steady rate, the
-    spread, the pruner's evidence (``on_sub_window``); with no ``head``, the whole epoch
+    spread; and the rate so far, after each epoch another follows, the pruner's evidence
+    (``on_sub_window``); with no ``head``, the whole epoch
     from ``iter()`` is (too short to hold a flow apart from its start). Its first batch in
     hand (``epoch_start_s``) and what it took beyond its samples at the steady rate
     (``epoch_overhead_s``: its start, first round and end), medians over the epochs, are
@@ -104,11 +105,11 @@ def time_epochs(
             pass
         sync()
         seconds.append(clock() - begun)
-        if on_sub_window is not None:
-            on_sub_window(len(tally.spans) - 1, tally.rate)
         late = sum(seconds) + median(seconds) > max_timed_s
-        if len(seconds) < epochs and peers.any(late):  # every rank times as many
+        if len(seconds) == epochs or peers.any(late):  # every rank times as many
             break
+        if on_sub_window is not None:  # a whole epoch is a rate; after the last, none to save
+            on_sub_window(len(tally.spans) - 1, tally.rate)
     per_epoch = tally.samples / len(seconds) * pass_batches / (pass_batches - head)
     overheads = [s - per_epoch / tally.rate for s in seconds]
     return {"epoch_start_s": median(starts), "epoch_overhead_s": median(overheads)}

@@ -62,7 +62,6 @@ class SameWayPruner(optuna.pruners.BasePruner):
 # what the spans of one run are allowed to disagree by before they count as settled
 # (``window.target_spread``'s default).
 BEATEN_BY = 0.10
-PRUNE_FROM = 2  # sub-windows timed before a trial may be pruned: one span is no rate
 
 
 def beaten(rate: float, best: float) -> bool:
@@ -79,8 +78,8 @@ class ClearlyBeaten(optuna.pruners.BasePruner):
     that runs faster than its sub-windows did."""
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        step = trial.last_step
-        if step is None or step + 1 < PRUNE_FROM:
+        step = trial.last_step  # reported only where the rate so far is evidence
+        if step is None:
             return False
         best = best_epoch_rate(study)
         return best is not None and beaten(trial.intermediate_values[step], best)

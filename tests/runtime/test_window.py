@@ -140,7 +140,8 @@ def test_the_rate_is_all_timed_samples_over_all_timed_seconds() -> None:
     )
     # per window: 16 samples over 2, 4 and 1 s (each step 0.5 s)
     assert m.sub_window_samples_per_s == (8.0, 4.0, 16.0)
-    assert seen == [(0, 16 / 2), (1, 32 / 6), (2, 48 / 7)]  # the rate so far, as it ends
+    # the rate so far, as each sub-window from the second ends (one span is no rate)
+    assert seen == [(1, 32 / 6), (2, 48 / 7)]
     assert m.samples_per_s == 48 / 7 < statistics.median(m.sub_window_samples_per_s)
     assert m.spread == (16.0 - 4.0) / 8.0  # the spread is still the sub-windows' own
 
@@ -165,7 +166,7 @@ def test_window_stopped_in_the_callback_stops_the_window() -> None:
             clock=clock,
             on_sub_window=prune,
         )
-    assert calls == [0, 1]
+    assert calls == [1]  # the first sub-window's rate is no evidence: not reported
     assert loader.drawn == 1 + 6 + 2 * 4  # nothing drawn after the stop
 
 
@@ -355,6 +356,7 @@ def timed_epochs(
     peers: Peers = ALONE,
     pass_len: int = 4,
     epoch_sub_windows: int | None = None,
+    on_sub_window: Callable[[int, float], None] | None = None,
     **loader: object,
 ) -> tuple[Measurement, EpochLoader]:
     """A run that makes epochs: passes of ``pass_len`` batches, each epoch's start
@@ -367,7 +369,7 @@ def timed_epochs(
         epochs, make_step(clock), warmup=2, sub_windows=3, batches_per_window=4, clock=clock,
         end_epoch=epochs.end, one_pass=epochs.one_pass, pass_batches=pass_len,
         max_timed_s=max_timed_s, target_spread=target_spread, peers=peers,
-        epoch_sub_windows=epoch_sub_windows,
+        epoch_sub_windows=epoch_sub_windows, on_sub_window=on_sub_window,
     )  # fmt: skip
     return m, epochs
 
@@ -401,6 +403,24 @@ def test_real_epochs_are_timed_as_many_as_epoch_sub_windows_says() -> None:
     lengths |= {"consumed": 3, "pass_batches": 4, "count": 3, "max_timed_s": 9.0}
     assert window_length.sub_windows(**lengths, makes_epochs=True, epoch_count=2).epochs == 1
     assert window_length.sub_windows(**lengths, makes_epochs=True).epochs == 0
+
+
+def test_each_real_epoch_but_the_last_is_reported_and_may_stop_the_rest() -> None:
+    """A whole epoch's rate is evidence; after the last nothing is left to save, and a
+    stop there would throw a finished measurement away."""
+    seen: list[tuple[int, float]] = []
+    m, _ = timed_epochs(max_timed_s=math.inf, on_sub_window=lambda i, r: seen.append((i, r)))
+    assert [i for i, _ in seen] == [0, 1] and len(m.sub_window_samples_per_s) == 3
+    assert seen[0][1] == pytest.approx(m.sub_window_samples_per_s[0])  # the first epoch's
+
+    def prune(index: int, rate: float) -> None:
+        seen.append((index, rate))
+        raise WindowStopped(index)
+
+    seen.clear()
+    with pytest.raises(WindowStopped):
+        timed_epochs(max_timed_s=math.inf, on_sub_window=prune)
+    assert [i for i, _ in seen] == [0]
 
 
 def test_an_epoch_too_short_for_a_flow_is_timed_whole() -> None:
@@ -543,7 +563,7 @@ def test_the_pruner_sees_every_sub_window_of_the_lengthened_sets() -> None:
         max_timed_s=1e6,
         on_sub_window=lambda index, rate: seen.append(index),
     )
-    assert seen == list(range(len(m.sub_window_samples_per_s)))
+    assert seen == list(range(1, len(m.sub_window_samples_per_s)))  # each from the second
 
 
 def test_a_small_dataset_is_timed_in_whole_passes_from_where_one_starts() -> None:

@@ -9,7 +9,6 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from autotune.tuner.ways import (
     BEATEN_BY,
-    PRUNE_FROM,
     ClearlyBeaten,
     as_is_is_due,
     ask_for_as_is,
@@ -53,16 +52,17 @@ def test_a_trial_is_pruned_only_for_losing_to_its_own_way() -> None:
     assert _running_at(everyone, "as_is", 420.0).should_prune()  # what judging all would do
 
 
-def test_only_a_clearly_beaten_trial_is_pruned_and_not_on_one_span() -> None:
-    """Within ``BEATEN_BY`` of the best it may still win: measured to the end. After one
-    sub-window it is not judged at all; with nothing complete, nothing is."""
+def test_only_a_clearly_beaten_trial_is_pruned_and_not_before_it_reports() -> None:
+    """Within ``BEATEN_BY`` of the best it may still win: measured to the end. Before its
+    window reports a rate (``run_window`` does where it has evidence) it is not judged at
+    all; with nothing complete, nothing is."""
     study = optuna.create_study(direction="maximize", pruner=make_pruner())
     assert not _running_at(study, "pil", 1.0).should_prune()  # nothing to lose to yet
     study.add_trial(_finished("opencv", 800.0))
     near = 800.0 / (1 + BEATEN_BY) + 1
     assert not _running_at(study, "pil", near).should_prune()
     assert _running_at(study, "pil", near - 2).should_prune()
-    assert not _running_at(study, "pil", 100.0, steps=PRUNE_FROM - 1).should_prune()
+    assert not _running_at(study, "pil", 100.0, steps=0).should_prune()
 
 
 def test_the_as_is_way_gets_its_share_of_the_trials() -> None:
