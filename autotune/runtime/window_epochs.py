@@ -42,6 +42,7 @@ def time_sub_windows(
         epochs, batches_in_pass = shape.count * shape.epochs, shape.batches // shape.epochs
         ends = {"end_epoch": end_epoch, "one_pass": one_pass, "on_sub_window": on_sub_window}
         limits = {"max_timed_s": sets["max_timed_s"], "peers": sets["peers"], "head": shape.head}
+        limits |= {"evidence_from": shape.epochs}  # a sub-window: one pass or more, long enough
         loop = (it, batches, step, tally, count, timing)
         return shape.epochs, time_epochs(*loop, epochs, batches_in_pass, **ends, **limits)
     for _ in range(shape.skip):  # the warm-up's rest, then on to where a pass starts: untimed
@@ -73,14 +74,15 @@ def time_epochs(
     max_timed_s: float,
     peers: Peers = ALONE,
     head: int = 0,
+    evidence_from: int = 1,
 ) -> dict[str, float | None]:
     """Ends the warm-up's epoch (the batches in flight drained, untimed), then runs
     ``epochs`` real epochs of one pass each, as the user's run makes them, each from
     ``iter()`` to its end (``StopIteration``: where workers do not persist, they shut down
     there). Each epoch's batches after its first ``head`` (the workers' first round, which
     come together) to its last step done are a span of ``tally``: the steady rate, the
-    spread; and the rate so far, after each epoch another follows, the pruner's evidence
-    (``on_sub_window``); with no ``head``, the whole epoch
+    spread; and the rate so far, from the ``evidence_from``-th epoch on where another
+    follows, the pruner's evidence (``on_sub_window``); with no ``head``, the whole epoch
     from ``iter()`` is (too short to hold a flow apart from its start). Its first batch in
     hand (``epoch_start_s``) and what it took beyond its samples at the steady rate
     (``epoch_overhead_s``: its start, first round and end), medians over the epochs, are
@@ -108,7 +110,8 @@ def time_epochs(
         late = sum(seconds) + median(seconds) > max_timed_s
         if len(seconds) == epochs or peers.any(late):  # every rank times as many
             break
-        if on_sub_window is not None:  # a whole epoch is a rate; after the last, none to save
+        # a sub-window of whole epochs is a rate; after the last there is nothing to save
+        if on_sub_window is not None and len(seconds) >= evidence_from:
             on_sub_window(len(tally.spans) - 1, tally.rate)
     per_epoch = tally.samples / len(seconds) * pass_batches / (pass_batches - head)
     overheads = [s - per_epoch / tally.rate for s in seconds]

@@ -421,6 +421,13 @@ def test_each_real_epoch_but_the_last_is_reported_and_may_stop_the_rest() -> Non
     with pytest.raises(WindowStopped):
         timed_epochs(max_timed_s=math.inf, on_sub_window=prune)
     assert [i for i, _ in seen] == [0]
+    # passes of 2 batches, sub-windows of at least 4: two epochs to a sub-window, the first
+    # report after the second epoch (one short epoch is no more a rate than a short span)
+    seen.clear()
+    m, epochs = timed_epochs(
+        max_timed_s=math.inf, pass_len=2, on_sub_window=lambda i, r: seen.append((i, r))
+    )
+    assert epochs.epochs == 1 + 3 * 2 and [i for i, _ in seen] == [1, 2, 3, 4]
 
 
 def test_an_epoch_too_short_for_a_flow_is_timed_whole() -> None:
