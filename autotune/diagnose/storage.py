@@ -123,6 +123,10 @@ def storage_window(
         batches_per_window=per_window,
         min_sub_window_s=0.0,
         target_spread=0.0,  # the batches fixed: all inside the first pass
+        # no longer than the timed batches at ``rate``: a pass takes longer, so sub-windows
+        # are never rounded up to whole passes, real epochs or a whole epoch timed at the
+        # boundary, whose second pass would read the files a cold run has just cached
+        max_timed_s=sub_windows * per_window * batch_size / rate,
     )
 
 

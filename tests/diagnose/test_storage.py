@@ -11,7 +11,9 @@ from autotune.diagnose import page_cache
 from autotune.diagnose.storage import STORAGE_ROUNDS, Storage, measure_storage, storage_window
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, synthetic
-from autotune.schema import WindowConfig
+from autotune.runtime.child import measure
+from autotune.runtime.job import TrialJob
+from autotune.schema import ModelConfig, RecipeConfig, WindowConfig
 from autotune.session import Session
 
 
@@ -33,6 +35,7 @@ def test_storage_window_is_fixed_and_inside_the_first_pass() -> None:
     # a big dataset: sub-windows of 0.4 s at 800 samples/s, fixed (no rate-dependent length)
     big = storage_window(window, epoch_batches=10_000, buffered=0, rate=800, **common)
     fixed = {"batches_per_window": 10, "min_sub_window_s": 0.0, "target_spread": 0.0}
+    fixed |= {"max_timed_s": 5 * 10 * 32 / 800}  # the timed batches at that rate: no pass fits
     assert big == WindowConfig(warmup_extra_batches=4, sub_windows=5, **fixed)  # no lengthening
     # a small one: shorter sub-windows, all inside one pass
     small = storage_window(window, epoch_batches=16, buffered=0, rate=250, **common)
@@ -48,6 +51,26 @@ def test_storage_window_is_fixed_and_inside_the_first_pass() -> None:
 @pytest.fixture(scope="module")
 def source() -> Source:
     return synthetic(count=48, num_classes=3, size=(64, 48))
+
+
+def test_a_real_storage_run_stays_inside_the_first_pass(source: Source) -> None:
+    """The runtime rounds sub-windows up to whole passes (real epochs) where they fit its
+    time cap; a storage run's must not be: its second pass reads what its first just cached."""
+    pipeline = PipelineConfig(batch_size=4)  # 48 files: passes of 12 batches
+    window = storage_window(
+        WindowConfig(), epoch_batches=12, buffered=0, align=1, rate=1e4, batch_size=4
+    )
+    assert window is not None
+    job = TrialJob(
+        pipeline=pipeline,
+        source=source,
+        model=ModelConfig(name="none"),
+        recipe=RecipeConfig(crop_size=32),
+        window=window,
+        device="cpu",
+    )
+    m = measure(job, lambda index, rate: None)
+    assert not m.whole_passes and 1 + m.warmup_batches + m.timed_batches <= 12
 
 
 def _alone(source: Source) -> Session:
