@@ -118,11 +118,8 @@ def enqueue_polish_step(
     no swaps, the same knobs, one for one); a way with no unmeasured neighbour left gives
     its turn to the other. Returns whether a step was queued (none left in either: TPE's
     turn; ``unseen_only``, ``next_step``'s: the end)."""
-    polished = [
-        t
-        for t in study.get_trials(deepcopy=False, states=store.FINISHED)
-        if store.role_of(t) == store.POLISH
-    ]
+    # every state: a step still running on another host has had its turn
+    polished = [t for t in study.get_trials(deepcopy=False) if store.role_of(t) == store.POLISH]
     cycle = 2 if unseen_only else 3  # steps of both ways, the last the pipeline as it is
     as_is_turn = both_ways and len(polished) % cycle == cycle - 1
     for as_is in (as_is_turn, not as_is_turn) if both_ways else (False,):

@@ -146,6 +146,20 @@ def test_after_the_rate_model_s_stop_both_ways_move_their_unseen_knobs_in_turn()
     assert ways == [False, True, False, True]  # persistence and prefetch depth, each way
 
 
+def test_a_step_still_running_on_another_host_has_had_its_turn() -> None:
+    """Hosts sharing a study queue their steps while others measure: the turn is counted
+    from every polish step started, so the next host takes the other way's."""
+    space, study, add = _one_best(persistent_workers=False)
+    add({**study.best_trial.params, "decoder": "as_is", "main_threads": 2}, 60.0)
+    assert enqueue_polish_step(study, space, both_ways=True, unseen_only=True)
+    study.ask()  # another host took the step: measuring it
+    (running,) = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    assert store.enqueued_params(running)["decoder"] != "as_is"
+    assert enqueue_polish_step(study, space, both_ways=True, unseen_only=True)
+    (queued,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert store.enqueued_params(queued)["decoder"] == "as_is"
+
+
 def test_the_polish_of_the_pipeline_as_it_is_stays_as_it_is() -> None:
     space = _default_space()
     tuned = {
