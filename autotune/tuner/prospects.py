@@ -11,8 +11,11 @@ Its error is that of its last ``RECENT`` predictions.
   worth table's queued variant, which beat the winner when measured, are always measured).
   The worst, not the median: a skip is a point never measured, so the model must be wrong by
   more than it has been lately for the skip to cost a winner.
-- **Stop**: no unmeasured point's prediction, raised by the model's median error, beats the
-  way's best by more than the best's own spread. The model sees the workers, the threads and
+- **Stop**: no unmeasured point is predicted to beat the way's best by more than the best's
+  own spread. Not raised by the model's error: a point predicted to tie is as likely to
+  measure below the best as above it, and a space holds many near-ties (one thread or two,
+  three workers or four) that a raised prediction would keep open whatever was measured;
+  they win little where they win at all. The model sees the workers, the threads and
   the decoder; the knobs it cannot see (prefetch depth, persistence, a prepared copy, a decoder
   on the device) are left to the polish that follows, which then moves only those
   (``polish.next_step``'s ``unseen_only``), each once from each way's best.
@@ -127,7 +130,6 @@ def nothing_left_to_win(
     trials = study.get_trials(deepcopy=False)
     seen = {_key(store.pipeline_of(t)) for t in trials if store.trial_attr(t, TrialKey.PIPELINE)}
     earlier = rate_model.earlier(study)
-    margin = 1 + standing.error.median
     left = 0
     for config in points:
         if _key(config) in seen:
@@ -137,7 +139,7 @@ def nothing_left_to_win(
             continue
         left += 1
         for best in standing.ways_of(config):
-            if predicted.samples_per_s * margin > best.steady * (1 + best.spread):
+            if predicted.samples_per_s > best.steady * (1 + best.spread):
                 return None
     error = standing.error
     return (

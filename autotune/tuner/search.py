@@ -12,6 +12,7 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
+from autotune.pipeline.config import PipelineConfig
 from autotune.schema import StudyConfig
 from autotune.session import SearchSpace
 from autotune.tuner import prospects, storage, store
@@ -66,17 +67,10 @@ def search(
             return _run_one(study, objective, leases, until, queue, left, stop, progress)
 
         points = list(prospects.model_points(space))  # what the rate model tells apart
-
-        def nothing_left() -> str | None:
-            model = objective.model(study)
-            return prospects.nothing_left_to_win(study, points, model, both_ways)
-
-        binds, modelled = None, False  # modelled: ended by the rate model's stop
+        ends = functools.partial(_why_tpe_ends, study, objective, points, both_ways)
+        binds, modelled = ends()
         while binds is None and run_one(study_conf.n_trials - polish, queue_tpe):
-            binds = step_binds(study, study_conf)
-            if binds is None and study_conf.stop_when_nothing_left:
-                binds = nothing_left()
-                modelled = binds is not None
+            binds, modelled = ends()
         polish_until = study_conf.n_trials
         if binds is not None:
             log.info("%s", binds)
@@ -87,6 +81,20 @@ def search(
         while run_one(polish_until, functools.partial(queue_polish, unseen_only=modelled)):
             pass
     return binds
+
+
+def _why_tpe_ends(
+    study: optuna.Study, objective: Objective, points: list[PipelineConfig], both_ways: bool
+) -> tuple[str | None, bool]:
+    """Why TPE ends now (``step_binds``; ``prospects.nothing_left_to_win``), or None, and
+    whether the rate model says so. Read from the storage before each trial: a resumed study,
+    and the trials of the hosts sharing it, count."""
+    study_conf = objective.session.conf.study
+    binds = step_binds(study, study_conf)
+    if binds is not None or not study_conf.stop_when_nothing_left:
+        return binds, False
+    said = prospects.nothing_left_to_win(study, points, objective.model(study), both_ways)
+    return said, said is not None
 
 
 def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: float) -> bool:
