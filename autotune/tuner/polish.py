@@ -55,7 +55,9 @@ def next_step(
     most important with a neighbour left; every knob moved, the most important again.
     ``unseen_only``: the rate model ended the search, having judged every point of the
     knobs it sees (``prospects.MODEL_KNOBS``): only the knobs it cannot see are moved, each
-    once from the best. None where no such neighbour is left: the best is a local optimum."""
+    once in this way's polish, from its best at the time (a step that tops the best within
+    noise would else start the same knob over from it, and leave the others unmoved). None
+    where no such neighbour is left: the best is a local optimum."""
     complete = [t for t in feasible_complete(study) if not as_is or is_as_is(t.params)]
     if not complete:
         return None
@@ -83,6 +85,7 @@ def next_step(
         store.trial_attr(t, TrialKey.POLISH_KNOB)
         for t in trials
         if store.trial_attr(t, TrialKey.POLISH_FROM) == best.number
+        or (unseen_only and store.trial_attr(t, TrialKey.POLISHED) == as_is)
     }
     ranked = [name for name in by_importance(complete, list(per_knob)) if per_knob[name]]
     fresh = [name for name in ranked if name not in moved]

@@ -131,6 +131,18 @@ def test_after_the_rate_model_s_stop_only_the_knobs_it_cannot_see_move() -> None
     assert enqueue_polish_step(study, space, both_ways=False)  # else the swaps remain
 
 
+def test_after_the_model_s_stop_each_unseen_knob_moves_once_however_the_best_moves() -> None:
+    """A step that tops the best by a hair (noise, as often as not) does not start the same
+    knob over from it: each knob the model cannot see is moved once, then the polish ends."""
+    space, study, add = _one_best(persistent_workers=False)
+    knobs, rate = [], 100.0
+    while (step := next_step(study, space, unseen_only=True)) is not None:
+        knobs.append(step.knob)
+        rate += 1.0  # each step the new best
+        add(step.params, rate, step.attrs("polish", as_is=False))
+    assert sorted(knobs) == ["persistent_workers", "prefetch_factor"]
+
+
 def test_after_the_rate_model_s_stop_both_ways_move_their_unseen_knobs_in_turn() -> None:
     """The model's stop leaves each way's prefetch depth and persistence to the polish: the
     ways take one step each in turn (a step of the pipeline as it is is no cheaper to skip
