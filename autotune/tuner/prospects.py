@@ -18,7 +18,7 @@ Its error is that of its last ``RECENT`` predictions.
   they win little where they win at all. The model sees the workers, the threads and
   the decoder; the knobs it cannot see (prefetch depth, persistence, a prepared copy, a decoder
   on the device) are left to the polish that follows, which then moves only those
-  (``polish.next_step``'s ``unseen_only``), each once from each way's best.
+  (``polish.next_step``'s ``unseen_only``), each once in each way's polish.
 
 How the model is kept honest: every ``CHECK_EVERY``-th trial is measured even where the model
 says it loses (its error is then measured where it says no, not only where it says yes), its
