@@ -85,7 +85,11 @@ def next_step(
         store.trial_attr(t, TrialKey.POLISH_KNOB)
         for t in trials
         if store.trial_attr(t, TrialKey.POLISH_FROM) == best.number
-        or (unseen_only and store.trial_attr(t, TrialKey.POLISHED) == as_is)
+        or (
+            unseen_only  # this way's polish steps, not TPE's stand-ins for its repeats
+            and store.role_of(t) == store.POLISH
+            and store.trial_attr(t, TrialKey.POLISHED) == as_is
+        )
     }
     ranked = [name for name in by_importance(complete, list(per_knob)) if per_knob[name]]
     fresh = [name for name in ranked if name not in moved]

@@ -15,7 +15,7 @@ from autotune import machine
 from autotune.app.composition import compose, to_config
 from autotune.session import SearchSpace
 from autotune.tuner import store
-from autotune.tuner.polish import SWAP, enqueue_polish_step, next_step
+from autotune.tuner.polish import SWAP, Step, enqueue_polish_step, next_step
 
 
 def _default_space() -> SearchSpace:
@@ -135,6 +135,10 @@ def test_after_the_model_s_stop_each_unseen_knob_moves_once_however_the_best_mov
     """A step that tops the best by a hair (noise, as often as not) does not start the same
     knob over from it: each knob the model cannot see is moved once, then the polish ends."""
     space, study, add = _one_best(persistent_workers=False)
+    # a step TPE's repeat took before the stop, from an earlier best: not the polish's
+    earlier = {**study.best_trial.params, "prefetch_factor": 4}
+    stand_in = Step(earlier, "prefetch_factor", best=99)  # from a best since beaten
+    add(earlier, 50.0, stand_in.attrs("instead_of_repeat", as_is=False))
     knobs, rate = [], 100.0
     while (step := next_step(study, space, unseen_only=True)) is not None:
         knobs.append(step.knob)
