@@ -232,7 +232,7 @@ def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
     space = make_session([], facts=dataclasses.replace(FACTS, usable_cpus=CPUS)).space
     predictions = [MODEL.predict(p) for p in prospects.model_points(space)]
     assert best == max(p.bound for p in predictions if p)  # the fastest point: found
-    # then every knob the model cannot see moved once from each way's best
+    # then every knob the model cannot see moved once in each way's polish
     assert searches_both(space) and len(measured) + 3 < n_trials  # not for lack of budget
     for as_is in (False, True):
         assert next_step(study, space, as_is=as_is, unseen_only=True) is None
