@@ -28,13 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 
 from autotune.errors import UsageError
 from autotune.pipeline import best_file
 from autotune.report.online_results import ARMS, OFFLINE, UNTOUCHED, results
+from autotune.runtime.failures import first_line
 from autotune.runtime.lock import host_lock
 from autotune.session import Session
 from autotune.tuner.result import StudyResult
+from autotune.tuner.storage import sqlite_file
 
 log = logging.getLogger("autotune.benchmark")
 
@@ -110,7 +113,14 @@ def _earlier_offline_study(best: Path) -> tuple[Path, float]:
     section = best_file.read(best).study
     if not section.name or not section.storage:
         raise UsageError(f"{best} does not say which study wrote it: pass one that tune wrote")
-    study = optuna.load_study(study_name=section.name, storage=section.storage)
+    unread = f"{best} names study {section.name} in {section.storage}, which cannot be read"
+    database = sqlite_file(section.storage)
+    if database is not None and not database.is_file():  # load_study would make an empty one
+        raise UsageError(f"{unread} (no such file): run from the folder the study ran in")
+    try:
+        study = optuna.load_study(study_name=section.name, storage=section.storage)
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError) as exc:
+        raise UsageError(f"{unread} ({first_line(exc)})") from exc
     spent = StudyResult.load(study, storage=section.storage).time_split
     if not spent:
         raise UsageError(f"the study of {best} recorded no time split: run the offline study here")

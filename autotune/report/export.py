@@ -103,7 +103,7 @@ def export(
             machine=machine,
             study=best_file.StudySection(
                 name=result.study_name,
-                storage=storage.shown(result.storage),
+                storage=storage.shown(storage.located(result.storage)),
                 trials=result.counts,
                 interrupted=result.interrupted,
                 written=datetime.datetime.now().isoformat(timespec="seconds"),

@@ -44,6 +44,13 @@ def sqlite_file(storage: str) -> Path | None:
     return Path(storage.removeprefix("sqlite:///")) if storage.startswith("sqlite:///") else None
 
 
+def located(storage: str) -> str:
+    """An SQLite storage URL by its absolute path (``sqlite:////home/me/studies/autotune.db``),
+    so that a file naming it leads to it from any folder; a server's URL as it is."""
+    database = sqlite_file(storage)
+    return storage if database is None else f"sqlite:///{database.resolve()}"
+
+
 def make_room(storage: str) -> None:
     """Creates an SQLite storage's folder (``studies/``), where SQLite would not."""
     database = sqlite_file(storage)

@@ -35,6 +35,8 @@ def test_quick_study_writes_a_usable_best_yaml(quick_study):
     low, high = measured["speedup_vs_baseline_iqr"]  # the range its rounds measured
     assert low - 0.01 <= measured["speedup_vs_baseline"] <= high + 0.01
     assert best["machine"]["usable_cpus"] >= 1 and best["machine"]["torch"]
+    # the study it came from, found from any folder (the run's storage was relative)
+    assert best["study"]["storage"] == f"sqlite:///{cwd.resolve()}/studies/autotune.db"
     # the other way: DataLoader arguments for the user's pipeline as it is, never slower
     # than the baseline (the baseline is one of its candidates), against the same baseline
     assert best["baseline"].startswith("ImageFolder(root) with its PIL loader")

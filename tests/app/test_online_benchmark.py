@@ -59,3 +59,24 @@ def test_an_offline_best_yaml_without_its_study_is_refused_in_one_line(tmp_path:
     best_file.write(path, best_file.BestFile(PipelineConfig()))  # no study: section
     with pytest.raises(UsageError, match="does not say which study wrote it"):
         online_benchmark.measure(None, [], tmp_path, 1, 1, offline_best=path)  # type: ignore[arg-type]
+
+
+def test_an_offline_best_yaml_whose_storage_cannot_be_read_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    from autotune.app import online_benchmark
+    from autotune.errors import UsageError
+    from autotune.pipeline import best_file
+    from autotune.pipeline.config import PipelineConfig
+
+    path = tmp_path / "best.yaml"
+    elsewhere = best_file.StudySection(name="s", storage=f"sqlite:///{tmp_path}/not/here.db")
+    best_file.write(path, best_file.BestFile(PipelineConfig(), study=elsewhere))
+    with pytest.raises(UsageError, match="cannot be read \\(no such file\\)"):
+        online_benchmark.measure(None, [], tmp_path, 1, 1, offline_best=path)  # type: ignore[arg-type]
+    assert not (tmp_path / "not").exists()  # nothing made where it looked
+    optuna.create_study(study_name="other", storage=f"sqlite:///{tmp_path / 'a.db'}")
+    there = best_file.StudySection(name="s", storage=f"sqlite:///{tmp_path / 'a.db'}")
+    best_file.write(path, best_file.BestFile(PipelineConfig(), study=there))
+    with pytest.raises(UsageError, match="which cannot be read .*Record does not exist"):
+        online_benchmark.measure(None, [], tmp_path, 1, 1, offline_best=path)  # type: ignore[arg-type]
