@@ -4,20 +4,17 @@ and tell), one setting at a time on the run's own batches, then the fastest kept
 
 The rule: the run's own settings are measured first, then the setting DataLoader guides give
 this machine (a worker per CPU, kept alive: a prior, ``guides_setting``); then, while the
-budget left still holds a setting's shortest timing (a trial's sub-windows at their
-shortest), the sampler proposes the next setting. The budget is the time the run spends on
-proposals: ``tune`` epochs' time at the rate first measured, or with ``run_share``
-(``tune=True``) the larger of that and this share of the run so far, so exploring grows with
-the run and never takes more of it than that share. While the budget is short, the best so
-far runs and is kept (recorded); exploring goes on once the run has earned a setting's
-timing. A proposal already measured is told its rate at once and not run again; once three
-in a row are, or every point of the space is measured, nothing is left to try. A proposal no
-epoch can time (its warm-up and shortest sub-window are longer) is failed at once. The fastest
-setting is kept: the run's own unless another measured faster by more than half the two
-readings' spreads. A setting whose workers failed is recorded as failed and never kept. Once
-settled, the kept setting's readings are watched (``drift``); where its rate has moved, the
-choice is made again: the runners-up measured again first, then the sampler, with the budget
-of a fresh start.
+budget left (``budget``) still holds a setting's shortest timing (a trial's sub-windows at
+their shortest, or an epoch where a switch waits for the next), the sampler proposes the
+next setting. While it is short, the best so far runs and is kept (recorded); exploring goes
+on once the run has earned a setting's timing. A proposal already measured is told its rate
+at once and not run again; once three in a row are, or every point of the space is measured,
+nothing is left to try. A proposal no epoch can time (its warm-up and shortest sub-window
+are longer) is failed at once. The fastest setting is kept: the run's own unless another
+measured faster by more than half the two readings' spreads. A setting whose workers failed
+is recorded as failed and never kept. Once settled, the kept setting's readings are watched
+(``drift``); where its rate has moved, the choice is made again: the runners-up measured
+again first, then the sampler, with the budget of a fresh start.
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.online import record
+from autotune.online.budget import Budget
 from autotune.online.drift import DriftWatch
 from autotune.online.meter import Reading, fewest_batches
 from autotune.online.space import guides_setting, online_space, trains_on_cuda
@@ -40,7 +38,6 @@ from autotune.session.space import SearchSpace
 from autotune.tuner import store
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
-RUN_SHARE = 0.1  # tune=True: exploring grows to this share of the run so far
 RECHECKED = 3  # after a drift, the settings measured fastest before, measured again
 SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
 
@@ -86,19 +83,23 @@ class Explorer:
         *,
         share: float,
         batches_per_epoch: int | None,
+        whole_epochs: bool = False,
         min_setting_s: float = 0.0,
         fewest_batches: Callable[[PipelineConfig], int] = lambda settings: 0,
         run_share: float = 0.0,
         study: optuna.Study | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``fewest_batches``: the fewest batches of an epoch that can time a setting (a
-        proposal longer than an epoch is failed at once); ``study``: where each setting is
+        """``batches_per_epoch``: None until known (a stream's, at its first epoch's end:
+        ``epoch_ended``); ``whole_epochs``: a switch waits for the next epoch, so a proposal
+        runs one; ``fewest_batches``: the fewest batches of an epoch that can time a setting
+        (a proposal longer than an epoch is failed at once); ``study``: where each setting is
         recorded (``record.open_record``); else kept in memory."""
         self.space = space
-        self._share, self._batches_per_epoch, self._clock = share, batches_per_epoch, clock
-        self._run_share = run_share
-        self._min_setting_s = min_setting_s  # a setting that cannot get this long is not tried
+        self._clock = clock
+        self.budget = Budget(
+            share, run_share, whole_epochs, min_setting_s, batches_per_epoch, clock=clock
+        )
         self._fewest_batches = fewest_batches
         self._start = start
         self._recorded = study is not None
@@ -107,9 +108,6 @@ class Explorer:
                 study = optuna.create_study(direction="maximize", sampler=sampler())
         self.study = study
         self._points = len(space.grid())
-        self._started: float | None = None  # the run's first timed batch
-        self._epoch_s = 0.0  # an epoch at the rate first measured
-        self._spent_s = 0.0  # on proposals, from each one's ask to its tell
         self._asked_at = 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
         self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
@@ -170,11 +168,8 @@ class Explorer:
 
     def measured(self, reading: Reading) -> PipelineConfig:
         """Takes the reading of the current setting; returns the setting to run next."""
-        if self._started is None:  # the budget's unit: an epoch at this rate
-            self._started = self._clock() - reading.seconds
-            batch_rate = reading.batches / reading.seconds if reading.seconds else 0.0
-            if batch_rate and self._batches_per_epoch:
-                self._epoch_s = self._batches_per_epoch / batch_rate
+        if self.budget.started is None:
+            self.budget.first_reading(reading)
         if self.settled:  # the kept setting read again: has its rate moved?
             if self._drift is not None and self._drift.drifted(reading):
                 self._recheck(reading)
@@ -187,6 +182,13 @@ class Explorer:
                 record.record_trial(self._trial, reading)
             self._tell(reading.samples_per_s)
         return self._next()
+
+    def epoch_ended(self, batches: int) -> PipelineConfig:
+        """An epoch of ``batches`` ended (the first tells a stream's length); returns the
+        setting to read the next with: a proposal where the budget has grown enough while
+        the best so far ran (a switch may come here, whatever the loader)."""
+        self.budget.epoch_ended(batches)
+        return self._next() if self.paused else self._current
 
     def failed(self, failure: Failure | None = None) -> PipelineConfig:
         """The current setting failed (its workers, or no epoch could time it: ``failure``
@@ -215,30 +217,22 @@ class Explorer:
                 self.study.tell(trial, samples_per_s)
         self._told[self._current] = _Told(samples_per_s or 0.0, trial.number)
         if self._current != self._start:  # the run's own settings cost nothing to explore
-            self._spent_s += self._clock() - self._asked_at
+            self.budget.charge(self._asked_at)
 
     @property
     def settled(self) -> bool:
         """Whether a setting is kept, for good (``done``) or until the budget has grown."""
         return self.done or self.paused
 
-    def budget_left_s(self) -> float:
-        """What is left of the budget for proposals."""
-        now = self._clock()
-        run_s = now - (now if self._started is None else self._started)
-        budget = max(self._share * self._epoch_s, self._run_share * run_s)
-        return budget - self._spent_s
-
     def _next(self) -> PipelineConfig:
-        left = self.budget_left_s()
-        short = left < self._min_setting_s or left <= 0
+        short = self.budget.short
         if short and self.paused:
             return self._current
         if not short and self._ask():
             self.paused = False
             return self._current
-        # the budget spent (for now, where it grows with the run), or nothing left to try
-        self.done = not (short and self._run_share)
+        # the budget spent (for now, where it grows), or nothing left to try
+        self.done = not (short and self.budget.grows)
         self.paused = not self.done
         best = self.best
         self._current = best.settings if best is not None else self._current
@@ -260,7 +254,7 @@ class Explorer:
                 self._told.pop(other.settings, None)
                 store.enqueue(self.study, params, {})
         self.done = self.paused = False
-        self._spent_s, self._drift = 0.0, None
+        self.budget.spent_s, self._drift = 0.0, None
         self.rechecks += 1
 
     def _ask(self) -> bool:
@@ -287,7 +281,7 @@ class Explorer:
 
     def _longer_than_an_epoch(self, trial: optuna.Trial, config: PipelineConfig) -> bool:
         """Whether no epoch can time ``config``: then failed with why, costing nothing."""
-        epoch = self._batches_per_epoch
+        epoch = self.budget.batches_per_epoch
         if epoch is None or self._fewest_batches(config) <= epoch:
             return False
         if self._recorded:

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
+from collections.abc import Callable
 from multiprocessing.util import Finalize
 from typing import Any
 
@@ -26,19 +26,19 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
+from autotune.online.budget import shares
 from autotune.online.drift import DriftWatch
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders
-from autotune.online.explorer import RUN_SHARE, Explorer, sampler, setting_cap
+from autotune.online.explorer import Explorer, sampler, setting_cap
 from autotune.online.meter import Meter, Reading, counter
 from autotune.online.ranks import Decision, Ranks
+from autotune.online.space import own_settings
 from autotune.online.switching import EpochPass, Switch
-from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -67,12 +67,8 @@ class DataLoader(torch.utils.data.DataLoader):
         ``studies/autotune.db`` by default), and where a later run of the job starts."""
         super().__init__(*args, **kwargs)
         self._is_stream = isinstance(self.dataset, torch.utils.data.IterableDataset)
-        if not isinstance(tune, (bool, int, float)) or tune < 0:
-            raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
-        off = os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false")
         # 0: nothing explored (off, or the study's storage failed while exploring)
-        self._share = 0.0 if off else DEFAULT_SHARE if tune is True else float(tune)
-        self._run_share = RUN_SHARE if tune is True and not off else 0.0
+        self._share, self._run_share = shares(tune)
         # tune=False: torch's loader with these arguments, nothing read or recorded
         self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
         self._job: record.JobRecord | None = None
@@ -81,22 +77,15 @@ class DataLoader(torch.utils.data.DataLoader):
         self._ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
         self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._threads = torch.get_num_threads()  # what main_threads=None puts back
-        # the run's own threads named, so its start is a point of the space: a trial
-        self._settings = PipelineConfig(
-            decoder=AS_IS,
-            main_threads=self._threads,
-            num_workers=self.num_workers,
-            prefetch_factor=self.prefetch_factor if self.num_workers else None,
-            persistent_workers=self.persistent_workers,
-            pin_memory=self.pin_memory,
-            batch_size=self.batch_size or 1,
-        )
+        self._settings = own_settings(self)
         self._requested: PipelineConfig | None = None
         self._base_seed = 0
         self.epochs = 0  # begun (passes drawn)
         self._inner = InnerLoaders()  # torch's loaders, reading with one setting each
         self.switches: list[Switch] = []
         self._window = window or WindowConfig()
+        # batches an epoch: a stream's once its first epoch ends (the last epoch's since)
+        self._epoch_length: int | None = None if self._is_stream else len(self)
         self.meter = self._new_meter(self._settings, after_switch=False)  # on the loop
         self.readings: list[Reading] = []  # each setting's rate on this run, as measured
 
@@ -222,16 +211,14 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
         """A meter for ``settings``; while exploring, capped at its share of the budget."""
-        exploring = self._share and not self._is_stream
-        exploring = exploring and (self._explorer is None or not self._explorer.done)
+        epoch = self._epoch_length
+        exploring = self._share and epoch and (self._explorer is None or not self._explorer.done)
+        cap_s = setting_cap(self._share, epoch, self._window) if exploring else None
         return Meter(
-            settings,
-            self._window,
-            after_switch=after_switch,
-            cap_s=setting_cap(self._share, len(self), self._window) if exploring else None,
-            epoch_batches=None if self._is_stream else len(self),
+            settings, self._window, after_switch=after_switch, cap_s=cap_s,
+            epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch,
             count=counter(self.batch_size if self._auto_collation else None),
-        )
+        )  # fmt: skip
 
     def explore(self, reading: Reading) -> None:
         """Tells the explorer a settled reading of the setting it proposed; switches to the
@@ -253,22 +240,28 @@ class DataLoader(torch.utils.data.DataLoader):
                 ranks=self._ranks.local if self._ranks else 1,
                 window=self._window,
                 share=self._share,
-                batches_per_epoch=None if self._is_stream else len(self),
+                batches_per_epoch=self._epoch_length,
+                whole_epochs=not self.switches_mid_epoch,
                 run_share=self._run_share,
                 study=self._job.study if self._job else None,
             )
-            # the loop left, the loader collected or the process ending (Ctrl-C; a rank
-            # process of torch.multiprocessing too, which skips atexit): the setting being
-            # measured is recorded as interrupted, not left running
+            # the loop left, the loader collected, the process ending (Ctrl-C; a rank process
+            # too, which skips atexit): the setting measured is recorded as interrupted
             Finalize(self, self._explorer.close, exitpriority=0)
         if reading.settings == self._explorer.current:
-            try:
-                self.switch(self._explorer.measured(reading))
-            except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
-                record.not_recorded("the study's storage", exc)
-                self._explorer.done, self._share = True, 0.0
-                best = self._explorer.best
-                self.switch(best.settings if best is not None else self._settings)
+            self._follow(lambda explorer: explorer.measured(reading))
+
+    def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
+        """Switches to what the explorer ``propose``s; where the study's storage fails, to
+        the best so far, exploring no more (the run goes on)."""
+        explorer: Explorer = self._explorer  # type: ignore[assignment]
+        try:
+            self.switch(propose(explorer))
+        except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
+            record.not_recorded("the study's storage", exc)
+            explorer.done, self._share = True, 0.0
+            best = explorer.best
+            self.switch(best.settings if best is not None else self._settings)
 
     def failed(self, failure: Failure | None = None) -> None:
         """The current setting failed (its workers, and the loader fell back; or no epoch
@@ -285,15 +278,21 @@ class DataLoader(torch.utils.data.DataLoader):
         if explorer is not None and not explorer.done and settings == explorer.current:
             self.switch(explorer.failed(failure))
 
-    def epoch_ended(self) -> None:
-        """Between epochs: the setting kept noted; a setting no whole epoch could time is
-        failed."""
+    def epoch_ended(self, delivered: int) -> None:
+        """Between epochs (``delivered`` batches): the setting kept noted; a setting no whole
+        epoch could time is failed; where the budget has grown, the next setting proposed."""
+        if self._is_stream:
+            self._epoch_length = delivered
         job, explorer = self._job, self._explorer
         if explorer is not None and explorer.settled and job is not None:
             job.note_kept(explorer.current)
+        if not self.meter.done and self.meter.cut():  # its epoch was its one chance
+            self.measured()
         self.meter.epoch_ended()
         if self.meter.untimeable:
-            self.failed(record.untimeable(len(self)))
+            self.failed(record.untimeable(delivered))
+        elif explorer is not None and self._share and not explorer.done:
+            self._follow(lambda explorer: explorer.epoch_ended(delivered))
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

@@ -80,6 +80,7 @@ class Meter:
         after_switch: bool = True,
         cap_s: Callable[[float], float] | None = None,
         epoch_batches: int | None = None,
+        whole_epoch: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
     ) -> None:
@@ -87,6 +88,9 @@ class Meter:
         # an epoch's batches, where known: a sub-window is never longer than what an epoch
         # leaves after its warm-up (a fast loop on a small dataset would time none)
         self._epoch_batches = epoch_batches
+        # the setting runs whole epochs (a switch waits for the next): a set of sub-windows
+        # is sized to fit in one, its epoch's end taking the reading as it stands (``cut``)
+        self._whole_epoch = whole_epoch
         self._after_switch = after_switch  # its first batch is the switch's cost
         # the most seconds to time, from the batch rate at the end of the warm-up (the
         # explorer's budget shared among the settings it tries); the window's cap if less
@@ -153,6 +157,12 @@ class Meter:
         self._epochs_ended, self._spans_then = self._epochs_ended + 1, len(self.tally.spans)
         self._restart_warmup()
 
+    def cut(self) -> bool:
+        """At an epoch's end, where the setting ran its whole epoch: its reading taken as it
+        stands (True), where it timed a span and has not settled."""
+        self.done = self.done or (self._whole_epoch and bool(self.tally.spans))
+        return self.done
+
     def _sub_window_length(self, now: float) -> int:
         """Batches per sub-window, from the rate at the end of the warm-up; a cap shorter
         than the window's shortens the sub-windows with it."""
@@ -181,7 +191,8 @@ class Meter:
             return length
         warmup = self._warmup_batches()
         shortest = fewest_batches(self.settings, window) - warmup
-        room = (self._epoch_batches - warmup) // align * align  # whole rounds of the workers
+        sets = window.sub_windows if self._whole_epoch else 1
+        room = (self._epoch_batches - warmup) // sets // align * align  # whole worker rounds
         return min(length, max(shortest, room))
 
     def _close_span(self, now: float) -> None:

@@ -78,7 +78,7 @@ def job_fingerprint(
         "cuda": torch.cuda.is_available(),
         "dataset": [_name(loader.dataset), length],
         "batch_size": loader.batch_size,
-        "sampler": _name(loader.batch_sampler or loader.sampler),
+        "sampler": _name(loader.sampler if loader.batch_sampler is None else loader.batch_sampler),
         "collate": getattr(loader.collate_fn, "__qualname__", _name(loader.collate_fn)),
         "drop_last": loader.drop_last,
         "in_order": getattr(loader, "in_order", True),

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from autotune.machine import MachineFacts
-from autotune.pipeline.config import SWITCHABLE, PipelineConfig
+from autotune.pipeline.config import AS_IS, SWITCHABLE, PipelineConfig
 from autotune.schema import KnobConfig, SearchSpaceConfig
 from autotune.session.space import SearchSpace
 
@@ -35,6 +35,21 @@ def online_space(
     space_conf = SearchSpaceConfig(name="online", knobs=knobs)
     return SearchSpace.from_config(
         space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks
+    )
+
+
+def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:
+    """The settings a run's loader was given, as a point of the space (its torch threads
+    named, so that its start is a trial like any other)."""
+    workers = loader.num_workers
+    return PipelineConfig(
+        decoder=AS_IS,
+        main_threads=torch.get_num_threads(),
+        num_workers=workers,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        persistent_workers=loader.persistent_workers,
+        pin_memory=loader.pin_memory,
+        batch_size=loader.batch_size or 1,
     )
 
 

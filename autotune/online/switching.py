@@ -64,7 +64,7 @@ class Owner(Protocol):
 
     def failed(self, failure: Failure) -> None: ...  # the current settings' workers failed
 
-    def epoch_ended(self) -> None: ...  # between epochs
+    def epoch_ended(self, delivered: int) -> None: ...  # between epochs: its batches
 
     def __len__(self) -> int: ...
 
@@ -82,6 +82,7 @@ class EpochPass:
         self._fallback: PipelineConfig | None = None  # what worked before the last switch
         self._falling_back = False
         self._switched = False  # a switch whose first batch is still to come
+        self._delivered = 0  # batches the loop received this epoch (a stream's length)
 
     def __iter__(self) -> EpochPass:
         return self
@@ -104,13 +105,14 @@ class EpochPass:
                 batch = next(self._it)
                 break
             except StopIteration:
-                loader.epoch_ended()
+                loader.epoch_ended(self._delivered)
                 self._end()
                 raise
             except Exception as exc:
                 self._recover(exc)
         if self._batches is not None:
             self._batches.delivered()
+        self._delivered += 1
         loader.meter.received(batch)
         if self._switched:  # the first batch after a switch: its cost, on the switch
             self._switched = False

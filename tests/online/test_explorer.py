@@ -13,7 +13,7 @@ import optuna
 import pytest
 import torch
 from helpers import BRIEF_WINDOW
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 import autotune
 from autotune.machine import detect
@@ -123,6 +123,39 @@ class Work(Dataset):
         for _ in range(20):
             x = torch.tanh(x @ torch.eye(64))
         return torch.tensor(index)
+
+
+class WorkStream(IterableDataset):
+    """Work's samples as a stream with no length, each worker its own share."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        share, of = (info.id, info.num_workers) if info else (0, 1)
+        return (Work()[i] for i in range(share, len(Work()), of))
+
+
+@pytest.mark.slow  # workers of a few settings, an epoch each: seconds
+def test_a_stream_explores_one_setting_an_epoch_and_reads_each_sample_once_an_epoch(
+    tmp_path,
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(
+        WorkStream(), batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+    )
+    ran = []
+    for _ in range(7):
+        assert sorted(i for batch in loader for i in batch.tolist()) == list(range(len(Work())))
+        ran.append(loader.settings)
+    assert loader.switches and all(s.at_batch == 0 for s in loader.switches)  # at epochs' starts
+    assert [s.epoch for s in loader.switches] == sorted({s.epoch for s in loader.switches})
+    explorer = loader.explorer
+    assert explorer is not None and explorer.done and loader.settings == explorer.best.settings  # type: ignore[union-attr]
+    tried = {r.settings for r in loader.readings}
+    assert 2 <= len(tried) <= 4  # the run's own, then up to three epochs' time of proposals
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == len(tried)
 
 
 @pytest.mark.slow  # workers of up to four settings, eight epochs: seconds
@@ -372,3 +405,25 @@ def test_a_run_started_at_a_kept_setting_explores_again_where_its_rate_moves(tmp
     sum(1 for _ in again)
     # recorded in the first run's study (opened at the drift, where the run's note put it off)
     assert len(again.explorer.study.trials) > explored_first
+
+
+def test_where_a_switch_waits_for_the_next_epoch_each_proposal_is_charged_a_whole_one() -> None:
+    """A stream: its length unknown until its first epoch ends; a fixed budget of three
+    epochs' time; each proposal runs an epoch (10 batches/s, 50 batches: 5 s)."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(
+        space, START, share=3.0, batches_per_epoch=None, whole_epochs=True, clock=clock
+    )
+    explorer.measured(reading(START, 100.0))  # in the first epoch: no unit for the budget yet
+    assert explorer.paused and not explorer.done and explorer.current == START
+    proposals = []
+    for _ in range(8):  # each epoch: its end, then the setting it ran, read within it
+        following = explorer.epoch_ended(50)
+        if explorer.done:
+            break
+        proposals.append(following)
+        clock.now += 0.5  # a reading taken early in the epoch: the rest still runs it
+        explorer.measured(reading(following, rate_of(following)))
+    assert len(proposals) == 3  # three epochs' time, an epoch each, however soon each read
+    assert explorer.done and explorer.current == max([START, *proposals], key=rate_of)

@@ -27,6 +27,7 @@ from torch.utils.data import (
 )
 
 import autotune
+from autotune.machine import detect
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
@@ -195,6 +196,13 @@ def test_a_stream_switches_at_the_next_epoch_and_reads_each_item_once() -> None:
     second = [i for batch in loader for i in batch.tolist()]
     assert sorted(first) == sorted(second) == list(range(N))
     assert [(s.epoch, s.at_batch, s.settings.num_workers) for s in loader.switches] == [(2, 0, 2)]
+
+
+def test_a_stream_with_no_length_is_fingerprinted_for_its_record() -> None:
+    from autotune.online.record import job_fingerprint
+
+    loader = autotune.DataLoader(Stream(), batch_size=4)
+    assert len(job_fingerprint(loader, detect(want_cuda=False))) == 12
 
 
 def test_out_of_order_delivery_switches_at_the_next_epoch() -> None:

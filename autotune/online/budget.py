@@ -1,0 +1,84 @@
+"""The time ``autotune.DataLoader`` may spend exploring, and what it spent.
+
+The budget is ``share`` epochs' time at the rate first measured, or, with ``run_share``
+(``tune=True``), the larger of that and this share of the run so far: exploring grows with
+the run and never takes more of it than that share. Each proposal is charged from its ask to
+its reading; where a switch waits for the next epoch (a stream, ``in_order=False``) it runs a
+whole epoch, and is charged one. A stream's epoch is known once its first has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autotune.online.meter import Reading
+
+DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time,
+RUN_SHARE = 0.1  # or this share of the run so far, where that is more
+
+
+def shares(tune: bool | float) -> tuple[float, float]:
+    """What ``tune=`` gives the budget: (``share``, ``run_share``); nothing (0.0, 0.0) where
+    it is False or the environment says ``AUTOTUNE=off``."""
+    if not isinstance(tune, (bool, int, float)) or tune < 0:
+        raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
+    if os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false"):
+        return 0.0, 0.0
+    return (DEFAULT_SHARE, RUN_SHARE) if tune is True else (float(tune), 0.0)
+
+
+@dataclass
+class Budget:
+    """What is left for proposals, from the run's readings and epochs."""
+
+    share: float  # epochs' time
+    run_share: float = 0.0  # of the run so far, where more
+    whole_epochs: bool = False  # a proposal runs an epoch: a switch waits for the next
+    min_setting_s: float = 0.0  # the least a setting is timed: one shorter is not tried
+    batches_per_epoch: int | None = None  # None: a stream's, until its first epoch ends
+    clock: Callable[[], float] = time.monotonic
+    started: float | None = None  # the run's first timed batch
+    spent_s: float = 0.0
+    _batch_rate: float = 0.0  # the rate first measured, in batches/s
+    _epoch_s: float = 0.0  # an epoch at that rate: the unit of ``share``
+
+    def first_reading(self, reading: Reading) -> None:
+        """The run's first reading: where the run started, and the budget's unit."""
+        self.started = self.clock() - reading.seconds
+        self._batch_rate = reading.batches / reading.seconds if reading.seconds else 0.0
+        self._epoch_known()
+
+    def epoch_ended(self, batches: int) -> None:
+        """An epoch of ``batches`` ended: a stream's first gives the budget its unit."""
+        if self.batches_per_epoch is None:
+            self.batches_per_epoch = batches
+            self._epoch_known()
+
+    def _epoch_known(self) -> None:
+        if self._batch_rate and self.batches_per_epoch:
+            self._epoch_s = self.batches_per_epoch / self._batch_rate
+
+    def charge(self, asked_at: float) -> None:
+        """A proposal asked at ``asked_at`` was read."""
+        whole = self.whole_epochs and self._epoch_s
+        self.spent_s += self._epoch_s if whole else self.clock() - asked_at
+
+    def left_s(self) -> float:
+        now = self.clock()
+        run_s = now - (now if self.started is None else self.started)
+        return max(self.share * self._epoch_s, self.run_share * run_s) - self.spent_s
+
+    @property
+    def short(self) -> bool:
+        """Whether what is left cannot pay for one more proposal."""
+        left = self.left_s()
+        return left <= 0 or left < max(self.min_setting_s, self._epoch_s * self.whole_epochs)
+
+    @property
+    def grows(self) -> bool:
+        """Whether the budget may still grow: with the run, or once a stream's first epoch
+        gives its unit."""
+        return bool(self.run_share) or not self._epoch_s
