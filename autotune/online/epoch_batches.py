@@ -30,6 +30,7 @@ from typing import Any
 
 import torch.utils.data
 
+from autotune.online.loader_cpu import WorkersCpu
 from autotune.online.worker_watch import WatchedDataLoader
 from autotune.pipeline.config import LOADER_KEYS, SWITCHABLE, PipelineConfig
 
@@ -136,6 +137,7 @@ class InnerLoaders:
 
     def __init__(self) -> None:
         self._kept: InnerLoader | None = None
+        self.workers_cpu = WorkersCpu()  # of the iterator opened last: the one being read
 
     def open(
         self,
@@ -151,12 +153,14 @@ class InnerLoaders:
             warnings.filterwarnings("ignore", message="This DataLoader will create")
             if kept is not None and kept.settings == settings:
                 kept.handed.batches = batches
-                return iter(kept.loader)
-            self.release()
-            inner = InnerLoader.build(outer, settings, batches, seed)
-            if settings.persistent_workers and settings.num_workers:
-                self._kept = inner
-            return iter(inner.loader)
+                inner = kept
+            else:
+                self.release()
+                inner = InnerLoader.build(outer, settings, batches, seed)
+                if settings.persistent_workers and settings.num_workers:
+                    self._kept = inner
+            self.workers_cpu.iterator = iterator = iter(inner.loader)
+            return iterator
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

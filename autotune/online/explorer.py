@@ -3,22 +3,24 @@ space, narrowed to what a run may switch, searched by the study's sampler (Optun
 and tell), one setting at a time on the run's own batches, then the fastest kept.
 
 The rule: the run's own settings are measured first, then the setting DataLoader guides give
-this machine (a worker per CPU, kept alive: a prior, ``guides_setting``); then, while the
-budget left (``budget``) still holds a setting's shortest timing (a trial's sub-windows at
-their shortest, or an epoch where a switch waits for the next), the sampler proposes the
-next setting. While it is short, the best so far runs and is kept (recorded); exploring goes
-on once the run has earned a setting's timing. A proposal already measured is told its rate
-at once and not run again; once three in a row are, or every point of the space is measured,
-nothing is left to try. A proposal no epoch can time (its warm-up and shortest sub-window
-are longer) is failed at once. The fastest setting is kept: the run's own unless another
-measured faster by more than half the two readings' spreads. A setting whose workers failed
-is recorded as failed and never kept. Once settled, the kept setting's readings are watched
-(``drift``); where its rate has moved, the choice is made again: the runners-up measured
-again first, then the sampler, with the budget of a fresh start.
+this machine (a worker per CPU, kept alive; and where reads wait, as many as they ask for:
+``priors``); then, while the budget left (``budget``) still holds a setting's shortest
+timing (a trial's sub-windows at their shortest, or an epoch where a switch waits for the
+next), the sampler proposes the next setting. While it is short, the best so far runs and is
+kept (recorded); exploring goes on once the run has earned a setting's timing. A proposal
+already measured is told its rate at once and not run again; once three in a row are, or
+every point of the space is measured, nothing is left to try. A proposal no epoch can time
+(its warm-up and shortest sub-window are longer) is failed at once. The fastest setting is
+kept: the run's own unless another measured faster by more than half the two readings'
+spreads. A setting whose workers failed is recorded as failed and never kept. Once settled,
+the kept setting's readings are watched (``drift``); where its rate has moved, the choice is
+made again: the runners-up measured again first, then the sampler, with the budget of a
+fresh start.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -29,13 +31,16 @@ from autotune.machine import MachineFacts
 from autotune.online import record
 from autotune.online.budget import Budget
 from autotune.online.drift import DriftWatch
+from autotune.online.loader_cpu import reads_wait
 from autotune.online.meter import Reading, fewest_batches
-from autotune.online.space import guides_setting, online_space, trains_on_cuda
+from autotune.online.space import online_space, priors, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 from autotune.session.space import SearchSpace
 from autotune.tuner import store
+
+log = logging.getLogger("autotune.online.loader")
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 RECHECKED = 3  # after a drift, the settings measured fastest before, measured again
@@ -120,9 +125,8 @@ class Explorer:
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             store.enqueue(self.study, start_params, {})
-        first = guides_setting(space, start)
-        if first is not None:  # then the guides' setting: a prior the sampler refines
-            store.enqueue(self.study, first, {})
+        for prior in priors(space, start):  # then the guides' setting: the sampler refines
+            store.enqueue(self.study, prior, {})
         if start_params is not None:
             self._ask()
 
@@ -130,7 +134,7 @@ class Explorer:
     def on_run(
         cls,
         facts: MachineFacts,
-        start: PipelineConfig,
+        first: Reading,
         *,
         batch_size: int,
         ranks: int,
@@ -138,11 +142,15 @@ class Explorer:
         **budget: Any,
     ) -> Explorer:
         """An explorer of the settings a run on this machine may switch (``online_space``, a
-        rank's share of it), from the run's ``start``, each setting timed by ``window``'s
-        rules; ``budget``: the explorer's own arguments (``share``, ...)."""
-        space = online_space(facts, batch_size=batch_size, cuda=trains_on_cuda(), ranks=ranks)
+        rank's share of it; workers beyond the CPUs where the ``first`` reading says reads
+        wait), from the setting it read, each timed by ``window``'s rules; ``budget``: the
+        explorer's own arguments (``share``, ...)."""
+        waits, cuda = reads_wait(first, facts), trains_on_cuda()
+        space = online_space(facts, batch_size=batch_size, cuda=cuda, ranks=ranks, read_wait=waits)
+        if waits is not None:
+            log.info("autotune.DataLoader: %s", waits.note(max(1, facts.usable_cpus // ranks)))
         return cls(
-            space, start, min_setting_s=min_setting_s(window),
+            space, first.settings, min_setting_s=min_setting_s(window),
             fewest_batches=lambda settings: fewest_batches(settings, window), **budget,
         )  # fmt: skip
 

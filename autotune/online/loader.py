@@ -218,6 +218,7 @@ class DataLoader(torch.utils.data.DataLoader):
             settings, self._window, after_switch=after_switch, cap_s=cap_s,
             epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch,
             count=counter(self.batch_size if self._auto_collation else None),
+            workers_cpu=self._inner.workers_cpu,
         )  # fmt: skip
 
     def explore(self, reading: Reading) -> None:
@@ -235,7 +236,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._explorer is None:
             self._explorer = Explorer.on_run(
                 self._facts or detect(want_cuda=torch.cuda.is_available()),
-                self._settings,
+                reading,
                 batch_size=self.batch_size or 1,
                 ranks=self._ranks.local if self._ranks else 1,
                 window=self._window,

@@ -38,6 +38,10 @@ class Reading:
     first_batch_s: float  # the wait for the first batch after the switch: its cost
     batches: int  # batches timed
     seconds: float  # seconds timed
+    # a sample's wall and CPU seconds in the loader: a worker's (each worker's share of the
+    # timed spans), or without workers the training process's inside __next__; 0: unread
+    sample_wall_s: float = 0.0
+    sample_cpu_s: float = 0.0
 
 
 def counter(batch_size: int | None) -> Callable[[Any], int]:
@@ -83,6 +87,8 @@ class Meter:
         whole_epoch: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
+        workers_cpu: Callable[[], float | None] = lambda: None,
+        thread_cpu: Callable[[], float] = time.thread_time,
     ) -> None:
         self.settings = settings
         # an epoch's batches, where known: a sub-window is never longer than what an epoch
@@ -96,6 +102,9 @@ class Meter:
         # explorer's budget shared among the settings it tries); the window's cap if less
         self._cap_s = cap_s
         self._window, self._clock, self._count = window, clock, count
+        # the loader's CPU: its workers' so far (None: unread), or this thread's
+        self._workers_cpu, self._thread_cpu = workers_cpu, thread_cpu
+        self._loader = [0.0, 0.0, 0.0]  # wall, CPU and samples of the spans that read both
         self.tally = Tally()
         self.first_batch_s: float | None = None
         self._warmup_left = 0
@@ -104,8 +113,10 @@ class Meter:
         self._length = 0  # batches per sub-window, known after the warm-up
         self._grouped = 1  # sub-windows per span (timed_spans.time_sets' rule)
         self._span_start: float | None = None
-        self._span = (0, 0, 0.0)  # batches, samples, waited in the sub-window in progress
-        self._asked = 0.0
+        # batches, samples, waited, and CPU inside __next__, in the sub-window in progress
+        self._span = (0, 0, 0.0, 0.0)
+        self._span_workers_cpu: float | None = None
+        self._asked = self._asked_cpu = 0.0
         self.done = False
         # a whole epoch closed no span: its warm-up and one sub-window are longer than an
         # epoch, and every epoch warms up again, so it can never be timed on this run
@@ -119,15 +130,17 @@ class Meter:
     def _restart_warmup(self) -> None:
         self._warmup_left = self._warmup_batches()
         self._warm_started, self._warm_batches = None, 0
-        self._span_start, self._span = None, (0, 0, 0.0)
+        self._span_start, self._span = None, (0, 0, 0.0, 0.0)
 
     def requested(self) -> None:
         """The loop asks for the next batch: the step of the last one is done."""
         now = self._asked = self._clock()
+        self._asked_cpu = self._thread_cpu()
         if self._span_start is not None and self._span[0] == self._length:
             self._close_span(now)
         if not self.done and self._length and self._span_start is None and not self._warmup_left:
             self._span_start = now
+            self._span_workers_cpu = self._workers_cpu() if self.settings.num_workers else None
 
     def received(self, batch: Any) -> None:
         """The loop has the batch it asked for."""
@@ -146,8 +159,9 @@ class Meter:
                 self._length = self._sub_window_length(now)
             return
         if self._span_start is not None:
-            batches, samples, span_waited = self._span
-            self._span = (batches + 1, samples + self._count(batch), span_waited + waited)
+            batches, samples, span_waited, cpu = self._span
+            cpu += self._thread_cpu() - self._asked_cpu
+            self._span = (batches + 1, samples + self._count(batch), span_waited + waited, cpu)
 
     def epoch_ended(self) -> None:
         """The epoch is over: what the loop does now is not the loader's; warm up again."""
@@ -196,16 +210,29 @@ class Meter:
         return min(length, max(shortest, room))
 
     def _close_span(self, now: float) -> None:
-        batches, samples, waited = self._span
+        batches, samples, waited, cpu = self._span
         seconds = now - self._span_start  # type: ignore[operator]
+        self._loader_read(seconds, samples, waited, cpu)
         tally = self.tally
         tally.spans.append((samples, seconds))
         tally.samples += samples
         tally.batches += batches
         tally.elapsed += seconds
         tally.waited += waited
-        self._span_start, self._span = None, (0, 0, 0.0)
+        self._span_start, self._span = None, (0, 0, 0.0, 0.0)
         self.done = self._settled()
+
+    def _loader_read(self, seconds: float, samples: int, waited: float, cpu: float) -> None:
+        """The span's loader wall and CPU: each worker's share of the span and their CPU,
+        or without workers the waits in __next__ and this thread's CPU there."""
+        workers = self.settings.num_workers
+        if workers:
+            before, after = self._span_workers_cpu, self._workers_cpu()
+            if before is None or after is None:
+                return
+            waited, cpu = workers * seconds, after - before
+        wall, used, read = self._loader
+        self._loader = [wall + waited, used + cpu, read + samples]
 
     def _settled(self) -> bool:
         """timed_spans.time_sets' rule: after each set of sub-windows, done unless the set's
@@ -236,4 +263,6 @@ class Meter:
             first_batch_s=self.first_batch_s or 0.0,
             batches=tally.batches,
             seconds=tally.elapsed,
+            sample_wall_s=self._loader[0] / max(self._loader[2], 1),
+            sample_cpu_s=self._loader[1] / max(self._loader[2], 1),
         )

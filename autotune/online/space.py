@@ -1,7 +1,7 @@
 """The settings ``autotune.DataLoader`` may explore on a run: the study's default search space,
 narrowed to what a running loader may switch (``SWITCHABLE``: the DataLoader's worker
-settings and the training process's threads), sized to this machine; and the setting
-DataLoader guides would give it, measured right after the run's own.
+settings and the training process's threads), sized to this machine; the run's own settings
+in it; and what is measured right after them (``priors``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,22 @@ import yaml
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import AS_IS, SWITCHABLE, PipelineConfig
 from autotune.schema import KnobConfig, SearchSpaceConfig
+from autotune.session.read_wait import ReadWait
 from autotune.session.space import SearchSpace
 
 
 def online_space(
-    facts: MachineFacts, *, batch_size: int, cuda: bool, ranks: int = 1
+    facts: MachineFacts,
+    *,
+    batch_size: int,
+    cuda: bool,
+    ranks: int = 1,
+    read_wait: ReadWait | None = None,
 ) -> SearchSpace:
     """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
-    this machine (a rank's share of it, where ``ranks`` share it); the user's Dataset and
-    batches are as they are."""
+    this machine (a rank's share of it, where ``ranks`` share it; ``num_workers`` beyond the
+    CPUs where ``read_wait`` says reads wait); the user's Dataset and batches are as they
+    are."""
     text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
     knobs = {
         name: KnobConfig(**conf)
@@ -34,8 +41,9 @@ def online_space(
     device = "cuda" if cuda else "cpu"
     space_conf = SearchSpaceConfig(name="online", knobs=knobs)
     return SearchSpace.from_config(
-        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks
-    )
+        space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks,
+        read_wait=read_wait,
+    )  # fmt: skip
 
 
 def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:
@@ -53,21 +61,23 @@ def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:
     )
 
 
-def guides_setting(space: SearchSpace, start: PipelineConfig) -> dict[str, Any] | None:
-    """The setting DataLoader guides give this machine, as params of ``space``: a worker per
-    usable CPU (the most the space, sized to this machine, allows), kept alive, torch's
-    default prefetch, the training process on one thread; None where it is the run's own or
-    not a point of the space."""
-    guides = dataclasses.replace(
-        start,
-        num_workers=max(space.choices("num_workers") or [0]),
-        prefetch_factor=2,
-        persistent_workers=True,
-        main_threads=1,
-    )
-    if not guides.num_workers or guides == start:
-        return None
-    return space.params_of(guides)
+def priors(space: SearchSpace, start: PipelineConfig) -> list[dict[str, Any]]:
+    """What is measured right after the run's own settings, as params of ``space``: the
+    setting DataLoader guides give this machine (a worker per usable CPU, kept alive, torch's
+    default prefetch, the training process on one thread); where reads wait, the same with as
+    many workers as the waits ask for (the most the space allows). Those that are the run's
+    own or not points of the space are left out."""
+    workers = space.choices("num_workers") or [0]
+    cpus = max(space.choices("main_threads") or workers)  # a rank's usable CPUs
+    found = []
+    for count in dict.fromkeys((min(max(workers), cpus), max(workers))):
+        guides = dataclasses.replace(
+            start, num_workers=count, prefetch_factor=2, persistent_workers=True, main_threads=1
+        )
+        params = space.params_of(guides) if count and guides != start else None
+        if params is not None:
+            found.append(params)
+    return found
 
 
 def trains_on_cuda() -> bool:

@@ -30,7 +30,7 @@ class ReadWait:
 
     wall_s: float  # per sample: read, decode, augment, collate (one worker)
     cpu_s: float
-    read_s: float  # wall seconds of the read alone
+    read_s: float | None  # wall seconds of the read alone (None: not told apart)
     workers: int  # num_workers that keep the CPUs busy (the CPUs where reads do not wait)
     limit: str = ""  # what capped ``workers`` below what the waits ask for
     busy: float = 1.0  # the other stages' wall over their CPU: how much a busy machine stretches
@@ -41,11 +41,11 @@ class ReadWait:
 
     def note(self, cpus: int) -> str:
         capped = f" ({self.limit})" if self.limit else ""
+        read = "" if self.read_s is None else f" (reading it: {1000 * self.read_s:.1f} ms)"
         return (
             f"reads wait: a sample takes {1000 * self.wall_s:.1f} ms in a worker for "
-            f"{1000 * self.cpu_s:.1f} ms of CPU (reading it: {1000 * self.read_s:.1f} ms), so "
-            f"num_workers is searched up to {self.workers}{capped}, beyond the {cpus} usable "
-            "CPUs"
+            f"{1000 * self.cpu_s:.1f} ms of CPU{read}, so num_workers is searched up to "
+            f"{self.workers}{capped}, beyond the {cpus} usable CPUs"
         )
 
 
@@ -83,13 +83,20 @@ def measure(source: Source, recipe: Recipe, facts: MachineFacts) -> ReadWait:
     profile = profiles[-1]
     wall, cpu = profile.wall_s(), max(profile.cpu_s(), 1e-6)
     read = profile.stages["read"].wall_s
-    busy = stretch(profile)  # of decode, augment and collate
+    return of_sample(wall, cpu, facts, read_s=read, busy=stretch(profile))
+
+
+def of_sample(
+    wall_s: float, cpu_s: float, facts: MachineFacts, *, read_s: float | None, busy: float = 1.0
+) -> ReadWait:
+    """What a sample's ``wall_s`` and ``cpu_s`` in a worker ask of the workers: the usable
+    CPUs where reads do not wait, else ``CPUs x wall / CPU`` (a power of 2, stable on resume),
+    as far as memory and open files allow."""
     cpus = facts.usable_cpus
-    at_cpus = ReadWait(wall, cpu, read, cpus, busy=busy)
+    at_cpus = ReadWait(wall_s, cpu_s, read_s, cpus, busy=busy)
     if not at_cpus.waits:
         return at_cpus
-    # a power of 2: stable on resume
-    wanted = 2 ** math.ceil(math.log2(cpus * wall / (cpu * busy)))
+    wanted = 2 ** math.ceil(math.log2(cpus * wall_s / (max(cpu_s, 1e-6) * busy)))
     most, binding = _worker_limit(facts)
     workers = max(cpus, min(wanted, most))
-    return ReadWait(wall, cpu, read, workers, binding if most < wanted else "", busy)
+    return ReadWait(wall_s, cpu_s, read_s, workers, binding if most < wanted else "", busy)

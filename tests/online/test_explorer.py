@@ -95,8 +95,9 @@ def test_pin_memory_is_offered_only_to_a_loop_that_trains_on_cuda(initialized, m
     # that trains on the CPU never does, and pinning its batches would only cost it
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized)
+    first = reading(START, 100.0)
     explorer = Explorer.on_run(
-        FACTS, START, batch_size=4, ranks=1, window=BRIEF_WINDOW, share=0.1, batches_per_epoch=100
+        FACTS, first, batch_size=4, ranks=1, window=BRIEF_WINDOW, share=0.1, batches_per_epoch=100
     )
     assert ("pin_memory" in {k.name for k in explorer.space.knobs}) == initialized
 
@@ -398,7 +399,9 @@ def test_a_run_started_at_a_kept_setting_explores_again_where_its_rate_moves(tmp
     assert again.readings and again.explorer is None and not again.switches  # kept setting
     slow.touch()  # the machine changed: the same setting now reads many times slower
     epochs = 0
-    while again.explorer is None and epochs < 20:
+    # 3 s of readings off the kept rate: 13 epochs of these, 26 where the kept setting's
+    # warm-up leaves room for one sub-window an epoch (a deeper prefetch)
+    while again.explorer is None and epochs < 40:
         assert sorted(i for b in again for i in b.tolist()) == list(range(40))
         epochs += 1
     assert again.explorer is not None  # it noticed, and explores again from where it stood

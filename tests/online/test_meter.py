@@ -158,3 +158,42 @@ def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches,
     assert loop.meter.untimeable is untimeable
     if not untimeable:
         assert loop.meter.done and loop.meter.reading().batches == 3 * 6
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
+    """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each
+    wait was the training process's own (reading its samples); with two, the workers used
+    0.05 s of CPU a batch between them."""
+    settings = PipelineConfig(
+        decoder=AS_IS, num_workers=workers, prefetch_factor=1 if workers else None
+    )
+    cpu = {"thread": 0.0, "workers": 0.0}
+    meter = Meter(
+        settings, WINDOW, after_switch=False,
+        thread_cpu=lambda: cpu["thread"], workers_cpu=lambda: cpu["workers"],
+    )  # fmt: skip
+    loop = Loop(meter)
+    while not meter.done:
+        meter.requested()
+        loop.now += 0.1
+        cpu["thread"] += 0.02 if not workers else 0.0
+        cpu["workers"] += 0.05
+        meter.received(BATCH)
+        loop.now += 0.1
+    reading = meter.reading()
+    if workers:  # each worker had the whole span: 2 x 0.2 s for 4 samples
+        assert reading.sample_wall_s == pytest.approx(2 * 0.2 / 4)
+        assert reading.sample_cpu_s == pytest.approx(0.05 / 4)
+    else:  # the waits inside __next__, and the CPU there
+        assert reading.sample_wall_s == pytest.approx(0.1 / 4)
+        assert reading.sample_cpu_s == pytest.approx(0.02 / 4)
+
+
+def test_workers_whose_cpu_cannot_be_read_leave_the_loader_unread() -> None:
+    settings = PipelineConfig(decoder=AS_IS, num_workers=1, prefetch_factor=1)
+    meter = Meter(settings, WINDOW, after_switch=False, workers_cpu=lambda: None)
+    loop = Loop(meter)
+    while not meter.done:
+        loop.batch(wait=0.1, step=0.1)
+    assert meter.reading().sample_cpu_s == meter.reading().sample_wall_s == 0.0

@@ -1,0 +1,51 @@
+"""Whether a run's reads wait on storage, read from the loader's own CPU on the run.
+
+On storage that answers late (NFS, Lustre, a FUSE-mounted bucket) a worker spends most of a
+sample blocked in ``read()``, using no CPU, and more workers than CPUs keep the CPUs busy
+(``session.read_wait``: an offline study learns it from a profile of the loader before its
+search). On the run, the meter reads the loader's CPU over each timed span: its workers'
+processes', or without workers the training process's inside ``__next__``, where it reads its
+samples itself; against the wall time the loader had for them (each worker's share of the
+span, or the waits in ``__next__``). That counts only where the loop waits on the loader for
+at least ``DATA_BOUND`` of its time: workers ahead of the loop idle, and their idle time is
+not a read's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+from autotune.machine import MachineFacts
+from autotune.online.meter import Reading
+from autotune.session import read_wait
+from autotune.session.read_wait import ReadWait
+
+DATA_BOUND = 0.2  # the share of the loop's time spent waiting on the loader, at least
+
+
+class WorkersCpu:
+    """The CPU seconds used so far by the workers of the inner iterator being read (None:
+    no workers, or one that cannot be read, such as one that has just died)."""
+
+    def __init__(self) -> None:
+        self.iterator: Any = None
+
+    def __call__(self) -> float | None:
+        workers = getattr(self.iterator, "_workers", None)
+        if not workers:
+            return None
+        try:
+            return sum(sum(psutil.Process(w.pid).cpu_times()[:2]) for w in workers)
+        except (psutil.Error, TypeError, ValueError):
+            return None
+
+
+def reads_wait(reading: Reading, facts: MachineFacts) -> ReadWait | None:
+    """Where ``reading``'s loop waited on a loader whose samples took mostly wall time, not
+    CPU: how far ``num_workers`` goes beyond the CPUs (``ReadWait``); else None."""
+    if reading.data_wait < DATA_BOUND or not reading.sample_cpu_s:
+        return None
+    found = read_wait.of_sample(reading.sample_wall_s, reading.sample_cpu_s, facts, read_s=None)
+    return found if found.waits else None

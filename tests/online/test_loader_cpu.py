@@ -1,0 +1,90 @@
+"""Tests for autotune.online.loader_cpu: whether a run's reads wait, from the loader's own
+CPU on the run, and how far that takes the workers the run explores."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+import torch
+from helpers import BRIEF_WINDOW
+from torch.utils.data import Dataset
+
+import autotune
+from autotune.machine import detect
+from autotune.online.loader_cpu import DATA_BOUND, WorkersCpu, reads_wait
+from autotune.online.meter import Reading
+from autotune.online.space import online_space, priors
+from autotune.pipeline.config import AS_IS, PipelineConfig
+
+FACTS = dataclasses.replace(detect(want_cuda=False), usable_cpus=2)
+START = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
+
+
+def reading(data_wait: float, wall_s: float, cpu_s: float) -> Reading:
+    return Reading(START, 100.0, 0.02, data_wait, 0.0, 10, 1.0, wall_s, cpu_s)
+
+
+@pytest.mark.parametrize(
+    ("data_wait", "wall_s", "cpu_s", "workers"),
+    [
+        (0.8, 0.040, 0.004, 32),  # waits: 2 CPUs x 10 = 20, a power of 2 up
+        (0.8, 0.005, 0.004, None),  # the sample is CPU work: a worker per CPU does it
+        (DATA_BOUND / 2, 0.040, 0.004, None),  # the loop hardly waits: nothing to win
+        (0.8, 0.040, 0.0, None),  # the loader's CPU was not read
+    ],
+)
+def test_reads_wait_where_the_loop_waits_on_samples_that_take_wall_not_cpu(
+    data_wait, wall_s, cpu_s, workers
+) -> None:
+    found = reads_wait(reading(data_wait, wall_s, cpu_s), FACTS)
+    assert (found.workers if found else None) == workers
+
+
+def test_where_reads_wait_the_space_and_its_priors_go_beyond_the_cpus() -> None:
+    waits = reads_wait(reading(0.8, 0.040, 0.004), FACTS)
+    space = online_space(FACTS, batch_size=4, cuda=False, read_wait=waits)
+    assert max(space.choices("num_workers")) == 32
+    assert [p["num_workers"] for p in priors(space, START)] == [2, 32]  # the guides', then
+    plain = online_space(FACTS, batch_size=4, cuda=False)
+    assert [p["num_workers"] for p in priors(plain, START)] == [2]
+
+
+class Waits(Dataset):
+    """Each sample a blocking wait of 20 ms that uses no CPU, as a read from slow storage."""
+
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.02)
+        return torch.tensor(index)
+
+
+def test_workers_cpu_reads_the_workers_of_the_iterator_being_read() -> None:
+    loader = torch.utils.data.DataLoader(Waits(), batch_size=4, num_workers=2)
+    clock = WorkersCpu()
+    assert clock() is None  # nothing read yet
+    clock.iterator = iter(loader)
+    next(clock.iterator)
+    used = clock()
+    assert used is not None and used >= 0.0
+    del clock.iterator
+
+
+@pytest.mark.slow  # a few settings of real workers over sleeping reads: seconds
+def test_a_run_whose_reads_wait_explores_more_workers_than_cpus(tmp_path, caplog) -> None:
+    loader = autotune.DataLoader(
+        Waits(), batch_size=4, tune=20.0, window=BRIEF_WINDOW, storage=f"sqlite:///{tmp_path}/a.db"
+    )
+    with caplog.at_level("INFO", logger="autotune"):
+        for _ in range(4):
+            assert sorted(i for b in loader for i in b.tolist()) == list(range(len(Waits())))
+    first = loader.readings[0]  # the run's own: no workers, each sample a wait
+    assert first.sample_wall_s > 5 * first.sample_cpu_s > 0
+    assert loader.explorer is not None
+    cpus = detect(want_cuda=False).usable_cpus
+    assert max(loader.explorer.space.choices("num_workers")) > cpus
+    assert "reads wait" in caplog.text
+    assert max(r.settings.num_workers for r in loader.readings) > cpus  # measured, not offered
