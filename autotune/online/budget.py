@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autotune.online.meter import Reading
+from autotune.schema import WindowConfig
 
 DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time,
 RUN_SHARE = 0.1  # or this share of the run so far, where that is more
+SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
 
 
 def shares(tune: bool | float) -> tuple[float, float]:
@@ -28,6 +30,25 @@ def shares(tune: bool | float) -> tuple[float, float]:
     if os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false"):
         return 0.0, 0.0
     return (DEFAULT_SHARE, RUN_SHARE) if tune is True else (float(tune), 0.0)
+
+
+def min_setting_s(window: WindowConfig) -> float:
+    """The least a setting is timed: a trial's sub-windows at their shortest."""
+    return window.min_sub_window_s * window.sub_windows
+
+
+def setting_cap(
+    share: float, batches_per_epoch: int, window: WindowConfig
+) -> Callable[[float], float]:
+    """Seconds to time one setting while exploring, at a batch rate: the budget (``share``
+    of an epoch at that rate) over the settings it should leave room for, and never less
+    than a trial's shortest timing."""
+
+    def cap_s(batch_rate: float) -> float:
+        budget_s = share * batches_per_epoch / batch_rate
+        return max(budget_s / SETTINGS_IN_BUDGET, min_setting_s(window))
+
+    return cap_s
 
 
 @dataclass

@@ -29,7 +29,7 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.online import record
-from autotune.online.budget import Budget
+from autotune.online.budget import Budget, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
 from autotune.online.meter import Reading, fewest_batches
@@ -44,26 +44,6 @@ log = logging.getLogger("autotune.online.loader")
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 RECHECKED = 3  # after a drift, the settings measured fastest before, measured again
-SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
-
-
-def min_setting_s(window: WindowConfig) -> float:
-    """The least a setting is timed: a trial's sub-windows at their shortest."""
-    return window.min_sub_window_s * window.sub_windows
-
-
-def setting_cap(
-    share: float, batches_per_epoch: int, window: WindowConfig
-) -> Callable[[float], float]:
-    """Seconds to time one setting while exploring, at a batch rate: the budget (``share``
-    of an epoch at that rate) over the settings it should leave room for, and never less
-    than a trial's shortest timing."""
-
-    def cap_s(batch_rate: float) -> float:
-        budget_s = share * batches_per_epoch / batch_rate
-        return max(budget_s / SETTINGS_IN_BUDGET, min_setting_s(window))
-
-    return cap_s
 
 
 class _Told(NamedTuple):
@@ -125,7 +105,7 @@ class Explorer:
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             store.enqueue(self.study, start_params, {})
-        for prior in priors(space, start):  # then the guides' setting: the sampler refines
+        for prior in priors(space, start, fits=lambda config: not self._too_long(config)):
             store.enqueue(self.study, prior, {})
         if start_params is not None:
             self._ask()
@@ -287,13 +267,16 @@ class Explorer:
             return True
         return False
 
+    def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch to time it
+        epoch = self.budget.batches_per_epoch
+        return epoch is not None and self._fewest_batches(config) > epoch
+
     def _longer_than_an_epoch(self, trial: optuna.Trial, config: PipelineConfig) -> bool:
         """Whether no epoch can time ``config``: then failed with why, costing nothing."""
-        epoch = self.budget.batches_per_epoch
-        if epoch is None or self._fewest_batches(config) <= epoch:
+        if not self._too_long(config):
             return False
         if self._recorded:
-            record.record_failed(trial, record.untimeable(epoch))
+            record.record_failed(trial, record.untimeable(self.budget.batches_per_epoch or 0))
         with record.quiet():
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self._told[config] = _Told(0.0, trial.number)

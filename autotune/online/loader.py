@@ -26,10 +26,10 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
-from autotune.online.budget import shares
+from autotune.online.budget import setting_cap, shares
 from autotune.online.drift import DriftWatch
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders
-from autotune.online.explorer import Explorer, sampler, setting_cap
+from autotune.online.explorer import Explorer, sampler
 from autotune.online.meter import Meter, Reading, counter
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.space import own_settings

@@ -7,6 +7,7 @@ in it; and what is measured right after them (``priors``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -61,23 +62,26 @@ def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:
     )
 
 
-def priors(space: SearchSpace, start: PipelineConfig) -> list[dict[str, Any]]:
+def priors(
+    space: SearchSpace, start: PipelineConfig, fits: Callable[[PipelineConfig], bool]
+) -> list[dict[str, Any]]:
     """What is measured right after the run's own settings, as params of ``space``: the
     setting DataLoader guides give this machine (a worker per usable CPU, kept alive, torch's
     default prefetch, the training process on one thread); where reads wait, the same with as
-    many workers as the waits ask for (the most the space allows). Those that are the run's
-    own or not points of the space are left out."""
+    many workers as the waits ask for (the most the space allows), or as an epoch ``fits``.
+    Those that are the run's own or not points of the space are left out."""
     workers = space.choices("num_workers") or [0]
-    cpus = max(space.choices("main_threads") or workers)  # a rank's usable CPUs
-    found = []
-    for count in dict.fromkeys((min(max(workers), cpus), max(workers))):
-        guides = dataclasses.replace(
+    cpus = min(max(workers), max(space.choices("main_threads") or workers))  # a rank's CPUs
+
+    def guides(count: int) -> PipelineConfig:
+        return dataclasses.replace(
             start, num_workers=count, prefetch_factor=2, persistent_workers=True, main_threads=1
         )
-        params = space.params_of(guides) if count and guides != start else None
-        if params is not None:
-            found.append(params)
-    return found
+
+    beyond = [guides(n) for n in sorted(workers, reverse=True) if n > cpus]
+    found = [guides(cpus), *[g for g in beyond if fits(g)][:1]]
+    params = [space.params_of(g) for g in found if g.num_workers and g != start]
+    return [p for p in params if p is not None]
 
 
 def trains_on_cuda() -> bool:

@@ -46,9 +46,18 @@ def test_where_reads_wait_the_space_and_its_priors_go_beyond_the_cpus() -> None:
     waits = reads_wait(reading(0.8, 0.040, 0.004), FACTS)
     space = online_space(FACTS, batch_size=4, cuda=False, read_wait=waits)
     assert max(space.choices("num_workers")) == 32
-    assert [p["num_workers"] for p in priors(space, START)] == [2, 32]  # the guides', then
+
+    def fits(config: PipelineConfig) -> bool:
+        return True
+
+    assert [p["num_workers"] for p in priors(space, START, fits)] == [2, 32]  # the guides' first
+
+    def an_epoch_times_up_to_twenty(config: PipelineConfig) -> bool:
+        return config.num_workers <= 20
+
+    assert [p["num_workers"] for p in priors(space, START, an_epoch_times_up_to_twenty)] == [2, 20]
     plain = online_space(FACTS, batch_size=4, cuda=False)
-    assert [p["num_workers"] for p in priors(plain, START)] == [2]
+    assert [p["num_workers"] for p in priors(plain, START, fits)] == [2]
 
 
 class Waits(Dataset):
