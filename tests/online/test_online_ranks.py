@@ -33,10 +33,11 @@ LIVE: list[DataLoader] = []
 
 
 def test_the_node_adds_the_ranks_rates_and_takes_the_worst_of_the_rest() -> None:
-    zero = Reading(START, 100.0, 0.02, 0.1, 0.3, batches=10, seconds=1.0)
-    one = Reading(START, 80.0, 0.05, 0.4, 0.2, batches=8, seconds=1.2)
+    zero = Reading(START, 100.0, 0.02, 0.1, 0.3, 10, 1.0, sample_wall_s=0.04, sample_cpu_s=0.01)
+    one = Reading(START, 80.0, 0.05, 0.4, 0.2, 8, 1.2, sample_wall_s=0.06, sample_cpu_s=0.01)
     node = node_reading([zero, one])
-    assert node == Reading(START, 180.0, 0.05, 0.4, 0.3, batches=10, seconds=1.0)
+    # a sample's wall and CPU in the loaders: their mean (the ranks read one storage)
+    assert node == Reading(START, 180.0, 0.05, 0.4, 0.3, 10, 1.0, 0.05, 0.01)
     other = Reading(START.switched_to(PipelineConfig(num_workers=2)), 90.0, 0, 0, 0, 9, 1.0)
     assert node_reading([zero, other]) is None  # not one setting: no reading of the node
 
