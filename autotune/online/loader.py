@@ -284,11 +284,11 @@ class DataLoader(torch.utils.data.DataLoader):
         epoch could time is failed; where the budget has grown, the next setting proposed."""
         if self._is_stream:
             self._epoch_length = delivered
+        if self.meter.cut():  # settled, or its epoch was its one chance: read it now
+            self.measured()
         job, explorer = self._job, self._explorer
         if explorer is not None and explorer.settled and job is not None:
             job.note_kept(explorer.current)
-        if not self.meter.done and self.meter.cut():  # its epoch was its one chance
-            self.measured()
         self.meter.epoch_ended()
         if self.meter.untimeable:
             self.failed(record.untimeable(delivered))

@@ -172,8 +172,8 @@ class Meter:
         self._restart_warmup()
 
     def cut(self) -> bool:
-        """At an epoch's end, where the setting ran its whole epoch: its reading taken as it
-        stands (True), where it timed a span and has not settled."""
+        """At an epoch's end: whether the reading is done, taken as it stands where the
+        setting ran its whole epoch (a switch waits for the next) and timed a span."""
         self.done = self.done or (self._whole_epoch and bool(self.tally.spans))
         return self.done
 
