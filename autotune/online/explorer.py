@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -102,13 +103,12 @@ class Explorer:
         self.done = False
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
+        self._priors_due = False
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             store.enqueue(self.study, start_params, {})
-        for prior in priors(space, start, fits=lambda config: not self._too_long(config)):
-            store.enqueue(self.study, prior, {})
-        if start_params is not None:
             self._ask()
+        self._priors_due = True  # asked next: enqueued then, when a stream's epoch is known
 
     @classmethod
     def on_run(
@@ -247,10 +247,19 @@ class Explorer:
 
     def _ask(self) -> bool:
         """Asks the sampler for a setting not measured yet; False where none is left."""
+        if self._priors_due:
+            self._priors_due = False
+            for prior in priors(self.space, self._start, fits=lambda c: not self._too_long(c)):
+                store.enqueue(self.study, prior, {})
         repeats = 0
         while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
             trial = self.study.ask()
-            config = self.space.suggest(trial)
+            with warnings.catch_warnings():  # a queued point out of range: failed below
+                warnings.filterwarnings("ignore", message="Fixed parameter")
+                config = self.space.suggest(trial)
+            if self.space.params_of(config) is None:  # queued by a run of another space
+                self._fail(trial, config, record.OUTSIDE)
+                continue
             told = self._told.get(config)
             if told is not None:  # told what it measured, costing nothing
                 if self._recorded:
@@ -275,9 +284,13 @@ class Explorer:
         """Whether no epoch can time ``config``: then failed with why, costing nothing."""
         if not self._too_long(config):
             return False
+        self._fail(trial, config, record.untimeable(self.budget.batches_per_epoch or 0))
+        return True
+
+    def _fail(self, trial: optuna.Trial, config: PipelineConfig, failure: Failure) -> None:
+        """``trial`` failed before it ran (``failure`` says why), costing nothing."""
         if self._recorded:
-            record.record_failed(trial, record.untimeable(self.budget.batches_per_epoch or 0))
+            record.record_failed(trial, failure)
         with record.quiet():
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self._told[config] = _Told(0.0, trial.number)
-        return True

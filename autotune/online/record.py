@@ -38,6 +38,9 @@ log = logging.getLogger("autotune.online.loader")
 
 DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
 STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
+# queued by an earlier run that ended before asking for it, in a space this run's is not
+# (sized by another machine, or by reads that waited there)
+OUTSIDE = Failure(FailureKind.INVALID_CONFIG, "queued by an earlier run, outside this run's space")
 
 
 def untimeable(batches_per_epoch: int) -> Failure:

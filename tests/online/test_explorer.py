@@ -430,3 +430,21 @@ def test_where_a_switch_waits_for_the_next_epoch_each_proposal_is_charged_a_whol
         explorer.measured(reading(following, rate_of(following)))
     assert len(proposals) == 3  # three epochs' time, an epoch each, however soon each read
     assert explorer.done and explorer.current == max([START, *proposals], key=rate_of)
+
+
+def test_a_point_an_earlier_run_queued_outside_this_run_s_space_is_failed_and_skipped(
+    recwarn,
+) -> None:
+    """An earlier run, whose reads waited, queued a setting of 64 workers and ended before
+    asking for it; this run's space stops at the CPUs."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    study = optuna.create_study(direction="maximize")
+    own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
+    wide = {**space.params_of(own), "num_workers": 64}  # type: ignore[arg-type]
+    study.enqueue_trial({**wide, "prefetch_factor": 2, "persistent_workers": True})
+    explorer = Explorer(space, own, share=1.0, batches_per_epoch=100_000, study=study)
+    assert explorer.current.num_workers <= FACTS.usable_cpus  # the queued point skipped
+    (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed.params["num_workers"] == 64
+    assert "outside this run's space" in failed.user_attrs[TrialKey.FAILURE]["message"]
+    assert not [w for w in recwarn if "Fixed parameter" in str(w.message)]
