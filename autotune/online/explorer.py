@@ -125,7 +125,7 @@ class Explorer:
         rank's share of it; workers beyond the CPUs where the ``first`` reading says reads
         wait), from the setting it read, each timed by ``window``'s rules; ``budget``: the
         explorer's own arguments (``share``, ...)."""
-        waits, cuda = reads_wait(first, facts), trains_on_cuda()
+        waits, cuda = reads_wait(first, facts, ranks), trains_on_cuda()
         space = online_space(facts, batch_size=batch_size, cuda=cuda, ranks=ranks, read_wait=waits)
         if waits is not None:
             log.info("autotune.DataLoader: %s", waits.note(max(1, facts.usable_cpus // ranks)))

@@ -7,8 +7,9 @@ search). On the run, the meter reads the loader's CPU over each timed span: its 
 processes', or without workers the training process's inside ``__next__``, where it reads its
 samples itself; against the wall time the loader had for them (each worker's share of the
 span, or the waits in ``__next__``). That counts only where the loop waits on the loader for
-at least ``DATA_BOUND`` of its time: workers ahead of the loop idle, and their idle time is
-not a read's.
+at least ``DATA_BOUND`` of its time (workers ahead of the loop idle, and their idle time is
+not a read's), and where the CPUs idle for a third of the timed time or more, as the CPU the
+process and its workers used says (workers waiting for a busy CPU take wall time too).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import psutil
 from autotune.machine import MachineFacts
 from autotune.online.meter import Reading
 from autotune.session import read_wait
-from autotune.session.read_wait import ReadWait
+from autotune.session.read_wait import WAITING, ReadWait
 
 DATA_BOUND = 0.2  # the share of the loop's time spent waiting on the loader, at least
 
@@ -42,10 +43,14 @@ class WorkersCpu:
             return None
 
 
-def reads_wait(reading: Reading, facts: MachineFacts) -> ReadWait | None:
+def reads_wait(reading: Reading, facts: MachineFacts, ranks: int = 1) -> ReadWait | None:
     """Where ``reading``'s loop waited on a loader whose samples took mostly wall time, not
-    CPU: how far ``num_workers`` goes beyond the CPUs (``ReadWait``); else None."""
-    if reading.data_wait < DATA_BOUND or not reading.sample_cpu_s:
+    CPU, while the CPUs (a rank's share) idled: how far ``num_workers`` goes beyond the CPUs
+    (``ReadWait``); else None. Workers that wait for a CPU (more processes than cores, or a
+    neighbour's job) also take wall time, not CPU, but leave no CPU idle."""
+    cpus = max(1, facts.usable_cpus // ranks)
+    busy = reading.cpu_s / (cpus * reading.seconds) if reading.seconds else 1.0
+    if reading.data_wait < DATA_BOUND or not reading.sample_cpu_s or busy * WAITING > 1:
         return None
     found = read_wait.of_sample(reading.sample_wall_s, reading.sample_cpu_s, facts, read_s=None)
     return found if found.waits else None

@@ -42,6 +42,7 @@ class Reading:
     # timed spans), or without workers the training process's inside __next__; 0: unread
     sample_wall_s: float = 0.0
     sample_cpu_s: float = 0.0
+    cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
 
 
 def counter(batch_size: int | None) -> Callable[[Any], int]:
@@ -89,6 +90,7 @@ class Meter:
         count: Callable[[Any], int] = samples_in,
         workers_cpu: Callable[[], float | None] = lambda: None,
         thread_cpu: Callable[[], float] = time.thread_time,
+        process_cpu: Callable[[], float] = time.process_time,
     ) -> None:
         self.settings = settings
         # an epoch's batches, where known: a sub-window is never longer than what an epoch
@@ -104,6 +106,7 @@ class Meter:
         self._window, self._clock, self._count = window, clock, count
         # the loader's CPU: its workers' so far (None: unread), or this thread's
         self._workers_cpu, self._thread_cpu = workers_cpu, thread_cpu
+        self._process_cpu, self._span_process_cpu, self._cpu_s = process_cpu, 0.0, 0.0
         self._loader = [0.0, 0.0, 0.0]  # wall, CPU and samples of the spans that read both
         self.tally = Tally()
         self.first_batch_s: float | None = None
@@ -141,6 +144,7 @@ class Meter:
         if not self.done and self._length and self._span_start is None and not self._warmup_left:
             self._span_start = now
             self._span_workers_cpu = self._workers_cpu() if self.settings.num_workers else None
+            self._span_process_cpu = self._process_cpu()
 
     def received(self, batch: Any) -> None:
         """The loop has the batch it asked for."""
@@ -224,13 +228,16 @@ class Meter:
 
     def _loader_read(self, seconds: float, samples: int, waited: float, cpu: float) -> None:
         """The span's loader wall and CPU: each worker's share of the span and their CPU,
-        or without workers the waits in __next__ and this thread's CPU there."""
+        or without workers the waits in __next__ and this thread's CPU there; and the CPU
+        this process and its workers used over it."""
         workers = self.settings.num_workers
+        self._cpu_s += self._process_cpu() - self._span_process_cpu
         if workers:
             before, after = self._span_workers_cpu, self._workers_cpu()
             if before is None or after is None:
                 return
             waited, cpu = workers * seconds, after - before
+            self._cpu_s += cpu
         wall, used, read = self._loader
         self._loader = [wall + waited, used + cpu, read + samples]
 
@@ -265,4 +272,5 @@ class Meter:
             seconds=tally.elapsed,
             sample_wall_s=self._loader[0] / max(self._loader[2], 1),
             sample_cpu_s=self._loader[1] / max(self._loader[2], 1),
+            cpu_s=self._cpu_s,
         )

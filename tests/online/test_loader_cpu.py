@@ -22,24 +22,33 @@ FACTS = dataclasses.replace(detect(want_cuda=False), usable_cpus=2)
 START = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
 
 
-def reading(data_wait: float, wall_s: float, cpu_s: float) -> Reading:
-    return Reading(START, 100.0, 0.02, data_wait, 0.0, 10, 1.0, wall_s, cpu_s)
+def reading(data_wait: float, wall_s: float, cpu_s: float, used_s: float = 0.5) -> Reading:
+    """1 s timed; ``used_s``: the CPU seconds the process and its workers used in it."""
+    return Reading(START, 100.0, 0.02, data_wait, 0.0, 10, 1.0, wall_s, cpu_s, used_s)
 
 
 @pytest.mark.parametrize(
-    ("data_wait", "wall_s", "cpu_s", "workers"),
+    ("data_wait", "wall_s", "cpu_s", "used_s", "workers"),
     [
-        (0.8, 0.040, 0.004, 32),  # waits: 2 CPUs x 10 = 20, a power of 2 up
-        (0.8, 0.005, 0.004, None),  # the sample is CPU work: a worker per CPU does it
-        (DATA_BOUND / 2, 0.040, 0.004, None),  # the loop hardly waits: nothing to win
-        (0.8, 0.040, 0.0, None),  # the loader's CPU was not read
+        (0.8, 0.040, 0.004, 0.5, 32),  # waits: 2 CPUs x 10 = 20, a power of 2 up
+        (0.8, 0.005, 0.004, 0.5, None),  # the sample is CPU work: a worker per CPU does it
+        (DATA_BOUND / 2, 0.040, 0.004, 0.5, None),  # the loop hardly waits: nothing to win
+        (0.8, 0.040, 0.0, 0.5, None),  # the loader's CPU was not read
+        (0.8, 0.040, 0.004, 1.9, None),  # its workers wait for the 2 busy CPUs, not reads
     ],
 )
 def test_reads_wait_where_the_loop_waits_on_samples_that_take_wall_not_cpu(
-    data_wait, wall_s, cpu_s, workers
+    data_wait, wall_s, cpu_s, used_s, workers
 ) -> None:
-    found = reads_wait(reading(data_wait, wall_s, cpu_s), FACTS)
+    found = reads_wait(reading(data_wait, wall_s, cpu_s, used_s), FACTS)
     assert (found.workers if found else None) == workers
+
+
+def test_a_rank_s_cpus_are_its_share_of_the_machine_s() -> None:
+    # 0.9 CPU seconds a second: half of the 2 CPUs idle, but none of a rank's one of two
+    waiting = reading(0.8, 0.040, 0.004, used_s=0.9)
+    assert reads_wait(waiting, FACTS) is not None
+    assert reads_wait(waiting, FACTS, ranks=2) is None
 
 
 def test_where_reads_wait_the_space_and_its_priors_go_beyond_the_cpus() -> None:

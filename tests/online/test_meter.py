@@ -168,10 +168,10 @@ def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) 
     settings = PipelineConfig(
         decoder=AS_IS, num_workers=workers, prefetch_factor=1 if workers else None
     )
-    cpu = {"thread": 0.0, "workers": 0.0}
+    cpu = {"thread": 0.0, "workers": 0.0, "process": 0.0}
     meter = Meter(
-        settings, WINDOW, after_switch=False,
-        thread_cpu=lambda: cpu["thread"], workers_cpu=lambda: cpu["workers"],
+        settings, WINDOW, after_switch=False, thread_cpu=lambda: cpu["thread"],
+        workers_cpu=lambda: cpu["workers"], process_cpu=lambda: cpu["process"],
     )  # fmt: skip
     loop = Loop(meter)
     while not meter.done:
@@ -181,6 +181,7 @@ def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) 
         cpu["workers"] += 0.05
         meter.received(BATCH)
         loop.now += 0.1
+        cpu["process"] += 0.08 + (0.02 if not workers else 0.0)  # the step, and the reads
     reading = meter.reading()
     if workers:  # each worker had the whole span: 2 x 0.2 s for 4 samples
         assert reading.sample_wall_s == pytest.approx(2 * 0.2 / 4)
@@ -188,6 +189,9 @@ def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) 
     else:  # the waits inside __next__, and the CPU there
         assert reading.sample_wall_s == pytest.approx(0.1 / 4)
         assert reading.sample_cpu_s == pytest.approx(0.02 / 4)
+    # this process's and its workers' CPU over the timed spans, a batch each 0.2 s
+    per_batch = 0.08 + (0.05 if workers else 0.02)
+    assert reading.cpu_s == pytest.approx(per_batch * reading.batches)
 
 
 def test_workers_whose_cpu_cannot_be_read_leave_the_loader_unread() -> None:
