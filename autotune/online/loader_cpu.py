@@ -14,6 +14,8 @@ process and its workers used says (workers waiting for a busy CPU take wall time
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -28,10 +30,20 @@ DATA_BOUND = 0.2  # the share of the loop's time spent waiting on the loader, at
 
 class WorkersCpu:
     """The CPU seconds used so far by the workers of the inner iterator being read (None:
-    no workers, or one that cannot be read, such as one that has just died)."""
+    no workers, or one that cannot be read, such as one that has just died). It holds the
+    iterator weakly: a loop that leaves an epoch early drops it, and torch then shuts its
+    workers down, as it would without this."""
 
     def __init__(self) -> None:
-        self.iterator: Any = None
+        self._iterator: Callable[[], Any] = lambda: None
+
+    @property
+    def iterator(self) -> Any:
+        return self._iterator()
+
+    @iterator.setter
+    def iterator(self, iterator: Any) -> None:
+        self._iterator = weakref.ref(iterator)
 
     def __call__(self) -> float | None:
         workers = getattr(self.iterator, "_workers", None)

@@ -4,6 +4,7 @@ CPU on the run, and how far that takes the workers the run explores."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 
 import pytest
@@ -84,11 +85,14 @@ def test_workers_cpu_reads_the_workers_of_the_iterator_being_read() -> None:
     loader = torch.utils.data.DataLoader(Waits(), batch_size=4, num_workers=2)
     clock = WorkersCpu()
     assert clock() is None  # nothing read yet
-    clock.iterator = iter(loader)
-    next(clock.iterator)
+    clock.iterator = iterator = iter(loader)
+    next(iterator)
     used = clock()
     assert used is not None and used >= 0.0
-    del clock.iterator
+    workers = iterator._workers
+    del iterator  # the loop left its epoch: torch shuts the workers down, as without this
+    gc.collect()
+    assert clock() is None and not any(w.is_alive() for w in workers)
 
 
 @pytest.mark.slow  # a few settings of real workers over sleeping reads: seconds
