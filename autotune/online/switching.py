@@ -82,7 +82,7 @@ class EpochPass:
         self._fallback: PipelineConfig | None = None  # what worked before the last switch
         self._falling_back = False
         self._switched = False  # a switch whose first batch is still to come
-        self._delivered = 0  # batches the loop received this epoch (a stream's length)
+        self._delivered = 0  # batches the loop received this epoch
 
     def __iter__(self) -> EpochPass:
         return self
@@ -93,7 +93,7 @@ class EpochPass:
     def __next__(self) -> Any:
         loader = self._loader
         if loader.switches_mid_epoch:
-            loader.before_batch(self._batches.count)  # type: ignore[union-attr]
+            loader.before_batch(self._delivered)
             requested = loader.take_request()
             if requested is not None and requested != loader.settings:
                 self._next = requested
@@ -136,10 +136,11 @@ class EpochPass:
             self._it = None
             loader.release()  # where they were a kept loader's persistent workers
         if settings != loader.settings:
-            at = self._batches.count if self._batches is not None else 0
             took = time.perf_counter() - start
             self._fallback = None if self._falling_back else loader.settings
-            loader.switched(Switch(self._index, at, settings, took, self._falling_back))
+            loader.switched(
+                Switch(self._index, self._delivered, settings, took, self._falling_back)
+            )
             self._falling_back = False
             self._switched = True
         self._it = loader.inner(settings, self._batches)
@@ -149,8 +150,7 @@ class EpochPass:
         the failure is the loader's own and the epoch can go on from where it stands; else
         the failure is raised, as torch's loader raises it."""
         loader, fallback = self._loader, self._fallback
-        delivered = self._batches.count if self._batches is not None else 0
-        restartable = loader.switches_mid_epoch or delivered == 0
+        restartable = loader.switches_mid_epoch or self._delivered == 0
         if fallback is None or not restartable or not _loader_failure(exc):
             raise exc
         why = first_line(exc)

@@ -258,6 +258,32 @@ def test_a_switch_whose_workers_crash_falls_back_and_loses_nothing(caplog) -> No
     assert loader.settings.num_workers == 1
 
 
+class StreamDiesMidPassUnderThreeWorkers(IterableDataset):
+    """Stream's items; with three workers, one really dies (SIGKILL) after its first items."""
+
+    def __iter__(self) -> Iterator[int]:
+        info = get_worker_info()
+        share, of = (info.id, info.num_workers) if info else (0, 1)
+        for count, item in enumerate(range(share, N, of)):
+            if of == 3 and share == 1 and count == 6:
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield item
+
+
+@pytest.mark.slow  # a worker really killed; the others collected as torch collects them
+def test_a_stream_s_workers_dying_mid_pass_raise_as_torch_s_would_never_repeating_items() -> None:
+    # the switch came at the epoch's start; a stream read again from its start would repeat
+    # what the loop already has, so past the first batch there is nothing to fall back to
+    loader = Manual(StreamDiesMidPassUnderThreeWorkers(), batch_size=2)
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))
+    loader.switch(settings(3))
+    seen: list[int] = []
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        for batch in loader:
+            seen += batch.tolist()
+    assert seen and len(seen) == len(set(seen))  # what it delivered, each item once
+
+
 @pytest.mark.slow  # torch's workers then take 5 s to be collected, as with torch's own loader
 def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
     class Broken(Indices):
