@@ -78,8 +78,11 @@ def priors(
             start, num_workers=count, prefetch_factor=2, persistent_workers=True, main_threads=1
         )
 
-    beyond = [guides(n) for n in sorted(workers, reverse=True) if n > cpus]
-    found = [guides(cpus), *[g for g in beyond if fits(g)][:1]]
+    beyond = (guides(n) for n in sorted(workers, reverse=True) if n > cpus)
+    found = [guides(cpus)]
+    most = next((g for g in beyond if fits(g)), None)  # the first an epoch can time
+    if most is not None:
+        found.append(most)
     params = [space.params_of(g) for g in found if g.num_workers and g != start]
     return [p for p in params if p is not None]
 

@@ -89,14 +89,14 @@ def measure(source: Source, recipe: Recipe, facts: MachineFacts) -> ReadWait:
 def of_sample(
     wall_s: float, cpu_s: float, facts: MachineFacts, *, read_s: float | None, busy: float = 1.0
 ) -> ReadWait:
-    """What a sample's ``wall_s`` and ``cpu_s`` in a worker ask of the workers: the usable
+    """What a sample's ``wall_s`` and ``cpu_s`` (> 0) in a worker ask of the workers: the usable
     CPUs where reads do not wait, else ``CPUs x wall / CPU`` (a power of 2, stable on resume),
     as far as memory and open files allow."""
     cpus = facts.usable_cpus
     at_cpus = ReadWait(wall_s, cpu_s, read_s, cpus, busy=busy)
     if not at_cpus.waits:
         return at_cpus
-    wanted = 2 ** math.ceil(math.log2(cpus * wall_s / (max(cpu_s, 1e-6) * busy)))
+    wanted = 2 ** math.ceil(math.log2(cpus * wall_s / (cpu_s * busy)))
     most, binding = _worker_limit(facts)
     workers = max(cpus, min(wanted, most))
     return ReadWait(wall_s, cpu_s, read_s, workers, binding if most < wanted else "", busy)
