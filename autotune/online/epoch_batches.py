@@ -46,7 +46,6 @@ class EpochBatches:
         self._draws = iter(index_sampler)
         self._pending: deque[Any] = deque()  # handed to the running loader, not delivered
         self._again: deque[Any] = deque()  # handed to a loader since shut down: next first
-        self.count = 0  # delivered to the loop this epoch
 
     def handed(self) -> Iterator[Any]:
         """What a loader's sampler yields: the batches taken back first, then new draws."""
@@ -61,7 +60,6 @@ class EpochBatches:
     def delivered(self) -> None:
         """The loop received the oldest batch handed out."""
         self._pending.popleft()
-        self.count += 1
 
     def take_back(self) -> None:
         """The running loader is shut down: what it was handed and did not deliver goes to

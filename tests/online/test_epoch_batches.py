@@ -35,4 +35,4 @@ def test_draws_as_loaders_ask_and_hands_back_in_the_order_drawn() -> None:
         epoch.delivered()
     assert (first, second, rest) == ([0, 1, 2, 3], [1, 2], [2, 3, 4, 5, 6, 7, 8, 9])
     assert sampler.drawn == 10  # each drawn once
-    assert epoch.count == 10 and epoch.outstanding == 0
+    assert epoch.outstanding == 0
