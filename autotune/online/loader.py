@@ -143,7 +143,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if earlier is not None:  # explored again only where its rate moves during the run
             self._start_at(earlier, self._share)
             self._watch = DriftWatch() if self._share else None
-            log.info("autotune.DataLoader: %s, as kept by an earlier run", earlier.short())
+            log.info("autotune.DataLoader: %s, as %s", self._settings.short(), self._job.origin)
         if self._job.deferred:  # the note's: checked against the storage when the run ends
             self._check_at_end = Finalize(self, self._job.check_deferred, exitpriority=0)
 

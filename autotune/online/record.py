@@ -13,12 +13,10 @@ run goes on unrecorded.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import optuna
 import torch
@@ -28,9 +26,10 @@ from autotune.machine import MachineFacts
 from autotune.online import note
 from autotune.online.meter import Reading
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.loader_job import LoaderJob
 from autotune.runtime.failures import Failure, FailureKind, first_line
+from autotune.tuner import online_start, store
 from autotune.tuner import storage as study_storage
-from autotune.tuner import store
 from autotune.tuner.lease import is_gone, this_process
 from autotune.tuner.store import StudyKey, TrialKey
 
@@ -47,11 +46,6 @@ def untimeable(batches_per_epoch: int) -> Failure:
     """A setting a whole epoch could not time."""
     why = f"its warm-up and one sub-window are longer than an epoch of {batches_per_epoch} batches"
     return Failure(FailureKind.INVALID_CONFIG, f"could not be timed on this run: {why}")
-
-
-def _name(obj: Any) -> str:
-    kind = obj if isinstance(obj, type) else type(obj)
-    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 @contextlib.contextmanager
@@ -71,24 +65,7 @@ def job_fingerprint(
 ) -> str:
     """What the loader's settings are tuned for, hashed: the same job on the same machine
     (of ``ranks`` ranks, each with its loader)."""
-    try:
-        length: int | None = len(loader.dataset)  # type: ignore[arg-type]
-    except TypeError:
-        length = None
-    job = {
-        "machine": [facts.usable_cpus, facts.logical_cpus, facts.memory_total_bytes],
-        "gpu": facts.gpu.name if facts.gpu else None,
-        "cuda": torch.cuda.is_available(),
-        "dataset": [_name(loader.dataset), length],
-        "batch_size": loader.batch_size,
-        "sampler": _name(loader.sampler if loader.batch_sampler is None else loader.batch_sampler),
-        "collate": getattr(loader.collate_fn, "__qualname__", _name(loader.collate_fn)),
-        "drop_last": loader.drop_last,
-        "in_order": getattr(loader, "in_order", True),
-    }
-    if ranks > 1:  # one rank's loader alone is the job it always was
-        job["ranks"] = ranks
-    return hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
+    return LoaderJob.of(loader).fingerprint(facts, torch.cuda.is_available(), ranks)
 
 
 def study_name(loader: torch.utils.data.DataLoader, fingerprint: str) -> str:
@@ -113,6 +90,7 @@ class JobRecord:
         self.study: optuna.Study | None = None
         self.deferred = False  # a note said where to start: the study is not open yet
         self._noted: PipelineConfig | None = None
+        self.origin = "kept by an earlier run"  # where the setting the run starts at is from
 
     @classmethod
     def of(
@@ -151,6 +129,9 @@ class JobRecord:
     def _open(self) -> PipelineConfig | None:
         self.study = open_record(*self.job, self._sampler)
         earlier = kept(self.study)
+        if earlier is None and self.study is not None:
+            study, earlier = offline_pick(self.job)
+            self.origin = f"the offline study {study} picked"
         if earlier is not None:
             self.note_kept(earlier)
         elif self.study is not None:
@@ -191,6 +172,16 @@ def kept(study: optuna.Study | None) -> PipelineConfig | None:
         return None
     found = store.study_attr(study, StudyKey.ONLINE_KEPT)
     return PipelineConfig.from_dict(found) if found else None
+
+
+def offline_pick(job: Job) -> tuple[str, PipelineConfig | None]:
+    """The pick an offline study in the job's storage made for this loader (the newest), and
+    the study's name, where no run of the job kept one (``tuner.online_start``)."""
+    try:
+        return online_start.offered(job.storage, job.fingerprint) or ("", None)
+    except Exception as exc:  # noqa: BLE001 - the training goes on, from its own settings
+        not_recorded(job.storage, exc)
+        return "", None
 
 
 def record_asked(trial: optuna.Trial) -> None:

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.utils import get_method, get_object, instantiate
-from torch.utils.data import Dataset, IterableDataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
 
 from autotune.errors import UsageError, imported, one_line
 from autotune.pipeline import streams
+from autotune.pipeline.loader_job import LoaderJob
 from autotune.pipeline.sources import Source
 
 
@@ -49,6 +50,9 @@ class UserData:
     # what each process reading it holds besides a batch (a shuffle buffer): the Dataset's
     # ``buffer_bytes()``, where it says
     buffer_bytes: int = 0
+    # the loader a user builds over it, ``DataLoader(dataset, shuffle=True, **loader_kwargs)``
+    # (a DataModule's: its ``train_dataloader()``), its batch size aside
+    loader_job: LoaderJob | None = field(default=None, compare=False)
 
     def __len__(self) -> int:
         return self.length
@@ -137,19 +141,11 @@ class UserData:
         else:
             data = cls(target, dict(kwargs), collate_fn)
         built = data.build()
-        batch_size = None
         if is_datamodule(built):
-            built.prepare_data()  # once, here: downloads and the like, as Lightning does
-            built.setup("fit")
-            loader = built.train_dataloader()
-            if loader.batch_size is None:
-                raise UsageError(
-                    f"{where}: its train_dataloader() has no batch_size (a batch_sampler, or "
-                    "batches made by the Dataset): give the DataLoader a batch_size to tune"
-                )
+            loader = _train_loader(where, built)
             built, collate, batch_size = loader.dataset, loader.collate_fn, loader.batch_size
         else:
-            collate = data.collate()
+            collate, loader, batch_size = data.collate(), None, None
         dataset = built
         iterable = isinstance(dataset, IterableDataset)
         if not iterable and not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
@@ -162,6 +158,8 @@ class UserData:
         if length < 2:
             raise UsageError(f"{where} has {length} samples: it needs 2+")
         batch = _check_batches(data, collate, _first_two(where, dataset, iterable))
+        if loader is None:  # the loader a user builds over it: made, never iterated
+            loader = DataLoader(dataset, shuffle=not iterable, collate_fn=collate)
         classes = tuple(str(c) for c in getattr(dataset, "classes", ()) or ())
         held = getattr(dataset, "buffer_bytes", None)
         checked = cls(
@@ -173,8 +171,22 @@ class UserData:
             iterable,
             batch_size=batch_size,
             buffer_bytes=int(held()) if callable(held) else 0,
+            loader_job=LoaderJob.of(loader),
         )
         return dataclasses.replace(checked, instance=instance), batch
+
+
+def _train_loader(where: str, module: Any) -> DataLoader:
+    """A DataModule's ``train_dataloader()``, prepared and set up as Lightning does."""
+    module.prepare_data()  # once, here: downloads and the like
+    module.setup("fit")
+    loader = module.train_dataloader()
+    if loader.batch_size is None:
+        raise UsageError(
+            f"{where}: its train_dataloader() has no batch_size (a batch_sampler, or "
+            "batches made by the Dataset): give the DataLoader a batch_size to tune"
+        )
+    return loader
 
 
 def _first_two(where: str, dataset: Dataset, iterable: bool) -> list[Any]:

@@ -89,10 +89,10 @@ class StudyKey:
     VERIFY = "verify"  # mode=verify's verdict per claim (optuna-dashboard shows it)
     TIME_SPLIT = "time_split_s"  # the last run's seconds per phase (result.STUDY_PHASES)
     MODEL_ERROR = "rate_model_error"  # rate_model.ModelError: how far its predictions missed
-    # autotune.DataLoader's study: the setting it kept (PipelineConfig.to_dict()), where the
-    # next run of the job starts, and its samples/s measured on the run
+    # autotune.DataLoader's: the setting kept (where the job's next run starts), its samples/s
     ONLINE_KEPT = "online_kept"
     ONLINE_KEPT_RATE = "online_kept_samples_per_s"
+    ONLINE_START = "online_start"  # an offline study's as-is pick, for that loader's runs
 
 
 BASELINE = "baseline"
@@ -122,10 +122,10 @@ def study_attr(study: optuna.Study, key: str, default: Any = None) -> Any:
     return study.user_attrs.get(key, default)
 
 
-def studies_of_job(storage: str, job: str) -> list[str]:
-    """The names of the studies in ``storage`` whose ``StudyKey.JOB`` is ``job``."""
+def attr_of_studies(storage: str, key: str) -> list[tuple[str, Any]]:
+    """Each study in ``storage`` that has attribute ``key``: its name, and the value."""
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
-    return [s.study_name for s in summaries if s.user_attrs.get(StudyKey.JOB) == job]
+    return [(s.study_name, s.user_attrs[key]) for s in summaries if key in s.user_attrs]
 
 
 def study_attrs(study: optuna.Study) -> dict[str, Any]:

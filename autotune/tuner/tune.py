@@ -20,7 +20,7 @@ from autotune.runtime.stop import stoppable
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import hosts, racing, rate_model, storage, store, warm_start
+from autotune.tuner import hosts, online_start, racing, rate_model, storage, store, warm_start
 from autotune.tuner.confirm import Finalist, confirm, finalists, from_search
 from autotune.tuner.lease import Leases
 from autotune.tuner.metrics import Confirmed, feasible_complete, pick_each_way, run_to_run
@@ -275,6 +275,8 @@ def _result(
     )
     if confirmed:  # what report.md is rebuilt from (mode=report): the storage alone
         result.save(study)
+    if as_is_winner is not None:  # where autotune.DataLoader over the same loader starts
+        online_start.offer(session, study, as_is_winner.config)
     return result
 
 

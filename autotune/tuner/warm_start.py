@@ -49,8 +49,8 @@ def earlier_picks(session: Session, study_name: str) -> list[EarlierPick]:
     storage lists the studies."""
     storage = session.conf.study.storage
     picks: list[EarlierPick] = []
-    for name in store.studies_of_job(storage, session.job_fingerprint):
-        if name == study_name:
+    for name, job in store.attr_of_studies(storage, StudyKey.JOB):
+        if job != session.job_fingerprint or name == study_name:
             continue
         earlier = optuna.load_study(study_name=name, storage=storage)
         machine = MachineSection.from_dict(store.study_attr(earlier, StudyKey.MACHINE))

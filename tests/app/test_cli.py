@@ -364,6 +364,40 @@ def test_build_loader_trains_two_steps_from_an_exported_best_yaml(quick_study):
     assert torch.utils.data.DataLoader(range(16), **kwargs).batch_size == kwargs["batch_size"]
 
 
+@pytest.mark.slow
+def test_autotune_dataloader_starts_at_the_study_s_pick_for_the_pipeline_as_it_is(
+    quick_study, tmp_path, caplog
+):
+    import logging
+
+    from torchvision.datasets import ImageFolder
+    from torchvision.transforms import v2
+
+    import autotune
+    from autotune.pipeline.sources import synthetic
+
+    cwd = tmp_path / "cwd"
+    shutil.copytree(quick_study[0], cwd)  # the run adds a study of its own to the storage
+    best = cwd / "studies" / "synthetic-tiny" / "best.yaml"
+    pick = yaml.safe_load(best.read_text())["loader_kwargs"]["loader"]
+    root = synthetic(count=48, num_classes=3).root  # the quick study's dataset (cached)
+    dataset = ImageFolder(str(root), transform=v2.Compose([v2.ToImage(), v2.Resize((32, 32))]))
+    # the user's own workers other than the pick's: where the run starts shows
+    own = 1 if pick["num_workers"] != 1 else 0
+    storage = f"sqlite:///{cwd}/studies/autotune.db"
+    threads = torch.get_num_threads()
+    try:
+        loader = autotune.DataLoader(
+            dataset, batch_size=pick["batch_size"], shuffle=True, num_workers=own, storage=storage
+        )
+        with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+            assert sum(len(labels) for _, labels in loader) == 48
+    finally:
+        torch.set_num_threads(threads)  # the pick's main_threads, set by the loader
+    assert loader.settings.num_workers == pick["num_workers"] and loader.switches == []
+    assert "as the offline study synthetic-tiny picked" in caplog.text
+
+
 PROGRESS_LINE = re.compile(r"\[ ?(\d+)/(\d+)\] trial \d+ +w\d")
 
 

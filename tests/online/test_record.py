@@ -4,6 +4,7 @@ run stops while measuring (the loop left, Ctrl-C) or is killed outright."""
 from __future__ import annotations
 
 import gc
+import logging
 import signal
 import subprocess
 import sys
@@ -15,12 +16,14 @@ from helpers import BRIEF_WINDOW
 from optuna.trial import TrialState
 
 import autotune
+from autotune.machine import detect
 from autotune.online import note, record
 from autotune.online.explorer import sampler
+from autotune.pipeline.config import PipelineConfig
 from autotune.report import markdown
 from autotune.runtime.failures import FailureKind
 from autotune.tuner import store
-from autotune.tuner.store import TrialKey
+from autotune.tuner.store import StudyKey, TrialKey
 
 # each runs a real loop into a real study, one kills a process: seconds each
 pytestmark = pytest.mark.slow
@@ -95,3 +98,40 @@ def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
     assert "stopped before naming a best config" not in text
     # and noted on this host, where the next run starts before its first batch
     assert loader._job is not None and note.read(*loader._job.job) == kept
+
+
+def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_loader(
+    tmp_path, caplog
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+
+    def loader() -> autotune.DataLoader:
+        return autotune.DataLoader(DATA, batch_size=4, storage=storage)  # its own: w0
+
+    facts = detect(want_cuda=torch.cuda.is_available())
+    job = record.job_fingerprint(loader(), facts)
+    pick = PipelineConfig(  # the pipeline as it is, of the loader's batch size
+        decoder="as_is", batch_size=4, num_workers=1, prefetch_factor=3, persistent_workers=True
+    )
+    for name, offered_job, settings, at in (
+        ("older", job, PipelineConfig(num_workers=2), "2026-12-01T10:00:00+00:00"),
+        ("newer", job, pick, "2026-12-02T10:00:00+00:00"),
+        ("another loader's", "xyz", PipelineConfig(num_workers=3), "2026-12-03T10:00:00+00:00"),
+    ):
+        study = optuna.create_study(storage=storage, study_name=name)
+        offered = {"job": offered_job, "settings": settings.to_dict(), "at": at}
+        store.set_study_attr(study, StudyKey.ONLINE_START, offered)
+    first = loader()
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        assert sorted(i for (batch,) in first for i in batch.tolist()) == list(range(64))
+    starts_at = first.settings
+    assert starts_at.num_workers == 1 and starts_at.prefetch_factor == 3
+    assert starts_at.persistent_workers
+    assert first.switches == [] and first.explorer is None  # it explores nothing
+    assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
+    # the run's own study records no trial; the pick is noted where the next run starts
+    assert not optuna.load_study(study_name=first._job.job.name, storage=storage).trials
+    assert note.read(*first._job.job) == pick
+    second = loader()
+    sum(1 for _ in second)
+    assert second.settings == starts_at and second._job.study is None  # from the note
