@@ -25,7 +25,7 @@ SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this s
 def shares(tune: bool | float) -> tuple[float, float]:
     """What ``tune=`` gives the budget: (``share``, ``run_share``); nothing (0.0, 0.0) where
     it is False or the environment says ``AUTOTUNE=off``."""
-    if not isinstance(tune, (bool, int, float)) or tune < 0:
+    if not isinstance(tune, (bool, int, float)) or not tune >= 0:  # nan too
         raise ValueError(f"tune must be True, False or a share >= 0, got {tune!r}")
     if os.environ.get("AUTOTUNE", "").strip().lower() in ("off", "0", "false"):
         return 0.0, 0.0

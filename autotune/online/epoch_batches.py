@@ -38,6 +38,15 @@ from autotune.pipeline.config import LOADER_KEYS, SWITCHABLE, PipelineConfig
 SWITCHED_LOADER_KEYS = tuple(k for k in SWITCHABLE if k in LOADER_KEYS)
 
 
+def sized(loader: torch.utils.data.DataLoader) -> int | None:
+    """``len(loader)``; None where its sampler has no length (torch's loader raises only
+    where ``len()`` is asked)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
 class EpochBatches:
     """The batches (or, without automatic batching, the indices) of one epoch, in the order
     the user's sampler yields them, drawn as loaders ask for them."""
@@ -111,7 +120,7 @@ class InnerLoader:
         workers = settings.num_workers
         kwargs: dict[str, Any] = dict(
             collate_fn=outer.collate_fn,
-            timeout=outer.timeout,
+            timeout=outer.timeout if workers else 0,  # torch refuses one without workers
             worker_init_fn=outer.worker_init_fn,
             multiprocessing_context=outer.multiprocessing_context if workers else None,
             # its own generator: the user's is drawn as torch's loader draws it, and no more

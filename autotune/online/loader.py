@@ -28,7 +28,7 @@ from autotune.machine import MachineFacts, detect
 from autotune.online import record
 from autotune.online.budget import setting_cap, shares
 from autotune.online.drift import DriftWatch
-from autotune.online.epoch_batches import EpochBatches, InnerLoaders
+from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer, sampler
 from autotune.online.meter import Meter, Reading, counter
 from autotune.online.ranks import Decision, Ranks
@@ -84,8 +84,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self._inner = InnerLoaders()  # torch's loaders, reading with one setting each
         self.switches: list[Switch] = []
         self._window = window or WindowConfig()
-        # batches an epoch: a stream's once its first epoch ends (the last epoch's since)
-        self._epoch_length: int | None = None if self._is_stream else len(self)
+        # batches an epoch; a stream's (or a sampler's with no len) once an epoch has ended
+        self._epoch_length = None if self._is_stream else sized(self)
+        self._unsized, self._in_epoch = self._epoch_length is None, False
         self.meter = self._new_meter(self._settings, after_switch=False)  # on the loop
         self.readings: list[Reading] = []  # each setting's rate on this run, as measured
 
@@ -100,8 +101,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._requested = self._settings.switched_to(settings)
 
     def take_request(self) -> PipelineConfig | None:
-        """The switch asked for and not made yet, handed to the pass that makes it (with
-        several ranks, the one they agreed on)."""
+        """The switch asked for, handed to the pass that makes it (ranks': the one agreed)."""
         if self._ranks is not None:
             return self._ranks.take_agreed()
         requested, self._requested = self._requested, None
@@ -115,6 +115,9 @@ class DataLoader(torch.utils.data.DataLoader):
         return not self._is_stream and self.in_order
 
     def __iter__(self) -> EpochPass:  # type: ignore[override]
+        if self._in_epoch:  # the loop left the last epoch early: its time since is not timed
+            self.meter.epoch_left()
+        self._in_epoch = True
         if self._record_at is not None:
             self._start(*self._record_at)
         elif self._ranks is not None and self._ranks.syncing:  # an epoch's start: agreed
@@ -130,8 +133,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if ranks is None or ranks.leader:
             self._resume(storage, name, ranks.world if ranks else 1)
         if ranks is not None:
-            batches = None if self._is_stream else len(self)
-            start = ranks.start(batches, lambda: Decision(self._settings, self._share))
+            start = ranks.start(self._epoch_length, lambda: Decision(self._settings, self._share))
             if not ranks.leader:
                 self._start_at(start.settings or self._settings, start.share)
 
@@ -164,18 +166,17 @@ class DataLoader(torch.utils.data.DataLoader):
         return Decision(requested, self._share)
 
     def _draw_epoch(self) -> EpochBatches | None:
-        """As torch's iterator does: its workers' base seed from ``generator`` (once in the
-        loader's life where the user's workers persist), then the sampler's order."""
-        persistent = self.persistent_workers and self.num_workers > 0
-        if not (persistent and self.epochs):
+        """As torch's iterator does: the sampler's iterator, then its workers' base seed
+        from ``generator`` (once in the loader's life where the user's workers persist)."""
+        batches = None if self._is_stream else EpochBatches(self._index_sampler)
+        if not (self.persistent_workers and self.num_workers > 0 and self.epochs):
             draw = torch.empty((), dtype=torch.int64).random_(generator=self.generator)
             self._base_seed = int(draw.item())
         self.epochs += 1
-        return None if self._is_stream else EpochBatches(self._index_sampler)
+        return batches
 
     def switched(self, switch: Switch) -> None:
-        """A pass switched: the batches are read with ``switch.settings`` from here, timed
-        afresh."""
+        """A pass switched: read with ``switch.settings`` from here, timed afresh."""
         self.switches.append(switch)
         self._settings = switch.settings
         self._measure(switch.settings, after_switch=True)
@@ -193,13 +194,11 @@ class DataLoader(torch.utils.data.DataLoader):
 
     @property
     def explorer(self) -> Explorer | None:
-        """What was explored so far (None before the first setting is measured, or with
-        ``tune=False``)."""
+        """What was explored (None before the first setting is measured; ``tune=False``)."""
         return self._explorer
 
     def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
-        """Keeps what the last meter timed (a settled reading goes to the explorer); a new
-        meter measures ``settings`` from here."""
+        """Keeps the last meter's reading (to the explorer where settled); times ``settings``."""
         meter = self.meter
         if meter.tally.spans:
             self.readings.append(meter.reading())
@@ -217,7 +216,7 @@ class DataLoader(torch.utils.data.DataLoader):
         return Meter(
             settings, self._window, after_switch=after_switch, cap_s=cap_s,
             epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch,
-            count=counter(self.batch_size if self._auto_collation else None),
+            count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,
         )  # fmt: skip
 
@@ -282,7 +281,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def epoch_ended(self, delivered: int) -> None:
         """Between epochs (``delivered`` batches): the setting kept noted; a setting no whole
         epoch could time is failed; where the budget has grown, the next setting proposed."""
-        if self._is_stream:
+        self._in_epoch = False
+        if self._unsized:
             self._epoch_length = delivered
         if self.meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()

@@ -45,17 +45,18 @@ class Reading:
     cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
 
 
-def counter(batch_size: int | None) -> Callable[[Any], int]:
-    """Samples in a batch the loop receives: one without automatic batching (``None``); the
-    batch size where the batch is of a shape the count cannot read (the training goes on)."""
+def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
+    """Samples in a batch the loop receives: one without automatic batching; the batch size
+    where the batch is of a shape the count cannot read (the training goes on; a
+    ``batch_sampler``'s batches have no size given: one)."""
 
     def count(batch: Any) -> int:
-        if batch_size is None:
+        if not batched:
             return 1
         try:
             return samples_in(batch)
         except ValueError:
-            return batch_size
+            return batch_size or 1
 
     return count
 
@@ -173,6 +174,11 @@ class Meter:
         if self._epochs_ended and not closed and not self.done:  # a whole epoch, no span
             self.untimeable = True
         self._epochs_ended, self._spans_then = self._epochs_ended + 1, len(self.tally.spans)
+        self._restart_warmup()
+
+    def epoch_left(self) -> None:
+        """The loop left its epoch early (a ``break``): what it did since is not the loader's;
+        warm up again (an epoch that did not end counts for no setting's timing)."""
         self._restart_warmup()
 
     def cut(self) -> bool:

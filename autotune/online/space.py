@@ -73,10 +73,13 @@ def priors(
     workers = space.choices("num_workers") or [0]
     cpus = min(max(workers), max(space.choices("main_threads") or workers))  # a rank's CPUs
 
+    pin = start.pin_memory and bool(space.choices("pin_memory"))  # not where nothing is pinned
+
     def guides(count: int) -> PipelineConfig:
         return dataclasses.replace(
-            start, num_workers=count, prefetch_factor=2, persistent_workers=True, main_threads=1
-        )
+            start, num_workers=count, prefetch_factor=2, persistent_workers=True, main_threads=1,
+            pin_memory=pin,
+        )  # fmt: skip
 
     beyond = (guides(n) for n in sorted(workers, reverse=True) if n > cpus)
     found = [guides(cpus)]

@@ -83,6 +83,7 @@ class EpochPass:
         self._falling_back = False
         self._switched = False  # a switch whose first batch is still to come
         self._delivered = 0  # batches the loop received this epoch
+        self._ended = False  # StopIteration raised: the epoch's end is not ended again
 
     def __iter__(self) -> EpochPass:
         return self
@@ -92,6 +93,8 @@ class EpochPass:
 
     def __next__(self) -> Any:
         loader = self._loader
+        if self._ended:
+            raise StopIteration
         if loader.switches_mid_epoch:
             loader.before_batch(self._delivered)
             requested = loader.take_request()
@@ -101,15 +104,20 @@ class EpochPass:
             try:
                 if self._it is None or self._next is not None:
                     self._open()
+            except Exception as exc:
+                self._recover(exc)
+                continue
+            try:
                 loader.meter.requested()
                 batch = next(self._it)
                 break
             except StopIteration:
+                self._ended = True
                 loader.epoch_ended(self._delivered)
                 self._end()
                 raise
             except Exception as exc:
-                self._recover(exc)
+                self._recover(exc, read=True)
         if self._batches is not None:
             self._batches.delivered()
         self._delivered += 1
@@ -145,13 +153,19 @@ class EpochPass:
             self._switched = True
         self._it = loader.inner(settings, self._batches)
 
-    def _recover(self, exc: Exception) -> None:
-        """After a failure: back to the settings that worked before the last switch, where
-        the failure is the loader's own and the epoch can go on from where it stands; else
-        the failure is raised, as torch's loader raises it."""
+    def _recover(self, exc: Exception, *, read: bool = False) -> None:
+        """After a failure (``read``: reading a batch, not opening the loader): back to the
+        settings that worked before the last switch, where the failure is the loader's own
+        and the epoch can go on from where it stands; else the failure is raised, as torch's
+        loader raises it, and, as torch's, the loader moves past the batch that raised
+        (a loop that catches it reads on from the next)."""
         loader, fallback = self._loader, self._fallback
         restartable = loader.switches_mid_epoch or self._delivered == 0
-        if fallback is None or not restartable or not _loader_failure(exc):
+        # opening, the loader's own: its workers could not start (nothing of the Dataset read)
+        own = not read or _loader_failure(exc, workers=loader.settings.num_workers > 0)
+        if fallback is None or not restartable or not own:
+            if read and not own and self._batches is not None and not _timed_out(exc):
+                self._batches.delivered()
             raise exc
         why = first_line(exc)
         log.warning(
@@ -171,15 +185,20 @@ class EpochPass:
             )
 
 
-def _loader_failure(exc: BaseException) -> bool:
+def _loader_failure(exc: BaseException, *, workers: bool) -> bool:
     """Whether ``exc`` is the loader's own failure (a worker killed, out of memory, or
     unable to start), not the user's Dataset raising, which torch re-raises with its own type
-    as caught in a worker."""
+    as caught in a worker (without workers, an ``OSError`` is the Dataset's own read)."""
     if isinstance(exc, MemoryError):
         return True
     text = str(exc)
     if "in DataLoader worker process" in text:
         return False
-    return isinstance(exc, OSError) or (
+    return (workers and isinstance(exc, OSError)) or (
         isinstance(exc, RuntimeError) and "DataLoader worker" in text
     )
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """torch's ``timeout`` passed: the batch is still to come, read again at the next call."""
+    return isinstance(exc, RuntimeError) and "DataLoader timed out" in str(exc)

@@ -19,6 +19,8 @@ def test_tune_gives_an_epoch_or_a_tenth_of_the_run_a_number_of_epochs_or_nothing
     assert shares(True) == (0.0, 0.0)
     with pytest.raises(ValueError, match="tune must be True, False or a share >= 0"):
         shares("yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="got nan"):
+        shares(float("nan"))  # no budget, not an endless one
 
 
 def test_a_stream_s_budget_has_its_unit_once_its_first_epoch_ends_and_charges_epochs() -> None:

@@ -68,6 +68,9 @@ def test_where_reads_wait_the_space_and_its_priors_go_beyond_the_cpus() -> None:
     assert [p["num_workers"] for p in priors(space, START, an_epoch_times_up_to_twenty)] == [2, 20]
     plain = online_space(FACTS, batch_size=4, cuda=False)
     assert [p["num_workers"] for p in priors(plain, START, fits)] == [2]
+    # a loop on the CPU that pins its batches: its guides are points of a space with no pinning
+    pinned = dataclasses.replace(START, pin_memory=True)
+    assert [p["num_workers"] for p in priors(plain, pinned, fits)] == [2]
 
 
 class Waits(Dataset):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 
 import pytest
 import torch
@@ -68,6 +69,30 @@ def test_an_epoch_end_is_never_timed() -> None:
     assert loop.meter.reading().samples_per_s == pytest.approx(4 / 0.1)
 
 
+def test_an_epoch_the_loop_left_early_is_not_timed_past_where_it_left() -> None:
+    loop = Loop(Meter(PipelineConfig(decoder=AS_IS), WINDOW, after_switch=False))
+    for _ in range(2 + 2 + 1):  # warm-up, one batch of a span
+        loop.batch(wait=0.0, step=0.1)
+    loop.meter.epoch_left()  # a break: then the loop validates for a minute
+    loop.now += 60.0
+    while not loop.meter.done:
+        loop.batch(wait=0.0, step=0.1)
+    loop.meter.requested()
+    assert loop.meter.reading().samples_per_s == pytest.approx(4 / 0.1)
+    assert not loop.meter.untimeable  # no epoch ended without a span
+
+
+def test_a_loop_that_breaks_out_of_its_epochs_is_timed_on_its_batches_alone() -> None:
+    once = dataclasses.replace(WINDOW, target_spread=0.0)  # a reading of each set of spans
+    loader = Manual(torch.zeros(64, 1), batch_size=4, window=once)
+    for _ in range(3):
+        for index, _ in enumerate(loader):
+            if index == 10:  # a span of two batches open
+                break
+        time.sleep(0.2)  # the loop's validation, after it left the epoch: never timed
+    assert loader.readings and all(r.seconds < 0.2 for r in loader.readings)
+
+
 def test_uneven_spans_are_grouped_until_they_agree() -> None:
     loop = Loop(Meter(PipelineConfig(decoder=AS_IS), WINDOW, after_switch=False))
     for _ in range(2):
@@ -109,6 +134,15 @@ def test_a_batch_of_the_user_s_own_type_is_counted_at_the_batch_size() -> None:
     once = dataclasses.replace(WINDOW, target_spread=0.0)
     loader = Manual(torch.zeros(96, 1), batch_size=4, collate_fn=Custom, window=once)
     assert all(isinstance(batch, Custom) for batch in loader)  # the training goes on
+    reading = loader.readings[0]
+    assert reading.batches * 4 == pytest.approx(reading.samples_per_s * reading.seconds)
+
+
+def test_a_batch_sampler_s_batches_are_counted_by_their_samples() -> None:
+    sampler = torch.utils.data.BatchSampler(range(96), 4, False)  # torch: batch_size None
+    once = dataclasses.replace(WINDOW, target_spread=0.0)
+    loader = Manual(torch.zeros(96, 1), batch_sampler=sampler, window=once)
+    sum(1 for _ in loader)
     reading = loader.readings[0]
     assert reading.batches * 4 == pytest.approx(reading.samples_per_s * reading.seconds)
 

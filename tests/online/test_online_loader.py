@@ -319,3 +319,105 @@ def test_arguments_torch_refuses_are_refused_the_same_way(kwargs) -> None:
     with pytest.raises(type(theirs.value)) as ours:
         autotune.DataLoader(Indices(), **kwargs)
     assert str(ours.value) == str(theirs.value)
+
+
+def _caught(loader: torch.utils.data.DataLoader, *, switch_at: int | None = None) -> list:
+    """One epoch, a loop that catches the Dataset's error and reads on; a switch to one
+    worker after ``switch_at`` batches."""
+    got, it = [], iter(loader)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return got
+        except ValueError as exc:
+            got.append(str(exc))
+            continue
+        got.append(batch.tolist())
+        if len(got) == switch_at:
+            loader.switch(settings(1))
+
+
+class RaisesAtFive(Indices):
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            raise ValueError("sample 5 is unreadable")
+        return index
+
+
+def test_a_loop_that_catches_the_dataset_s_error_reads_on_as_with_torch_s_loader() -> None:
+    expected = _caught(torch.utils.data.DataLoader(RaisesAtFive(), batch_size=2))
+    assert "sample 5 is unreadable" in expected and len(expected) == N // 2
+    assert _caught(Manual(RaisesAtFive(), batch_size=2)) == expected
+    assert _caught(Manual(RaisesAtFive(), batch_size=2), switch_at=4) == expected  # after it
+
+
+def test_a_main_process_read_error_after_a_switch_is_the_dataset_s_raised_not_fallen_back() -> (
+    None
+):
+    class OSErrorAtSeven(Indices):
+        def __getitem__(self, index: int) -> int:
+            if index == 7 and get_worker_info() is None:
+                raise OSError("transient read error at 7")
+            return index
+
+    loader = Manual(OSErrorAtSeven(), batch_size=2, num_workers=1)
+    it = iter(loader)
+    next(it)
+    loader.switch(settings(0))
+    with pytest.raises(OSError, match="transient read error at 7"):
+        for _ in it:
+            pass
+    assert not [s for s in loader.switches if s.fell_back]
+
+
+def test_a_timeout_of_the_user_s_with_a_switch_to_no_workers_reads_on() -> None:
+    loader = Manual(Indices(), batch_size=4, num_workers=1, timeout=30)
+    got = []
+    for batch in loader:
+        got.append(batch.tolist())
+        if len(got) == 2:
+            loader.switch(settings(0))  # torch refuses a timeout without workers
+    assert got == epochs_of(torch.utils.data.DataLoader(Indices(), batch_size=4), 1)[0]
+
+
+def test_a_batch_sampler_that_draws_when_iterated_gives_torch_s_batches() -> None:
+    """A bucketing batch sampler drawing its order at ``iter()`` from the global generator,
+    drawn there before the workers' seed, as torch's iterator draws."""
+
+    class DrawsAtIter(torch.utils.data.Sampler):
+        def __len__(self) -> int:
+            return N // 5
+
+        def __iter__(self) -> Iterator[list[int]]:
+            order = torch.randperm(N).tolist()
+            return iter([order[i : i + 5] for i in range(0, N, 5)])
+
+    def batches(cls: type) -> list:
+        torch.manual_seed(3)
+        loader = cls(Indices(), batch_sampler=DrawsAtIter())
+        return [[b.tolist() for b in loader] for _ in range(2)]
+
+    assert batches(Manual) == batches(torch.utils.data.DataLoader)
+
+
+def test_a_sampler_with_no_length_is_read_as_torch_reads_it() -> None:
+    class NoLength(torch.utils.data.Sampler):
+        def __iter__(self) -> Iterator[int]:
+            return iter(range(N - 1, -1, -1))
+
+    ours = autotune.DataLoader(Indices(), batch_size=8, sampler=NoLength(), tune=False)
+    theirs = torch.utils.data.DataLoader(Indices(), batch_size=8, sampler=NoLength())
+    assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
+    with pytest.raises(TypeError):
+        len(ours)
+
+
+def test_asked_again_after_its_end_a_pass_stays_ended() -> None:
+    loader = Manual(Indices(), batch_size=25)
+    it = iter(loader)
+    assert len(list(it)) == 2
+    for _ in range(3):
+        with pytest.raises(StopIteration):
+            next(it)
+    assert not loader.meter.untimeable  # its end not counted as epochs with nothing timed
