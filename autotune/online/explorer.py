@@ -253,7 +253,9 @@ class Explorer:
                 store.enqueue(self.study, prior, {})
         repeats = 0
         while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
-            trial = self.study.ask()
+            trial = self._trial = self.study.ask()  # from here, a stop records it (``close``)
+            if self._recorded:
+                record.record_asked(trial)
             with warnings.catch_warnings():  # a queued point out of range: failed below
                 warnings.filterwarnings("ignore", message="Fixed parameter")
                 config = self.space.suggest(trial)
@@ -266,13 +268,11 @@ class Explorer:
                     record.record_repeat(trial, config, told.trial_number)
                 with record.quiet():
                     self.study.tell(trial, told.samples_per_s)
-                repeats += 1
+                self._trial, repeats = None, repeats + 1
                 continue
-            if self._recorded:
-                record.record_asked(trial)
             if self._longer_than_an_epoch(trial, config):
                 continue
-            self._trial, self._current, self._asked_at = trial, config, self._clock()
+            self._current, self._asked_at = config, self._clock()
             return True
         return False
 
@@ -293,4 +293,4 @@ class Explorer:
             record.record_failed(trial, failure)
         with record.quiet():
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        self._told[config] = _Told(0.0, trial.number)
+        self._trial, self._told[config] = None, _Told(0.0, trial.number)

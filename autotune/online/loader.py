@@ -233,18 +233,18 @@ class DataLoader(torch.utils.data.DataLoader):
             if self._job is not None:  # the study a note put off, opened to record in
                 self._job.check_deferred()
         if self._explorer is None:
-            self._explorer = Explorer.on_run(
-                self._facts or detect(want_cuda=torch.cuda.is_available()),
-                reading,
-                batch_size=self.batch_size or 1,
-                ranks=self._ranks.local if self._ranks else 1,
-                window=self._window,
-                share=self._share,
-                batches_per_epoch=self._epoch_length,
-                whole_epochs=not self.switches_mid_epoch,
-                run_share=self._run_share,
-                study=self._job.study if self._job else None,
-            )
+            try:
+                self._explorer = Explorer.on_run(
+                    self._facts or detect(want_cuda=torch.cuda.is_available()), reading,
+                    batch_size=self.batch_size or 1, ranks=self._ranks.local if self._ranks else 1,
+                    window=self._window, share=self._share, run_share=self._run_share,
+                    batches_per_epoch=self._epoch_length, whole_epochs=not self.switches_mid_epoch,
+                    study=self._job.study if self._job else None,
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
+                record.not_recorded("the study's storage", exc)
+                self._share = 0.0
+                return
             # the loop left, the loader collected, the process ending (Ctrl-C; a rank process
             # too, which skips atexit): the setting measured is recorded as interrupted
             Finalize(self, self._explorer.close, exitpriority=0)
@@ -276,7 +276,7 @@ class DataLoader(torch.utils.data.DataLoader):
         """``settings`` failed: where they are the explorer's, it proposes the next."""
         explorer = self._explorer
         if explorer is not None and not explorer.done and settings == explorer.current:
-            self.switch(explorer.failed(failure))
+            self._follow(lambda explorer: explorer.failed(failure))
 
     def epoch_ended(self, delivered: int) -> None:
         """Between epochs (``delivered`` batches): the setting kept noted; a setting no whole

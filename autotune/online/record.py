@@ -39,6 +39,7 @@ DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
 STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
 # queued by an earlier run that ended before asking for it, in a space this run's is not
 # (sized by another machine, or by reads that waited there)
+UNASKED = Failure(FailureKind.INTERRUPTED, "queued by an earlier run that ended before asking it")
 OUTSIDE = Failure(FailureKind.INVALID_CONFIG, "queued by an earlier run, outside this run's space")
 
 
@@ -144,7 +145,7 @@ def open_record(
 ) -> optuna.Study | None:
     """The job's study (created where it is not there yet); None, with one warning, where
     the storage cannot be opened. A trial left running by a run of this host that has
-    ended (killed outright) is marked failed."""
+    ended (killed outright), or queued by an earlier run and never asked, is marked failed."""
     try:
         study_storage.make_room(storage)
         with warnings.catch_warnings(), quiet():
@@ -160,6 +161,10 @@ def open_record(
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if is_gone(store.trial_attr(trial, TrialKey.HOST, "")):
                 study_storage.mark_failed(study, trial._trial_id, STOPPED)
+        # queued by an earlier run (its priors, its runners-up after a drift): never this
+        # run's first ask, which Optuna would take them for
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            study_storage.mark_failed(study, trial._trial_id, UNASKED)
         return study
     except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
         not_recorded(storage, exc)
@@ -171,7 +176,11 @@ def kept(study: optuna.Study | None) -> PipelineConfig | None:
     if study is None:
         return None
     found = store.study_attr(study, StudyKey.ONLINE_KEPT)
-    return PipelineConfig.from_dict(found) if found else None
+    try:
+        return PipelineConfig.from_dict(found) if found else None
+    except (ValueError, TypeError) as exc:  # a newer autotune's, say: explored afresh
+        not_recorded(f"the setting kept in {study.study_name}", exc)
+        return None
 
 
 def offline_pick(job: Job) -> tuple[str, PipelineConfig | None]:

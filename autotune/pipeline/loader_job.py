@@ -6,6 +6,7 @@ study's pick for the loader a user builds with its ``loader_kwargs``."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -23,7 +24,10 @@ def qualified_name(obj: Any) -> str:
 
 
 def collate_name(collate_fn: Any) -> str:
-    """A collate function as a loader's job names it."""
+    """A collate function as a loader's job names it (a ``functools.partial`` by what it
+    calls)."""
+    if isinstance(collate_fn, functools.partial):
+        return f"partial({collate_name(collate_fn.func)})"
     return getattr(collate_fn, "__qualname__", qualified_name(collate_fn))
 
 

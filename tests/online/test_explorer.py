@@ -209,6 +209,45 @@ def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(capl
     assert caplog.text.count("not recorded") == 1
 
 
+def test_a_storage_that_fails_as_exploring_starts_is_one_warning_and_the_run_goes_on(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """The storage opened, then locked by another writer (forced: the write that queues
+    the run's own settings fails as a locked SQLite file fails it)."""
+
+    def locked(*args: object, **kwargs: object) -> None:
+        raise optuna.exceptions.StorageInternalError("database is locked")
+
+    monkeypatch.setattr(explorer_module.store, "enqueue", locked)
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(Work(), batch_size=4, window=BRIEF_WINDOW, storage=storage)
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        for _ in range(2):
+            assert sum(len(b) for b in loader) == len(Work())
+    assert caplog.text.count("not recorded") == 1 and "database is locked" in caplog.text
+    assert loader.explorer is None and not loader.switches  # its own settings, unexplored
+
+
+def test_a_run_stopped_while_a_setting_is_asked_leaves_no_trial_running(
+    tmp_path, monkeypatch
+) -> None:
+    """Ctrl-C between the sampler's ask and the setting's first batch (forced: raised where
+    the space reads the trial's params)."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", direction="maximize")
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100, study=study)
+    explorer.measured(reading(START, 100.0))  # told: the next setting is asked
+
+    def stopped(self: SearchSpace, trial: optuna.Trial) -> PipelineConfig:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SearchSpace, "suggest", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        explorer.failed()
+    explorer.close()  # as the loader's finalizer does, at the process's exit
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+
+
 @pytest.mark.parametrize("how", ["tune=False", "AUTOTUNE=off"])
 def test_off_it_never_switches(how, monkeypatch, tmp_path) -> None:
     if how == "AUTOTUNE=off":

@@ -135,3 +135,31 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     second = loader()
     sum(1 for _ in second)
     assert second.settings == starts_at and second._job.study is None  # from the note
+
+
+def test_points_an_earlier_run_queued_and_never_asked_are_failed_at_the_next_open(
+    tmp_path,
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    study = record.open_record(storage, "online-job", "fp", sampler())
+    assert study is not None
+    store.enqueue(study, {"num_workers": 1}, {})  # a prior the run ended before asking
+    assert record.open_record(storage, "online-job", "fp", sampler()) is not None
+    (left,) = trials(storage)
+    assert left.state == TrialState.FAIL  # not this run's first ask
+    assert store.failure_kind(left) == FailureKind.INTERRUPTED
+
+
+def test_a_kept_setting_this_autotune_cannot_read_is_one_warning_and_the_run_explores(
+    tmp_path, caplog
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(DATA, batch_size=4, storage=storage)
+    job = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
+    study = record.open_record(storage, record.study_name(loader, job), job, sampler())
+    newer = PipelineConfig().to_dict()
+    newer["loader"]["worker_affinity"] = "numa"  # a knob of a newer autotune's
+    store.set_study_attr(study, StudyKey.ONLINE_KEPT, newer)
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        assert sum(len(b) for (b,) in loader) == 64
+    assert "not recorded" in caplog.text and "worker_affinity" in caplog.text
