@@ -2,20 +2,15 @@
 space, narrowed to what a run may switch, searched by the study's sampler (Optuna's TPE, ask
 and tell), one setting at a time on the run's own batches, then the fastest kept.
 
-The rule: the run's own settings are measured first, then the setting DataLoader guides give
-this machine (a worker per CPU, kept alive; and where reads wait, as many as they ask for:
-``priors``); then, while the budget left (``budget``) still holds a setting's shortest
-timing (a trial's sub-windows at their shortest, or an epoch where a switch waits for the
-next), the sampler proposes the next setting. While it is short, the best so far runs and is
-kept (recorded); exploring goes on once the run has earned a setting's timing. A proposal
-already measured is told its rate at once and not run again; once three in a row are, or
-every point of the space is measured, nothing is left to try. A proposal no epoch can time
-(its warm-up and shortest sub-window are longer) is failed at once. The fastest setting is
-kept: the run's own unless another measured faster by more than half the two readings'
-spreads. A setting whose workers failed is recorded as failed and never kept. Once settled,
-the kept setting's readings are watched (``drift``); where its rate has moved, the choice is
-made again: the runners-up measured again first, then the sampler, with the budget of a
-fresh start.
+The run's own settings are measured first, then the guides' (``priors``); then the sampler
+proposes while the budget left (``budget``) holds a setting's shortest timing. While it is
+short, the best so far runs and is kept (recorded), until the run has earned another timing.
+A proposal already measured is told its rate, not run again: three in a row, or every point
+measured, end it; one no epoch can time is failed at once. The run's own settings are kept
+unless another measured faster by more than half the two readings' spreads. A setting whose
+workers failed is recorded as failed and never kept (a kept one: the next fastest in its
+place). Once settled, where the kept setting's rate moves (``drift``), the runners-up are
+measured again, then the sampler, with the budget of a fresh start (docs/online.md).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from autotune.online import record
 from autotune.online.budget import Budget, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
-from autotune.online.meter import Reading, fewest_batches
+from autotune.online.meter import Reading, charged, fewest_batches
 from autotune.online.space import online_space, priors, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -97,7 +92,8 @@ class Explorer:
         self._asked_at = 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
         self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
-        self._readings: dict[PipelineConfig, Reading] = {}
+        self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
+        self._restarts: dict[PipelineConfig, float] = {}  # workers started again each epoch
         self._trial: optuna.Trial | None = None
         self._current = start
         self.done = False
@@ -135,8 +131,7 @@ class Explorer:
         )  # fmt: skip
 
     @property
-    def current(self) -> PipelineConfig:
-        """The setting being measured now (or kept, once done)."""
+    def current(self) -> PipelineConfig:  # being measured now, or kept
         return self._current
 
     @property
@@ -155,9 +150,10 @@ class Explorer:
         return top
 
     def measured(self, reading: Reading) -> PipelineConfig:
-        """Takes the reading of the current setting; returns the setting to run next."""
+        """Takes the current setting's reading (``charged``); returns the setting to run next."""
         if self.budget.started is None:
             self.budget.first_reading(reading)
+        reading = charged(reading, self._restarts, self.budget.batches_per_epoch)
         if self.settled:  # the kept setting read again: has its rate moved?
             if self._drift is not None and self._drift.drifted(reading):
                 self._recheck(reading)
@@ -172,15 +168,20 @@ class Explorer:
         return self._next()
 
     def epoch_ended(self, batches: int) -> PipelineConfig:
-        """An epoch of ``batches`` ended (the first tells a stream's length); returns the
-        setting to read the next with: a proposal where the budget has grown enough while
-        the best so far ran (a switch may come here, whatever the loader)."""
+        """An epoch of ``batches`` ended (the first tells a stream's length); returns the next
+        epoch's setting: a proposal where the budget has grown while the best so far ran."""
         self.budget.epoch_ended(batches)
         return self._next() if self.paused else self._current
 
     def failed(self, failure: Failure | None = None) -> PipelineConfig:
         """The current setting failed (its workers, or no epoch could time it: ``failure``
-        says why); returns the setting to run next."""
+        says why); returns the setting to run next: where it was the one kept, the next
+        fastest measured, kept in its place (never the failed one again)."""
+        if self._trial is None and self.settled:
+            told = self._told.get(self._current)
+            self._told[self._current] = _Told(0.0, told.trial_number if told else -1)
+            self._readings.pop(self._current, None)
+            return self._keep_best(self._start)
         if self._trial is not None:
             if failure is not None and self._recorded:
                 record.record_failed(self._trial, failure)
@@ -188,8 +189,7 @@ class Explorer:
         return self._next()
 
     def close(self) -> None:
-        """The run stopped while a setting was measured: its trial is recorded as
-        interrupted rather than left running."""
+        """The run stopped while a setting was asked or measured: its trial interrupted."""
         trial, self._trial = self._trial, None
         if trial is not None and self._recorded:
             record.record_stopped(self.study, trial)
@@ -222,12 +222,16 @@ class Explorer:
         # the budget spent (for now, where it grows), or nothing left to try
         self.done = not (short and self.budget.grows)
         self.paused = not self.done
+        return self._keep_best(self._current)
+
+    def _keep_best(self, otherwise: PipelineConfig) -> PipelineConfig:
+        """The fastest setting measured (``otherwise`` where none is) is kept, recorded, and
+        its rate watched."""
         best = self.best
-        self._current = best.settings if best is not None else self._current
-        if best is not None:
-            self._drift = DriftWatch(best)
-            if self._recorded:
-                record.record_kept(self.study, best)
+        self._current = best.settings if best is not None else otherwise
+        self._drift = DriftWatch(best) if best is not None else None
+        if best is not None and self._recorded:
+            record.record_kept(self.study, best)
         return self._current
 
     def _recheck(self, reading: Reading) -> None:

@@ -87,7 +87,7 @@ class DataLoader(torch.utils.data.DataLoader):
         # batches an epoch; a stream's (or a sampler's with no len) once an epoch has ended
         self._epoch_length = None if self._is_stream else sized(self)
         self._unsized, self._in_epoch = self._epoch_length is None, False
-        self.meter = self._new_meter(self._settings, after_switch=False)  # on the loop
+        self.meter = self._new_meter(self._settings, after_switch=True)  # workers start
         self.readings: list[Reading] = []  # each setting's rate on this run, as measured
 
     @property
@@ -129,7 +129,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def _start(self, storage: str, name: str | None) -> None:
         """Where the run starts: the setting an earlier run kept (rank 0 reads it for all)."""
         self._record_at = None
-        self._ranks = ranks = Ranks.joined()
+        self._ranks = ranks = Ranks.joined(self)
         if ranks is None or ranks.leader:
             self._resume(storage, name, ranks.world if ranks else 1)
         if ranks is not None:
@@ -151,7 +151,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _start_at(self, settings: PipelineConfig, share: float) -> None:
         self._settings, self._share = self._settings.switched_to(settings), share
-        self.meter = self._new_meter(self._settings, after_switch=False)
+        self.meter = self._new_meter(self._settings, after_switch=True)
 
     def before_batch(self, delivered: int) -> None:
         """With several ranks: where a sync is due before the epoch's batch ``delivered``,
@@ -275,7 +275,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def fail(self, settings: PipelineConfig, failure: Failure | None) -> None:
         """``settings`` failed: where they are the explorer's, it proposes the next."""
         explorer = self._explorer
-        if explorer is not None and not explorer.done and settings == explorer.current:
+        if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
 
     def epoch_ended(self, delivered: int) -> None:

@@ -45,6 +45,22 @@ class Reading:
     cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
 
 
+def charged(
+    reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
+) -> Reading:
+    """``reading`` over whole epochs: a setting whose workers do not persist starts them
+    again at each epoch's start, and pays, once an epoch, what its first batch after a start
+    waited beyond a batch's time (the most seen of it, kept in ``restarts``)."""
+    settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
+    if not settings.num_workers or settings.persistent_workers or not batches_per_epoch:
+        return reading
+    restart = max(restarts.get(settings, 0.0), reading.first_batch_s - per_batch)
+    restarts[settings] = restart
+    epoch_s = batches_per_epoch * per_batch
+    rate = reading.samples_per_s * epoch_s / (epoch_s + max(0.0, restart))
+    return dataclasses.replace(reading, samples_per_s=rate)
+
+
 def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
     """Samples in a batch the loop receives: one without automatic batching; the batch size
     where the batch is of a shape the count cannot read (the training goes on; a

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import torch.distributed as dist
+import torch.utils.data
+from torch.utils.data import DistributedSampler
 
 from autotune.online.meter import Reading
 from autotune.pipeline.config import PipelineConfig
@@ -91,6 +93,17 @@ def node_reading(readings: list[Reading]) -> Reading | None:
     )
 
 
+def reads_a_share(loader: torch.utils.data.DataLoader) -> bool:
+    """Whether ``loader`` reads this rank's share of the data, as every rank's loader does
+    at the same batches: over a ``DistributedSampler`` (in a batch sampler too), or a stream
+    (which shards itself). Any other, a validation loader that rank 0 reads alone, say,
+    tunes on its rank alone: the ranks would wait on each other's meetings for good."""
+    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return True
+    samplers = (loader.sampler, getattr(loader.batch_sampler, "sampler", None))
+    return any(isinstance(sampler, DistributedSampler) for sampler in samplers)
+
+
 class Ranks:
     """This rank's side of the syncs: when they come, and the messages they carry."""
 
@@ -107,10 +120,13 @@ class Ranks:
         self._agreed: PipelineConfig | None = None  # a switch agreed on, not made yet
 
     @classmethod
-    def joined(cls) -> Ranks | None:
+    def joined(cls, loader: torch.utils.data.DataLoader) -> Ranks | None:
         """This process's ranks where it is one of several in an initialised process group
-        (call at the same point on every rank: the first one makes the syncs' group)."""
+        and ``loader`` reads its rank's share (``reads_a_share``); call at the same point on
+        every rank: the first one makes the syncs' group."""
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return None
+        if not reads_a_share(loader):
             return None
         global _made_in
         if _made_in is None or _made_in[0] is not dist.group.WORLD:  # first, or made again

@@ -113,6 +113,36 @@ def test_a_failed_setting_is_never_kept() -> None:
     assert explorer.current != failing
 
 
+def test_a_kept_setting_whose_workers_fail_gives_way_to_the_next_fastest_for_good() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100_000, clock=clock)
+    tried = explore(explorer, clock)
+    kept = explorer.current
+    runner_up = sorted(set(tried) - {kept}, key=rate_of)[-1]
+    assert explorer.failed() == runner_up == explorer.current  # killed, out of memory
+    assert explorer.best is not None and explorer.best.settings == runner_up
+    # never the failed one again: told as failed, however fast it read
+    assert explorer.failed() != kept and explorer.current != kept
+
+
+def test_workers_started_again_each_epoch_lose_to_kept_ones_that_read_a_little_slower() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=20, clock=clock)
+
+    def read(settings: PipelineConfig) -> Reading:
+        # steady: 5 % faster without persistence; 1 s to start its workers, on 2 s epochs
+        restart = 0.0 if settings.persistent_workers or not settings.num_workers else 1.0
+        rate = rate_of(settings) * (1.0 if settings.persistent_workers else 1.05)
+        return Reading(settings, rate, 0.02, 0.1, 0.1 + restart, batches=10, seconds=1.0)
+
+    while not explorer.done:
+        clock.now += 1.0
+        explorer.measured(read(explorer.current))
+    assert explorer.current.persistent_workers
+
+
 class Work(Dataset):
     """Each sample some real CPU work: workers take it off the loop."""
 

@@ -342,3 +342,55 @@ def test_a_process_group_made_again_in_the_same_processes_gets_its_own_meetings(
             proc.join(30)
             if proc.is_alive():
                 proc.kill()
+
+
+def _validates_on_rank_0_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
+    """Both ranks train on their shares; rank 0 alone reads a validation loader (no
+    DistributedSampler), then both meet at a barrier, as scripts validate."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+    try:
+        sampler = _sampler(rank)
+        train = autotune.DataLoader(
+            Work(), batch_size=4, sampler=sampler, tune=2.0, window=BRIEF_WINDOW, storage=storage
+        )
+        validation = autotune.DataLoader(
+            Work(), batch_size=8, window=BRIEF_WINDOW, storage=storage
+        )
+        validated = 0
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            sum(1 for _ in train)
+            if rank == 0:
+                validated += sum(len(batch) for batch in validation)
+            dist.barrier()
+        out.send(validated)
+    except BaseException as exc:
+        out.send(exc)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two rank processes
+def test_a_loader_rank_0_reads_alone_tunes_on_its_own_and_no_rank_waits_for_it(tmp_path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    links, procs = [], []
+    for rank in range(RANKS):
+        here, there = ctx.Pipe()
+        args = (rank, str(tmp_path / "rendezvous"), f"sqlite:///{tmp_path}/autotune.db", there)
+        procs.append(ctx.Process(target=_validates_on_rank_0_main, args=args))
+        procs[-1].start()
+        links.append(here)
+    try:
+        validated = []
+        for rank, link in enumerate(links):
+            assert link.poll(120), f"rank {rank} is still waiting"
+            validated.append(link.recv())
+            assert not isinstance(validated[-1], BaseException), validated[-1]
+        assert validated == [2 * len(Work()), 0]
+    finally:
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
