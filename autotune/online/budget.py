@@ -87,6 +87,12 @@ class Budget:
         whole = self.whole_epochs and self._epoch_s
         self.spent_s += self._epoch_s if whole else self.clock() - asked_at
 
+    def afresh(self) -> None:
+        """After a drift: a fresh start's budget (``share`` of an epoch) from here, not the
+        run's share of all of it over again."""
+        self.spent_s = 0.0
+        self.spent_s = self.left_s() - self.share * self._epoch_s
+
     def left_s(self) -> float:
         now = self.clock()
         run_s = now - (now if self.started is None else self.started)

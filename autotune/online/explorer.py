@@ -245,9 +245,10 @@ class Explorer:
             if other.settings != reading.settings and params is not None:
                 self._told.pop(other.settings, None)
                 store.enqueue(self.study, params, {})
+        self._told.pop(reading.settings, None)  # its rate moved: measured anew if proposed
         self.done = self.paused = False
-        self.budget.spent_s, self._drift = 0.0, None
-        self.rechecks += 1
+        self._drift, self.rechecks = None, self.rechecks + 1
+        self.budget.afresh()
 
     def _ask(self) -> bool:
         """Asks the sampler for a setting not measured yet; False where none is left."""
@@ -281,8 +282,7 @@ class Explorer:
         return False
 
     def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch to time it
-        epoch = self.budget.batches_per_epoch
-        return epoch is not None and self._fewest_batches(config) > epoch
+        return self._fewest_batches(config) > (self.budget.batches_per_epoch or float("inf"))
 
     def _longer_than_an_epoch(self, trial: optuna.Trial, config: PipelineConfig) -> bool:
         """Whether no epoch can time ``config``: then failed with why, costing nothing."""

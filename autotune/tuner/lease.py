@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psutil
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
@@ -34,14 +35,24 @@ LEASES = sa.Table(
 
 
 def this_process() -> str:
-    """A holder's name: host and pid (simulated hosts on one machine differ by pid)."""
-    return f"{socket.gethostname()} pid {os.getpid()}"
+    """A holder's name: host, pid and when the process started (simulated hosts on one
+    machine differ by pid; a pid taken again, as a restarted container's, by its start)."""
+    return f"{socket.gethostname()} pid {os.getpid()} since {_started(os.getpid())}"
+
+
+def _started(pid: int) -> str | None:
+    try:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
+        return None
 
 
 def is_gone(holder: str) -> bool:
     """Whether ``holder`` (``this_process``'s name) was a process of this host that has
-    ended; a process of another host is never known gone here."""
-    host, _, pid = holder.rpartition(" pid ")
+    ended (its pid gone, or another process's now); a process of another host is never
+    known gone here."""
+    host, _, rest = holder.rpartition(" pid ")
+    pid, _, since = rest.partition(" since ")
     if host != socket.gethostname() or not pid.isdigit():
         return False
     try:
@@ -50,7 +61,7 @@ def is_gone(holder: str) -> bool:
         return True
     except PermissionError:  # there, another user's
         return False
-    return False
+    return since not in ("", "None") and _started(int(pid)) not in (None, since)
 
 
 class Leases:

@@ -35,3 +35,16 @@ def test_a_stream_s_budget_has_its_unit_once_its_first_epoch_ends_and_charges_ep
     assert budget.left_s() == pytest.approx(5.0) and not budget.short
     budget.charge(asked_at=1.0)
     assert budget.short
+
+
+def test_after_a_drift_a_long_run_gets_a_fresh_start_s_budget_not_its_tenth_again() -> None:
+    now = [0.0]
+    budget = Budget(share=1.0, run_share=0.1, batches_per_epoch=50, clock=lambda: now[0])
+    budget.first_reading(Reading(PipelineConfig(), 100.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
+    now[0] = 1000.0  # a tenth of the run so far (100 s), all spent
+    budget.spent_s = 101.0
+    assert budget.short
+    budget.afresh()  # the kept setting's rate moved
+    assert budget.left_s() == pytest.approx(5.0)  # an epoch's time, as at the run's start
+    now[0] = 1010.0  # and it grows with the run from here
+    assert budget.left_s() == pytest.approx(6.0)

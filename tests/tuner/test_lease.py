@@ -5,12 +5,15 @@ racing for them."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from autotune.tuner.lease import Leases
+from autotune.tuner.lease import Leases, is_gone, this_process
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -105,3 +108,17 @@ def test_one_at_a_time_serialises_processes(storage, tmp_path):
         p.join(120)
         assert p.exitcode == 0
     assert counter.read_text() == "30"
+
+
+def test_a_holder_is_gone_once_its_process_ended_or_its_pid_is_another_process_s() -> None:
+    assert not is_gone(this_process())  # this one, alive
+    ended = subprocess.run(
+        [sys.executable, "-c", "from autotune.tuner.lease import this_process as t; print(t())"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert is_gone(ended)
+    # this pid, as a process started before: the pid taken again (a restarted container's)
+    host_pid, _, since = this_process().partition(" since ")
+    assert is_gone(f"{host_pid} since {float(since) - 100:.2f}")
+    assert not is_gone(f"{host_pid}")  # a holder named before starts were: its pid alone
+    assert not is_gone(f"another-host pid {os.getpid()} since 0.00")  # unknowable here
