@@ -3,18 +3,22 @@
 The budget is ``share`` epochs' time at the rate first measured, or, with ``run_share``
 (``tune=True``), the larger of that and this share of the run so far: exploring grows with
 the run and never takes more of it than that share. Each proposal is charged from its ask to
-its reading; where a switch waits for the next epoch (a stream, ``in_order=False``) it runs a
-whole epoch, and is charged one. A stream's epoch is known once its first has ended.
+its reading, less the loop's own time between epochs (its validation); where a switch waits
+for the next epoch (a stream, ``in_order=False``) it runs a whole epoch, and is charged one.
+A stream's epoch is known once its first has ended. Settings are compared over whole epochs:
+one whose workers do not persist pays their start at each (``charged``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from autotune.online.meter import Reading
+from autotune.pipeline.config import PipelineConfig
 from autotune.schema import WindowConfig
 
 DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time,
@@ -51,6 +55,22 @@ def setting_cap(
     return cap_s
 
 
+def charged(
+    reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
+) -> Reading:
+    """``reading`` over whole epochs: a setting whose workers do not persist starts them
+    again at each epoch's start, and pays, once an epoch, what its first batch after a start
+    waited beyond a batch's time (the most seen of it, kept in ``restarts``)."""
+    settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
+    if not settings.num_workers or settings.persistent_workers or not batches_per_epoch:
+        return reading
+    restart = max(restarts.get(settings, 0.0), reading.first_batch_s - per_batch)
+    restarts[settings] = restart
+    epoch_s = batches_per_epoch * per_batch
+    rate = reading.samples_per_s * epoch_s / (epoch_s + max(0.0, restart))
+    return dataclasses.replace(reading, samples_per_s=rate)
+
+
 @dataclass
 class Budget:
     """What is left for proposals, from the run's readings and epochs."""
@@ -82,10 +102,11 @@ class Budget:
         if self._batch_rate and self.batches_per_epoch:
             self._epoch_s = self.batches_per_epoch / self._batch_rate
 
-    def charge(self, asked_at: float) -> None:
-        """A proposal asked at ``asked_at`` was read."""
+    def charge(self, asked_at: float, between_epochs_s: float = 0.0) -> None:
+        """A proposal asked at ``asked_at`` was read (``between_epochs_s`` of the time since,
+        the loop's own between two epochs, not charged)."""
         whole = self.whole_epochs and self._epoch_s
-        self.spent_s += self._epoch_s if whole else self.clock() - asked_at
+        self.spent_s += self._epoch_s if whole else self.clock() - asked_at - between_epochs_s
 
     def afresh(self) -> None:
         """After a drift: a fresh start's budget (``share`` of an epoch) from here, not the

@@ -25,10 +25,10 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.online import record
-from autotune.online.budget import Budget, min_setting_s
+from autotune.online.budget import Budget, charged, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
-from autotune.online.meter import Reading, charged, fewest_batches
+from autotune.online.meter import Reading, fewest_batches
 from autotune.online.space import online_space, priors, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -164,7 +164,7 @@ class Explorer:
         if self._trial is not None:  # else the run's own settings, outside the space
             if self._recorded:
                 record.record_trial(self._trial, reading)
-            self._tell(reading.samples_per_s)
+            self._tell(reading.samples_per_s, reading.between_epochs_s)
         return self._next()
 
     def epoch_ended(self, batches: int) -> PipelineConfig:
@@ -194,8 +194,8 @@ class Explorer:
         if trial is not None and self._recorded:
             record.record_stopped(self.study, trial)
 
-    def _tell(self, samples_per_s: float | None) -> None:
-        """The current trial's rate (None: its workers failed) to the sampler."""
+    def _tell(self, samples_per_s: float | None, between_epochs_s: float = 0.0) -> None:
+        """The trial's rate (None: its workers failed) to the sampler, its time to the budget."""
         assert self._trial is not None
         trial, self._trial = self._trial, None
         with record.quiet():
@@ -205,7 +205,7 @@ class Explorer:
                 self.study.tell(trial, samples_per_s)
         self._told[self._current] = _Told(samples_per_s or 0.0, trial.number)
         if self._current != self._start:  # the run's own settings cost nothing to explore
-            self.budget.charge(self._asked_at)
+            self.budget.charge(self._asked_at, between_epochs_s)
 
     @property
     def settled(self) -> bool:

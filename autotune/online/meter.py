@@ -43,22 +43,7 @@ class Reading:
     sample_wall_s: float = 0.0
     sample_cpu_s: float = 0.0
     cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
-
-
-def charged(
-    reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
-) -> Reading:
-    """``reading`` over whole epochs: a setting whose workers do not persist starts them
-    again at each epoch's start, and pays, once an epoch, what its first batch after a start
-    waited beyond a batch's time (the most seen of it, kept in ``restarts``)."""
-    settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
-    if not settings.num_workers or settings.persistent_workers or not batches_per_epoch:
-        return reading
-    restart = max(restarts.get(settings, 0.0), reading.first_batch_s - per_batch)
-    restarts[settings] = restart
-    epoch_s = batches_per_epoch * per_batch
-    rate = reading.samples_per_s * epoch_s / (epoch_s + max(0.0, restart))
-    return dataclasses.replace(reading, samples_per_s=rate)
+    between_epochs_s: float = 0.0  # the loop's own time between epochs while it was read
 
 
 def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
@@ -137,6 +122,7 @@ class Meter:
         self._span = (0, 0, 0.0, 0.0)
         self._span_workers_cpu: float | None = None
         self._asked = self._asked_cpu = 0.0
+        self._ended_at, self._between_s = None, 0.0  # between epochs, while this was read
         self.done = False
         # a whole epoch closed no span: its warm-up and one sub-window are longer than an
         # epoch, and every epoch warms up again, so it can never be timed on this run
@@ -156,6 +142,8 @@ class Meter:
         """The loop asks for the next batch: the step of the last one is done."""
         now = self._asked = self._clock()
         self._asked_cpu = self._thread_cpu()
+        if self._ended_at is not None:  # an epoch's first batch: the time since, the loop's
+            self._between_s, self._ended_at = self._between_s + now - self._ended_at, None
         if self._span_start is not None and self._span[0] == self._length:
             self._close_span(now)
         if not self.done and self._length and self._span_start is None and not self._warmup_left:
@@ -191,6 +179,7 @@ class Meter:
             self.untimeable = True
         self._epochs_ended, self._spans_then = self._epochs_ended + 1, len(self.tally.spans)
         self._restart_warmup()
+        self._ended_at: float | None = self._clock()  # the loop validates, saves: its time
 
     def epoch_left(self) -> None:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;
@@ -295,4 +284,5 @@ class Meter:
             sample_wall_s=self._loader[0] / max(self._loader[2], 1),
             sample_cpu_s=self._loader[1] / max(self._loader[2], 1),
             cpu_s=self._cpu_s,
+            between_epochs_s=self._between_s,
         )

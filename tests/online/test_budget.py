@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.online.budget import DEFAULT_SHARE, RUN_SHARE, Budget, shares
+from autotune.online.budget import DEFAULT_SHARE, RUN_SHARE, Budget, charged, shares
 from autotune.online.meter import Reading
-from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.config import AS_IS, PipelineConfig
 
 
 def test_tune_gives_an_epoch_or_a_tenth_of_the_run_a_number_of_epochs_or_nothing(
@@ -48,3 +48,27 @@ def test_after_a_drift_a_long_run_gets_a_fresh_start_s_budget_not_its_tenth_agai
     assert budget.left_s() == pytest.approx(5.0)  # an epoch's time, as at the run's start
     now[0] = 1010.0  # and it grows with the run from here
     assert budget.left_s() == pytest.approx(6.0)
+
+
+def test_workers_that_do_not_persist_are_charged_their_start_once_an_epoch() -> None:
+    def read(persistent: bool, first_batch_s: float) -> Reading:
+        settings = PipelineConfig(decoder=AS_IS, num_workers=2, persistent_workers=persistent)
+        return Reading(settings, 100.0, 0.02, 0.1, first_batch_s, batches=10, seconds=1.0)
+
+    restarts: dict = {}
+    # 100 samples/s at 0.1 s a batch; 20 batches an epoch (2 s) and 1 s more to start again
+    once = charged(read(False, 1.1), restarts, batches_per_epoch=20)
+    assert once.samples_per_s == pytest.approx(100.0 * 2.0 / 3.0)
+    # read again without a start in it (mid-epoch, no switch): the start it was seen to cost
+    assert charged(read(False, 0.0), restarts, 20).samples_per_s == once.samples_per_s
+    assert charged(read(True, 1.1), restarts, 20).samples_per_s == 100.0  # kept alive
+    assert charged(read(False, 1.1), {}, batches_per_epoch=None).samples_per_s == 100.0
+
+
+def test_the_loop_s_time_between_epochs_is_not_charged_to_a_proposal() -> None:
+    now = [0.0]
+    budget = Budget(share=1.0, batches_per_epoch=50, clock=lambda: now[0])
+    budget.first_reading(Reading(PipelineConfig(), 100.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
+    now[0] = 4.0
+    budget.charge(asked_at=0.0, between_epochs_s=3.0)  # 3 s of it the loop's validation
+    assert budget.spent_s == pytest.approx(1.0)

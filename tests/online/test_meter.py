@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autotune
-from autotune.online.meter import Meter, Reading, charged
+from autotune.online.meter import Meter
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.schema import WindowConfig
 
@@ -237,16 +237,11 @@ def test_workers_whose_cpu_cannot_be_read_leave_the_loader_unread() -> None:
     assert meter.reading().sample_cpu_s == meter.reading().sample_wall_s == 0.0
 
 
-def test_workers_that_do_not_persist_are_charged_their_start_once_an_epoch() -> None:
-    def read(persistent: bool, first_batch_s: float) -> Reading:
-        settings = PipelineConfig(decoder=AS_IS, num_workers=2, persistent_workers=persistent)
-        return Reading(settings, 100.0, 0.02, 0.1, first_batch_s, batches=10, seconds=1.0)
-
-    restarts: dict = {}
-    # 100 samples/s at 0.1 s a batch; 20 batches an epoch (2 s) and 1 s more to start again
-    once = charged(read(False, 1.1), restarts, batches_per_epoch=20)
-    assert once.samples_per_s == pytest.approx(100.0 * 2.0 / 3.0)
-    # read again without a start in it (mid-epoch, no switch): the start it was seen to cost
-    assert charged(read(False, 0.0), restarts, 20).samples_per_s == once.samples_per_s
-    assert charged(read(True, 1.1), restarts, 20).samples_per_s == 100.0  # kept alive
-    assert charged(read(False, 1.1), {}, batches_per_epoch=None).samples_per_s == 100.0
+def test_the_loop_s_time_between_epochs_is_read_apart() -> None:
+    loop = Loop(Meter(PipelineConfig(decoder=AS_IS), WINDOW, after_switch=False))
+    for _ in range(3):
+        loop.batch(wait=0.0, step=0.1)
+    loop.meter.epoch_ended()
+    loop.now += 60.0  # the loop validates
+    loop.batch(wait=0.0, step=0.1)
+    assert loop.meter.reading().between_epochs_s == pytest.approx(60.0)
