@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import multiprocessing
 import os
 import random
 import signal
@@ -421,3 +422,36 @@ def test_asked_again_after_its_end_a_pass_stays_ended() -> None:
         with pytest.raises(StopIteration):
             next(it)
     assert not loader.meter.untimeable  # its end not counted as epochs with nothing timed
+
+
+class HoldsALambda(Indices):
+    """A Dataset a spawned worker cannot be given: it holds a lambda."""
+
+    def __init__(self) -> None:
+        self.read = lambda index: index
+
+    def __getitem__(self, index: int) -> int:
+        return self.read(index)
+
+
+def test_a_switch_whose_workers_cannot_start_falls_back_whatever_the_error(caplog) -> None:
+    """Workers started by spawn (macOS's default, forkserver from Python 3.14): the Dataset
+    must be pickled to them, and this one cannot be, a real error at their start."""
+    before = multiprocessing.get_start_method()
+    multiprocessing.set_start_method("spawn", force=True)
+    try:
+        loader = Manual(HoldsALambda(), batch_size=4)
+        got = []
+        with caplog.at_level(logging.WARNING, logger="autotune"):
+            for batch in loader:
+                got.append(batch.tolist())
+                if len(got) == 2:
+                    loader.switch(settings(1))
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+    assert got == epochs_of(torch.utils.data.DataLoader(Indices(), batch_size=4), 1)[0]
+    assert [(s.settings.num_workers, s.fell_back) for s in loader.switches] == [
+        (1, False),
+        (0, True),
+    ]
+    assert "back to w0" in caplog.text
