@@ -122,7 +122,8 @@ class Meter:
         self._span = (0, 0, 0.0, 0.0)
         self._span_workers_cpu: float | None = None
         self._asked = self._asked_cpu = 0.0
-        self._ended_at, self._between_s = None, 0.0  # between epochs, while this was read
+        self._ended_at: float | None = None  # the last epoch's end, its next first batch due
+        self._between_s = 0.0  # the loop's time between epochs, while this was read
         self.done = False
         # a whole epoch closed no span: its warm-up and one sub-window are longer than an
         # epoch, and every epoch warms up again, so it can never be timed on this run
@@ -179,7 +180,7 @@ class Meter:
             self.untimeable = True
         self._epochs_ended, self._spans_then = self._epochs_ended + 1, len(self.tally.spans)
         self._restart_warmup()
-        self._ended_at: float | None = self._clock()  # the loop validates, saves: its time
+        self._ended_at = self._clock()  # the loop validates, saves: its time, not the loader's
 
     def epoch_left(self) -> None:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;

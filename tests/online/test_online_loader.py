@@ -286,6 +286,15 @@ def test_a_stream_s_workers_dying_mid_pass_raise_as_torch_s_would_never_repeatin
     assert seen and len(seen) == len(set(seen))  # what it delivered, each item once
 
 
+def _epoch_switched_after_one_batch(loader: autotune.DataLoader, to: PipelineConfig) -> None:
+    """An epoch read with a switch to ``to`` after its first batch."""
+    batches = iter(loader)
+    next(batches)
+    loader.switch(to)
+    for _ in batches:
+        pass
+
+
 @pytest.mark.slow  # torch's workers then take 5 s to be collected, as with torch's own loader
 def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
     class Broken(Indices):
@@ -295,12 +304,8 @@ def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
             return index
 
     loader = Manual(Broken(), batch_size=4)
-    it = iter(loader)
-    next(it)
-    loader.switch(settings(1))
     with pytest.raises(ValueError, match="sample 7 is unreadable"):
-        for _ in it:
-            pass
+        _epoch_switched_after_one_batch(loader, settings(1))
 
 
 @pytest.mark.parametrize(
@@ -363,12 +368,8 @@ def test_a_main_process_read_error_after_a_switch_is_the_dataset_s_raised_not_fa
             return index
 
     loader = Manual(OSErrorAtSeven(), batch_size=2, num_workers=1)
-    it = iter(loader)
-    next(it)
-    loader.switch(settings(0))
     with pytest.raises(OSError, match="transient read error at 7"):
-        for _ in it:
-            pass
+        _epoch_switched_after_one_batch(loader, settings(0))
     assert not [s for s in loader.switches if s.fell_back]
 
 

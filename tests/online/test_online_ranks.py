@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -321,27 +322,34 @@ def _twice_main(rank: int, rendezvous: str, storage: str, out: Connection) -> No
         raise
 
 
-@pytest.mark.slow  # two rank processes
-def test_a_process_group_made_again_in_the_same_processes_gets_its_own_meetings(tmp_path) -> None:
+def _sent_by_each_rank(tmp_path: Path, main: Callable[..., None]) -> list[Any]:
+    """Runs ``main(rank, rendezvous, storage, out)`` in a process a rank; what each sent."""
     ctx = multiprocessing.get_context("fork")
     links, procs = [], []
     for rank in range(RANKS):
         here, there = ctx.Pipe()
         args = (rank, str(tmp_path / "rendezvous"), f"sqlite:///{tmp_path}/autotune.db", there)
-        procs.append(ctx.Process(target=_twice_main, args=args))
+        procs.append(ctx.Process(target=main, args=args))
         procs[-1].start()
         links.append(here)
     try:
-        for link in links:
-            assert link.poll(120)
-            kept = link.recv()
-            assert not isinstance(kept, BaseException), kept
-            assert len(kept) == 2  # the second group met: it started at what the first kept
+        sent = []
+        for rank, link in enumerate(links):
+            assert link.poll(120), f"rank {rank} is still waiting"
+            sent.append(link.recv())
+            assert not isinstance(sent[-1], BaseException), sent[-1]
+        return sent
     finally:
         for proc in procs:
             proc.join(30)
             if proc.is_alive():
                 proc.kill()
+
+
+@pytest.mark.slow  # two rank processes
+def test_a_process_group_made_again_in_the_same_processes_gets_its_own_meetings(tmp_path) -> None:
+    for kept in _sent_by_each_rank(tmp_path, _twice_main):
+        assert len(kept) == 2  # the second group met: it started at what the first kept
 
 
 def _validates_on_rank_0_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
@@ -374,23 +382,5 @@ def _validates_on_rank_0_main(rank: int, rendezvous: str, storage: str, out: Con
 
 @pytest.mark.slow  # two rank processes
 def test_a_loader_rank_0_reads_alone_tunes_on_its_own_and_no_rank_waits_for_it(tmp_path) -> None:
-    ctx = multiprocessing.get_context("fork")
-    links, procs = [], []
-    for rank in range(RANKS):
-        here, there = ctx.Pipe()
-        args = (rank, str(tmp_path / "rendezvous"), f"sqlite:///{tmp_path}/autotune.db", there)
-        procs.append(ctx.Process(target=_validates_on_rank_0_main, args=args))
-        procs[-1].start()
-        links.append(here)
-    try:
-        validated = []
-        for rank, link in enumerate(links):
-            assert link.poll(120), f"rank {rank} is still waiting"
-            validated.append(link.recv())
-            assert not isinstance(validated[-1], BaseException), validated[-1]
-        assert validated == [2 * len(Work()), 0]
-    finally:
-        for proc in procs:
-            proc.join(30)
-            if proc.is_alive():
-                proc.kill()
+    validated = _sent_by_each_rank(tmp_path, _validates_on_rank_0_main)
+    assert validated == [2 * len(Work()), 0]
