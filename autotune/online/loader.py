@@ -142,9 +142,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self._job = record.JobRecord.of(self, self._facts, storage, name, sampler(), ranks)
         earlier = self._job.start()
-        if earlier is not None:  # explored again only where its rate moves during the run
-            self._start_at(earlier, self._share)
-            self._watch = DriftWatch() if self._share else None
+        if earlier is not None:  # explored again only where its rate moves (``DriftWatch``)
+            self._start_at(earlier.settings, self._share)
+            self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self._share else None
             log.info("autotune.DataLoader: %s, as %s", self._settings.short(), self._job.origin)
         if self._job.deferred:  # the note's: checked against the storage when the run ends
             self._check_at_end = Finalize(self, self._job.check_deferred, exitpriority=0)
@@ -225,10 +225,10 @@ class DataLoader(torch.utils.data.DataLoader):
         setting it proposes next."""
         if not self._share:  # off
             return
-        if self._watch is not None:  # a kept setting where the run started: has it drifted?
-            if not self._watch.drifted(reading):
+        if (watch := self._watch) is not None:  # a kept setting where the run started: moved?
+            if not watch.drifted(reading):
                 return
-            log.info("autotune.DataLoader: %s's rate moved: exploring", reading.settings.short())
+            log.info("autotune.DataLoader: %s: %s; exploring", reading.settings.short(), watch.why)
             self._watch = None
             if self._job is not None:  # the study a note put off, opened to record in
                 self._job.check_deferred()
@@ -288,7 +288,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self.measured()
         job, explorer = self._job, self._explorer
         if explorer is not None and explorer.settled and job is not None:
-            job.note_kept(explorer.current)
+            job.note_kept(explorer.current, explorer.best)
         self.meter.epoch_ended()
         if self.meter.untimeable:
             self.failed(record.untimeable(delivered))

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.synthetic_images import default_cache_dir
@@ -27,6 +28,14 @@ from autotune.tuner.storage import sqlite_file
 log = logging.getLogger("autotune.online.loader")
 
 FOLDER = ".online-kept"
+
+
+class Kept(NamedTuple):
+    """A setting a run kept, and the samples/s it was kept at (None: not measured on a run,
+    such as an offline study's pick)."""
+
+    settings: PipelineConfig
+    samples_per_s: float | None = None
 
 
 def path(storage: str, name: str) -> Path:
@@ -39,23 +48,25 @@ def path(storage: str, name: str) -> Path:
     return base / f"{name}.json"
 
 
-def read(storage: str, name: str, fingerprint: str) -> PipelineConfig | None:
+def read(storage: str, name: str, fingerprint: str) -> Kept | None:
     """The setting noted for this job; None where there is no note, or one of another job
     (a study name given by hand, reused for another job) or unreadable."""
     try:
         found = json.loads(path(storage, name).read_text())
         if found["fingerprint"] != fingerprint:
             return None
-        return PipelineConfig.from_dict(found["kept"])
+        rate = found.get("samples_per_s")
+        return Kept(PipelineConfig.from_dict(found["kept"]), float(rate) if rate else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def write(storage: str, name: str, fingerprint: str, settings: PipelineConfig) -> None:
+def write(storage: str, name: str, fingerprint: str, kept: Kept) -> None:
     """Notes the kept setting (a note that cannot be written is no note: the next run reads
     the storage instead)."""
     where = path(storage, name)
-    text = json.dumps({"fingerprint": fingerprint, "kept": settings.to_dict()}, indent=1)
+    found = {"fingerprint": fingerprint, "kept": kept.settings.to_dict()}
+    text = json.dumps({**found, "samples_per_s": kept.samples_per_s}, indent=1)
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         partial = where.with_suffix(".partial")

@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from autotune.machine import MachineFacts
 from autotune.online import note
 from autotune.online.meter import Reading
+from autotune.online.note import Kept
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader_job import LoaderJob
 from autotune.runtime.failures import Failure, FailureKind, first_line
@@ -90,7 +91,7 @@ class JobRecord:
         self.job, self._sampler = job, sampler
         self.study: optuna.Study | None = None
         self.deferred = False  # a note said where to start: the study is not open yet
-        self._noted: PipelineConfig | None = None
+        self._noted: Kept | None = None
         self.origin = "kept by an earlier run"  # where the setting the run starts at is from
 
     @classmethod
@@ -108,7 +109,7 @@ class JobRecord:
         fingerprint = job_fingerprint(loader, facts, ranks)
         return cls(Job(storage, name or study_name(loader, fingerprint), fingerprint), sampler)
 
-    def start(self) -> PipelineConfig | None:
+    def start(self) -> Kept | None:
         """The setting kept by an earlier run, where this one starts; None: explore."""
         self._noted = note.read(*self.job)
         self.deferred = self._noted is not None
@@ -121,20 +122,26 @@ class JobRecord:
             self.deferred = False
             self._open()
 
-    def note_kept(self, settings: PipelineConfig) -> None:
-        """``settings`` kept and recorded: noted for the next run here (once)."""
-        if self.study is not None and settings != self._noted:
-            note.write(*self.job, settings)
-            self._noted = settings
+    def note_kept(self, settings: PipelineConfig, best: Reading | None) -> None:
+        """``settings`` kept and recorded: noted for the next run here, with the rate they
+        were kept at (``best``'s, the fastest measured, where it is theirs)."""
+        rate = best.samples_per_s if best is not None and best.settings == settings else None
+        self._note(Kept(settings, rate and round(rate, 2)))
 
-    def _open(self) -> PipelineConfig | None:
+    def _note(self, kept: Kept) -> None:
+        if self.study is not None and kept != self._noted:  # once
+            note.write(*self.job, kept)
+            self._noted = kept
+
+    def _open(self) -> Kept | None:
         self.study = open_record(*self.job, self._sampler)
         earlier = kept(self.study)
         if earlier is None and self.study is not None:
-            study, earlier = offline_pick(self.job)
+            study, pick = offline_pick(self.job)
+            earlier = Kept(pick) if pick is not None else None
             self.origin = f"the offline study {study} picked"
         if earlier is not None:
-            self.note_kept(earlier)
+            self._note(earlier)
         elif self.study is not None:
             note.forget(self.job.storage, self.job.name)
         return earlier
@@ -171,13 +178,14 @@ def open_record(
         return None
 
 
-def kept(study: optuna.Study | None) -> PipelineConfig | None:
-    """The setting an earlier run of the job kept, if one did."""
+def kept(study: optuna.Study | None) -> Kept | None:
+    """The setting an earlier run of the job kept, if one did, and its rate then."""
     if study is None:
         return None
     found = store.study_attr(study, StudyKey.ONLINE_KEPT)
+    rate = store.study_attr(study, StudyKey.ONLINE_KEPT_RATE)
     try:
-        return PipelineConfig.from_dict(found) if found else None
+        return Kept(PipelineConfig.from_dict(found), rate and float(rate)) if found else None
     except (ValueError, TypeError) as exc:  # a newer autotune's, say: explored afresh
         not_recorded(f"the setting kept in {study.study_name}", exc)
         return None

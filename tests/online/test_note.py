@@ -4,8 +4,10 @@ and opens the study's storage only when it ends, where the note follows the stor
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
+from helpers import BRIEF_WINDOW
 
 import autotune
 from autotune.machine import detect
@@ -28,10 +30,11 @@ def _job(storage: str) -> record.Job:
     return record.Job(storage, record.study_name(loader, fingerprint), fingerprint)
 
 
-def _kept_in_storage(job: record.Job, kept: PipelineConfig | None) -> None:
+def _kept_in_storage(job: record.Job, kept: PipelineConfig | None, rate: float = 0.0) -> None:
     study = record.open_record(*job, sampler())
     assert study is not None
     store.set_study_attr(study, StudyKey.ONLINE_KEPT, kept.to_dict() if kept else None)
+    store.set_study_attr(study, StudyKey.ONLINE_KEPT_RATE, rate)
 
 
 def _one_epoch(loader: autotune.DataLoader) -> list[PipelineConfig]:
@@ -56,7 +59,7 @@ def test_a_later_run_starts_at_the_noted_setting_and_checks_the_storage_when_it_
     job = _job(storage)
     kept = dataclasses.replace(_loader(storage).settings, main_threads=1)
     _kept_in_storage(job, kept)
-    note.write(*job, kept)
+    note.write(*job, note.Kept(kept))
 
     loader = _loader(storage)
     for _ in range(2):  # every epoch read with the noted setting, the storage not opened
@@ -64,7 +67,7 @@ def test_a_later_run_starts_at_the_noted_setting_and_checks_the_storage_when_it_
     assert loader.explorer is None and not loader.switches  # nothing explored
     _run_ends(loader)
     assert loader._job is not None and loader._job.study is not None  # opened at the end
-    assert note.read(*job) == kept  # agreed
+    assert note.read(*job) == (kept, None)  # agreed
 
 
 def test_the_storage_wins_over_a_note_it_does_not_back_from_the_next_run_on(tmp_path) -> None:
@@ -72,14 +75,14 @@ def test_the_storage_wins_over_a_note_it_does_not_back_from_the_next_run_on(tmp_
     job = _job(storage)
     start = _loader(storage).settings
     noted = dataclasses.replace(start, main_threads=1)
-    note.write(*job, noted)
+    note.write(*job, note.Kept(noted))
     # the storage kept another setting: this run keeps the note's, the next starts at it
     other = dataclasses.replace(start, main_threads=2)
     _kept_in_storage(job, other)
     loader = _loader(storage)
     assert {s.main_threads for s in _one_epoch(loader)} == {1}
     _run_ends(loader)
-    assert note.read(*job) == other  # the note follows the storage
+    assert note.read(*job) == (other, None)  # the note follows the storage
     loader = _loader(storage)
     assert {s.main_threads for s in _one_epoch(loader)} == {2}
 
@@ -95,8 +98,8 @@ def test_the_storage_wins_over_a_note_it_does_not_back_from_the_next_run_on(tmp_
 def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
     job = record.Job(storage, "online-x", "fingerprint-a")
-    note.write(*job, PipelineConfig(main_threads=1))
-    assert note.read(*job) == PipelineConfig(main_threads=1)
+    note.write(*job, note.Kept(PipelineConfig(main_threads=1)))
+    assert note.read(*job) == note.Kept(PipelineConfig(main_threads=1), None)
     assert note.read(storage, "online-x", "fingerprint-b") is None  # a name reused
     note.path(storage, "online-x").write_text("{ half a note")
     assert note.read(*job) is None
@@ -105,3 +108,37 @@ def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     assert note.path(storage, "x").parent == tmp_path / note.FOLDER / "autotune.db"
     assert note.path(f"sqlite:///{tmp_path}/other.db", "x") != note.path(storage, "x")
     assert note.path("postgresql://h/db", "x") != note.path("postgresql://h/other", "x")
+
+
+def test_a_run_far_off_the_rate_its_setting_was_kept_at_explores_from_its_first_reading(
+    tmp_path, caplog
+) -> None:
+    """The note's rate and the run's first reading: a loop a hundred times slower than the
+    one the setting was kept on (another transform, model or step, which the fingerprint
+    cannot see) explores at once; the same note without a rate (an offline study's pick)
+    explores nothing."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+
+    def run_from(kept: note.Kept | None, storage: str = storage) -> autotune.DataLoader:
+        if kept is not None:
+            note.write(*job, kept)
+        loader = autotune.DataLoader(DATA, batch_size=4, storage=storage, window=BRIEF_WINDOW)
+        for _ in range(20):
+            if loader.readings:
+                break
+            assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(32))
+        assert loader.readings  # the run's first reading of the noted setting
+        return loader
+
+    start = _loader(storage).settings
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        assert run_from(note.Kept(start)).explorer is None
+        far_off = run_from(note.Kept(start, samples_per_s=100 * 10**6))
+    rate = far_off.readings[0].samples_per_s
+    assert far_off.explorer is not None  # the study opened, the run's own reading its first
+    assert f"reads {rate:.0f} samples/s, kept at 100000000 by an earlier run" in caplog.text
+    # where there is no note, as the study's storage recorded it
+    elsewhere = f"sqlite:///{tmp_path}/elsewhere.db"
+    _kept_in_storage(_job(elsewhere), start, rate=100 * 10**6)
+    assert run_from(None, elsewhere).explorer is not None

@@ -97,7 +97,9 @@ def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
     assert f"`autotune.DataLoader` kept `{kept.short()}` at " in text
     assert "stopped before naming a best config" not in text
     # and noted on this host, where the next run starts before its first batch
-    assert loader._job is not None and note.read(*loader._job.job) == kept
+    # with the rate it was kept at: a next run far off it is not this job (``DriftWatch``)
+    rate = store.study_attr(loader.explorer.study, StudyKey.ONLINE_KEPT_RATE)
+    assert loader._job is not None and note.read(*loader._job.job) == (kept, rate) and rate > 0
 
 
 def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_loader(
@@ -131,7 +133,7 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
     # the run's own study records no trial; the pick is noted where the next run starts
     assert not optuna.load_study(study_name=first._job.job.name, storage=storage).trials
-    assert note.read(*first._job.job) == pick
+    assert note.read(*first._job.job) == (pick, None)  # no rate measured on a run
     second = loader()
     sum(1 for _ in second)
     assert second.settings == starts_at and second._job.study is None  # from the note
