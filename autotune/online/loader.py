@@ -221,17 +221,17 @@ class DataLoader(torch.utils.data.DataLoader):
         )  # fmt: skip
 
     def explore(self, reading: Reading) -> None:
-        """Tells the explorer a settled reading of the setting it proposed; switches to the
-        setting it proposes next."""
+        """Tells the explorer a settled reading; switches to the setting it proposes next."""
         if not self._share:  # off
             return
-        if (watch := self._watch) is not None:  # a kept setting where the run started: moved?
+        if (watch := self._watch) is not None and self._job is not None:  # started at a kept
+            if watch.kept is None:  # the run's first reading of it: its rate, where none was kept
+                self._job.started_at(reading)
             if not watch.drifted(reading):
                 return
             log.info("autotune.DataLoader: %s: %s; exploring", reading.settings.short(), watch.why)
             self._watch = None
-            if self._job is not None:  # the study a note put off, opened to record in
-                self._job.check_deferred()
+            self._job.check_deferred()  # the study a note put off, opened to record in
         if self._explorer is None:
             try:
                 self._explorer = Explorer.on_run(

@@ -92,6 +92,7 @@ class JobRecord:
         self.study: optuna.Study | None = None
         self.deferred = False  # a note said where to start: the study is not open yet
         self._noted: Kept | None = None
+        self._start_reading: Reading | None = None  # the run's first of the setting it started at
         self.origin = "kept by an earlier run"  # where the setting the run starts at is from
 
     @classmethod
@@ -128,6 +129,22 @@ class JobRecord:
         rate = best.samples_per_s if best is not None and best.settings == settings else None
         self._note(Kept(settings, rate and round(rate, 2)))
 
+    def started_at(self, reading: Reading) -> None:
+        """The run's first reading of the setting it started at. Where no rate was kept with
+        it (an offline study's pick), it is recorded as kept at this rate, so that a later run
+        can tell when its job is another (``DriftWatch``); where a note put the study off,
+        once it is opened."""
+        self._start_reading = reading
+        self._keep_start_rate()
+
+    def _keep_start_rate(self) -> None:
+        reading, noted = self._start_reading, self._noted
+        if reading is None or self.study is None or noted is None or noted.samples_per_s:
+            return
+        if reading.settings == noted.settings:
+            record_kept(self.study, reading)
+            self._note(Kept(noted.settings, round(reading.samples_per_s, 2)))
+
     def _note(self, kept: Kept) -> None:
         if self.study is not None and kept != self._noted:  # once
             note.write(*self.job, kept)
@@ -142,6 +159,7 @@ class JobRecord:
             self.origin = f"the offline study {study} picked"
         if earlier is not None:
             self._note(earlier)
+            self._keep_start_rate()
         elif self.study is not None:
             note.forget(self.job.storage, self.job.name)
         return earlier
@@ -183,7 +201,7 @@ def kept(study: optuna.Study | None) -> Kept | None:
     if study is None:
         return None
     found = store.study_attr(study, StudyKey.ONLINE_KEPT)
-    rate = store.study_attr(study, StudyKey.ONLINE_KEPT_RATE)
+    rate = store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) or None  # None: not recorded
     try:
         return Kept(PipelineConfig.from_dict(found), rate and float(rate)) if found else None
     except (ValueError, TypeError) as exc:  # a newer autotune's, say: explored afresh

@@ -101,11 +101,15 @@ def _summary_markdown(summary: Summary) -> str:
     result = summary.result
     if not result.confirmed and result.online_kept is not None:
         rate = f" at {result.online_kept_rate:.1f} {UNIT}" if result.online_kept_rate else ""
+        how = (
+            "the run's own settings first, then each setting the sampler proposed, timed "
+            "once on its share of the run (no confirmation rounds)"
+            if any(result.counts.values())
+            else "where the run started (an offline study's pick), exploring nothing"
+        )
         lines.append(
             f"`autotune.DataLoader` kept `{result.online_kept.short()}`{rate}, measured on "
-            "the training run itself: the run's own settings first, then each setting the "
-            "sampler proposed, timed once on its share of the run (no confirmation rounds). "
-            "The next run of the job starts there.\n"
+            f"the training run itself: {how}. The next run of the job starts there.\n"
         )
     elif not result.confirmed:
         lines.append(

@@ -142,3 +142,26 @@ def test_a_run_far_off_the_rate_its_setting_was_kept_at_explores_from_its_first_
     elsewhere = f"sqlite:///{tmp_path}/elsewhere.db"
     _kept_in_storage(_job(elsewhere), start, rate=100 * 10**6)
     assert run_from(None, elsewhere).explorer is not None
+
+
+def test_a_rate_not_kept_with_the_setting_is_the_run_s_first_reading_kept_when_it_ends(
+    tmp_path,
+) -> None:
+    """A note and a study of an earlier autotune's, which kept no rate: the run's first
+    reading of the setting is recorded as its rate once the study is opened, at its end."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+    kept = dataclasses.replace(_loader(storage).settings, main_threads=1)
+    _kept_in_storage(job, kept)
+    note.write(*job, note.Kept(kept))
+    loader = autotune.DataLoader(DATA, batch_size=4, storage=storage, window=BRIEF_WINDOW)
+    for _ in range(20):
+        if loader.readings:
+            break
+        assert set(_one_epoch(loader)) == {kept}  # the storage not opened meanwhile
+    assert loader.readings and loader.explorer is None
+    _run_ends(loader)
+    rate = round(loader.readings[0].samples_per_s, 2)
+    assert note.read(*job) == (kept, rate)
+    study = record.open_record(*job, sampler())
+    assert study is not None and store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) == rate

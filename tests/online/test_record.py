@@ -107,8 +107,8 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
 ) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
 
-    def loader() -> autotune.DataLoader:
-        return autotune.DataLoader(DATA, batch_size=4, storage=storage)  # its own: w0
+    def loader() -> autotune.DataLoader:  # its own settings: w0
+        return autotune.DataLoader(DATA, batch_size=4, storage=storage, window=BRIEF_WINDOW)
 
     facts = detect(want_cuda=torch.cuda.is_available())
     job = record.job_fingerprint(loader(), facts)
@@ -133,7 +133,21 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
     # the run's own study records no trial; the pick is noted where the next run starts
     assert not optuna.load_study(study_name=first._job.job.name, storage=storage).trials
-    assert note.read(*first._job.job) == (pick, None)  # no rate measured on a run
+    for _ in range(20):  # until the run has read the pick
+        if first.readings:
+            break
+        sum(1 for _ in first)
+    assert first.readings and first.explorer is None and not first.switches
+    # then kept at the rate this run read it at: a later run far off it is another job
+    rate = round(first.readings[0].samples_per_s, 2)
+    study = optuna.load_study(study_name=first._job.job.name, storage=storage)
+    assert store.study_attr(study, StudyKey.ONLINE_KEPT) == pick.to_dict()
+    assert store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) == rate
+    assert note.read(*first._job.job) == (pick, rate) and not study.trials
+    markdown.write_report(storage, study.study_name, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"kept `{pick.short()}` at {rate:.1f} samples/s" in text
+    assert "where the run started (an offline study's pick), exploring nothing" in text
     second = loader()
     sum(1 for _ in second)
     assert second.settings == starts_at and second._job.study is None  # from the note
