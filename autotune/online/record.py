@@ -47,7 +47,7 @@ OUTSIDE = Failure(FailureKind.INVALID_CONFIG, "queued by an earlier run, outside
 def untimeable(batches_per_epoch: int) -> Failure:
     """A setting a whole epoch could not time."""
     why = f"its warm-up and one sub-window are longer than an epoch of {batches_per_epoch} batches"
-    return Failure(FailureKind.INVALID_CONFIG, f"could not be timed on this run: {why}")
+    return Failure(FailureKind.UNTIMEABLE, f"could not be timed on this run: {why}")
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ class FailureKind(str, enum.Enum):
     RANK_DIED = "rank_died"
     CORRUPT_DATA = "corrupt_data"
     INVALID_CONFIG = "invalid_config"
+    UNTIMEABLE = "untimeable"
     HOST_LOST = "host_lost"
     INTERRUPTED = "interrupted"
     ERROR = "error"
@@ -58,6 +59,8 @@ _HINTS = {
     FailureKind.RANK_DIED: "a rank of the trial crashed: run the config with ranks=1 to see why",
     FailureKind.CORRUPT_DATA: "remove or fix the unreadable files named in the message",
     FailureKind.INVALID_CONFIG: "fix the search space so that it only yields valid settings",
+    FailureKind.UNTIMEABLE: "the run's epochs are shorter than the setting's warm-up and one "
+    "timing: longer epochs (more data, smaller batches) let it be measured",
     FailureKind.HOST_LOST: "the host measuring it stopped sending heartbeats (it died): the "
     "study went on",
     FailureKind.INTERRUPTED: "stopped (Ctrl-C, SIGTERM): run the same command again to resume",

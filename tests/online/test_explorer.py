@@ -23,7 +23,9 @@ from autotune.online.explorer import Explorer
 from autotune.online.meter import Reading, fewest_batches
 from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.runtime.failures import FailureKind
 from autotune.session.space import SearchSpace
+from autotune.tuner import store
 from autotune.tuner.store import StudyKey, TrialKey
 
 START = PipelineConfig(decoder=AS_IS)  # torch's defaults: no workers
@@ -397,6 +399,7 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
     why = "longer than an epoch of 10 batches"
     assert failed and all(why in str(t.user_attrs) for t in failed)
+    assert {store.failure_kind(t) for t in failed} == {FailureKind.UNTIMEABLE}
     sum(1 for _ in loader)  # the setting kept is read with from the next epoch
     assert loader.settings.num_workers == 0  # what an epoch could time (no workers): kept
 
