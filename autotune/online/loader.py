@@ -26,7 +26,7 @@ import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
 from autotune.online import record
-from autotune.online.budget import setting_cap, shares
+from autotune.online.budget import charged, setting_cap, shares
 from autotune.online.drift import DriftWatch
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer, sampler
@@ -154,8 +154,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self.meter = self._new_meter(self._settings, after_switch=True)
 
     def before_batch(self, delivered: int) -> None:
-        """With several ranks: where a sync is due before the epoch's batch ``delivered``,
-        the ranks agree on the settings from there."""
+        """Several ranks: where a sync is due before batch ``delivered``, they agree there."""
         if self._ranks is not None and self._ranks.due(delivered):
             self._ranks.sync(self)
 
@@ -225,9 +224,10 @@ class DataLoader(torch.utils.data.DataLoader):
         if not self._share:  # off
             return
         if (watch := self._watch) is not None and self._job is not None:  # started at a kept
+            whole = charged(reading, watch.restarts, self._epoch_length)  # as it was kept
             if watch.kept is None:  # the run's first reading of it: its rate, where none was kept
-                self._job.started_at(reading)
-            if not watch.drifted(reading):
+                self._job.started_at(whole)
+            if not watch.drifted(whole):
                 return
             log.info("autotune.DataLoader: %s: %s; exploring", reading.settings.short(), watch.why)
             self._watch = None

@@ -201,9 +201,12 @@ def kept(study: optuna.Study | None) -> Kept | None:
     if study is None:
         return None
     found = store.study_attr(study, StudyKey.ONLINE_KEPT)
-    rate = store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) or None  # None: not recorded
+    try:  # a rate that cannot be read is none: the setting still stands
+        rate = float(store.study_attr(study, StudyKey.ONLINE_KEPT_RATE)) or None
+    except (TypeError, ValueError):
+        rate = None
     try:
-        return Kept(PipelineConfig.from_dict(found), rate and float(rate)) if found else None
+        return Kept(PipelineConfig.from_dict(found), rate) if found else None
     except (ValueError, TypeError) as exc:  # a newer autotune's, say: explored afresh
         not_recorded(f"the setting kept in {study.study_name}", exc)
         return None

@@ -105,7 +105,8 @@ def _summary_markdown(summary: Summary) -> str:
             "the run's own settings first, then each setting the sampler proposed, timed "
             "once on its share of the run (no confirmation rounds)"
             if any(result.counts.values())
-            else "where the run started (an offline study's pick), exploring nothing"
+            else "the setting the run started at (its own, or an offline study's pick), "
+            "nothing else tried"
         )
         lines.append(
             f"`autotune.DataLoader` kept `{result.online_kept.short()}`{rate}, measured on "

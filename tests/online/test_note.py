@@ -4,8 +4,8 @@ and opens the study's storage only when it ends, where the note follows the stor
 from __future__ import annotations
 
 import dataclasses
-import logging
 
+import optuna
 import torch
 from helpers import BRIEF_WINDOW
 
@@ -110,58 +110,49 @@ def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     assert note.path("postgresql://h/db", "x") != note.path("postgresql://h/other", "x")
 
 
-def test_a_run_far_off_the_rate_its_setting_was_kept_at_explores_from_its_first_reading(
-    tmp_path, caplog
-) -> None:
-    """The note's rate and the run's first reading: a loop a hundred times slower than the
-    one the setting was kept on (another transform, model or step, which the fingerprint
-    cannot see) explores at once; the same note without a rate (an offline study's pick)
-    explores nothing."""
-    storage = f"sqlite:///{tmp_path}/autotune.db"
-    job = _job(storage)
-
-    def run_from(kept: note.Kept | None, storage: str = storage) -> autotune.DataLoader:
-        if kept is not None:
-            note.write(*job, kept)
-        loader = autotune.DataLoader(DATA, batch_size=4, storage=storage, window=BRIEF_WINDOW)
-        for _ in range(20):
-            if loader.readings:
-                break
-            assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(32))
-        assert loader.readings  # the run's first reading of the noted setting
-        return loader
-
-    start = _loader(storage).settings
-    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
-        assert run_from(note.Kept(start)).explorer is None
-        far_off = run_from(note.Kept(start, samples_per_s=100 * 10**6))
-    rate = far_off.readings[0].samples_per_s
-    assert far_off.explorer is not None  # the study opened, the run's own reading its first
-    assert f"reads {rate:.0f} samples/s, kept at 100000000 by an earlier run" in caplog.text
-    # where there is no note, as the study's storage recorded it
-    elsewhere = f"sqlite:///{tmp_path}/elsewhere.db"
-    _kept_in_storage(_job(elsewhere), start, rate=100 * 10**6)
-    assert run_from(None, elsewhere).explorer is not None
-
-
-def test_a_rate_not_kept_with_the_setting_is_the_run_s_first_reading_kept_when_it_ends(
+def test_where_no_note_says_the_run_starts_at_the_setting_and_rate_the_study_kept(
     tmp_path,
 ) -> None:
-    """A note and a study of an earlier autotune's, which kept no rate: the run's first
-    reading of the setting is recorded as its rate once the study is opened, at its end."""
     storage = f"sqlite:///{tmp_path}/autotune.db"
     job = _job(storage)
-    kept = dataclasses.replace(_loader(storage).settings, main_threads=1)
-    _kept_in_storage(job, kept)
-    note.write(*job, note.Kept(kept))
+    kept = PipelineConfig(main_threads=1)
+    _kept_in_storage(job, kept, rate=1234.5)
+    assert record.JobRecord(job, sampler()).start() == (kept, 1234.5)
+    assert note.read(*job) == (kept, 1234.5)  # noted for the next run
+
+
+def test_a_pick_noted_without_a_rate_is_kept_at_the_run_s_first_reading_when_it_ends(
+    tmp_path,
+) -> None:
+    """A run that started at an offline study's pick and ended before reading it noted the
+    pick without a rate. The next run starts from that note; its first reading of the pick is
+    recorded as its rate once the study is opened, at its end, never during the run."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+    pick = dataclasses.replace(_loader(storage).settings, main_threads=1)
+    offline = optuna.create_study(storage=storage, study_name="offline")
+    at = "2026-12-01T10:00:00+00:00"
+    offered = {"job": job.fingerprint, "settings": pick.to_dict(), "at": at}
+    store.set_study_attr(offline, StudyKey.ONLINE_START, offered)
+    note.write(*job, note.Kept(pick))
     loader = autotune.DataLoader(DATA, batch_size=4, storage=storage, window=BRIEF_WINDOW)
     for _ in range(20):
         if loader.readings:
             break
-        assert set(_one_epoch(loader)) == {kept}  # the storage not opened meanwhile
+        assert set(_one_epoch(loader)) == {pick}  # the storage not opened meanwhile
     assert loader.readings and loader.explorer is None
     _run_ends(loader)
     rate = round(loader.readings[0].samples_per_s, 2)
-    assert note.read(*job) == (kept, rate)
+    assert note.read(*job) == (pick, rate)
     study = record.open_record(*job, sampler())
-    assert study is not None and store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) == rate
+    assert study is not None and record.kept(study) == (pick, rate)
+
+
+def test_a_kept_rate_the_study_cannot_give_as_a_number_leaves_the_setting_standing(
+    tmp_path,
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+    kept = PipelineConfig(main_threads=1)
+    _kept_in_storage(job, kept, rate="fast")  # type: ignore[arg-type]  # a newer autotune's?
+    assert record.kept(record.open_record(*job, sampler())) == (kept, None)

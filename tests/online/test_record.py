@@ -3,11 +3,13 @@ run stops while measuring (the loop left, Ctrl-C) or is killed outright."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import signal
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -17,7 +19,8 @@ from optuna.trial import TrialState
 
 import autotune
 from autotune.machine import detect
-from autotune.online import note, record
+from autotune.online import drift, note, record
+from autotune.online.budget import charged
 from autotune.online.explorer import sampler
 from autotune.pipeline.config import PipelineConfig
 from autotune.report import markdown
@@ -29,6 +32,25 @@ from autotune.tuner.store import StudyKey, TrialKey
 pytestmark = pytest.mark.slow
 
 DATA = torch.utils.data.TensorDataset(torch.arange(64))
+
+
+class Paced(torch.utils.data.Dataset):
+    """Samples each taking ``seconds`` to read: a loop whose rate a second run reads again
+    (a loop of microseconds reads 1.5x apart from run to run on a busy machine)."""
+
+    def __init__(self, count: int = 64, seconds: float = 0.001) -> None:
+        self.count, self.seconds = count, seconds
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor]:  # as a TensorDataset's
+        time.sleep(self.seconds)
+        return (torch.tensor(index),)
+
+
+def _slow_start(worker_id: int) -> None:
+    time.sleep(0.3)
 
 
 def trials(storage: str) -> list[optuna.trial.FrozenTrial]:
@@ -107,8 +129,8 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
 ) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
 
-    def loader() -> autotune.DataLoader:  # its own settings: w0
-        return autotune.DataLoader(DATA, batch_size=4, storage=storage, window=BRIEF_WINDOW)
+    def loader() -> autotune.DataLoader:  # its own settings: w0; a rate steady between runs
+        return autotune.DataLoader(Paced(), batch_size=4, storage=storage, window=BRIEF_WINDOW)
 
     facts = detect(want_cuda=torch.cuda.is_available())
     job = record.job_fingerprint(loader(), facts)
@@ -147,7 +169,7 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     markdown.write_report(storage, study.study_name, tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
     assert f"kept `{pick.short()}` at {rate:.1f} samples/s" in text
-    assert "where the run started (an offline study's pick), exploring nothing" in text
+    assert "the setting the run started at (its own, or an offline study's pick)" in text
     second = loader()
     sum(1 for _ in second)
     assert second.settings == starts_at and second._job.study is None  # from the note
@@ -179,3 +201,69 @@ def test_a_kept_setting_this_autotune_cannot_read_is_one_warning_and_the_run_exp
     with caplog.at_level(logging.WARNING, logger="autotune"):
         assert sum(len(b) for (b,) in loader) == 64
     assert "not recorded" in caplog.text and "worker_affinity" in caplog.text
+
+
+def test_a_kept_setting_whose_workers_start_each_epoch_is_read_as_it_was_kept(
+    tmp_path, caplog
+) -> None:
+    """The explorer keeps a setting's rate over whole epochs, each charging its workers' start
+    where they do not persist (``budget.charged``); a later run reads it so too, and is not
+    taken for another job because its workers start slowly."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    data = torch.utils.data.TensorDataset(torch.arange(128))
+
+    def loader(tune: bool) -> autotune.DataLoader:  # w2, started again each epoch: 0.3 s
+        return autotune.DataLoader(
+            data, batch_size=4, num_workers=2, worker_init_fn=_slow_start, tune=tune,
+            storage=storage, window=BRIEF_WINDOW,
+        )  # fmt: skip
+
+    def first_reading(loader: autotune.DataLoader) -> None:
+        for _ in range(10):
+            if loader.readings:
+                return
+            assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(128))
+        raise AssertionError("no reading in 10 epochs")
+
+    read = loader(tune=False)
+    first_reading(read)
+    kept = charged(read.readings[0], {}, len(read))  # as the explorer keeps it
+    assert kept.samples_per_s * 1.5 < read.readings[0].samples_per_s  # the start weighs
+    again = loader(tune=True)
+    job = record.job_fingerprint(again, detect(want_cuda=torch.cuda.is_available()))
+    note.write(
+        storage, record.study_name(again, job), job, note.Kept(again.settings, kept.samples_per_s)
+    )
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        first_reading(again)
+    assert again.explorer is None and "exploring" not in caplog.text
+
+
+def test_a_run_far_off_the_rate_its_setting_was_kept_at_explores_again(tmp_path, caplog) -> None:
+    """The rate kept with the setting and the run's first readings: a loop a hundred times
+    slower than the one the setting was kept on (another transform, model or step, which the
+    fingerprint cannot see) explores again once readings off it span the drift's time; a
+    run at the rate it was kept at explores nothing."""
+    window = dataclasses.replace(BRIEF_WINDOW, batches_per_window=8)  # readings of 0.3 s
+    paced = Paced(128, 0.005)
+
+    def run_from(storage: str, rate: float, readings: int) -> autotune.DataLoader:
+        loader = autotune.DataLoader(paced, batch_size=4, storage=storage, window=window)
+        job = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
+        kept = note.Kept(loader.settings, rate)  # its own: w0
+        note.write(storage, record.study_name(loader, job), job, kept)
+        for _ in range(30):
+            if loader.explorer is not None or len(loader.readings) >= readings:
+                break
+            assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(128))
+        return loader
+
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        far_off = run_from(f"sqlite:///{tmp_path}/a.db", 100 * 10**6, readings=30)
+        assert far_off.explorer is not None  # the study opened, the run's reading its first
+        assert "kept at 100000000 by an earlier run; exploring" in caplog.text
+        caplog.clear()
+        rate = far_off.readings[0].samples_per_s  # no workers to charge: as it would be kept
+        again = run_from(f"sqlite:///{tmp_path}/b.db", rate, readings=drift.SUSTAINED * 2)
+        assert again.explorer is None and len(again.readings) >= drift.SUSTAINED * 2
+    assert "exploring" not in caplog.text
