@@ -9,8 +9,8 @@ A proposal already measured is told its rate, not run again: three in a row, or 
 measured, end it; one no epoch can time is failed at once. The run's own settings are kept
 unless another measured faster by more than half the two readings' spreads. A setting whose
 workers failed is recorded as failed and never kept (a kept one: the next fastest in its
-place). Once settled, where the kept setting's rate moves (``drift``), the runners-up are
-measured again, then the sampler, with the budget of a fresh start (docs/online.md).
+place). Once settled, where the kept setting's rate moves (``drift``), the runners-up and
+then the kept setting are measured again, then the sampler, with a fresh start's budget.
 """
 
 from __future__ import annotations
@@ -236,16 +236,16 @@ class Explorer:
 
     def _recheck(self, reading: Reading) -> None:
         """The kept setting's rate moved (``drift``): what was measured before no longer
-        holds. Its new reading stands; the runners-up are measured again, ahead of the
-        sampler's proposals, with the budget of a fresh start."""
+        holds. The runners-up are measured again, then the kept setting (its new reading
+        stands until then: a change that passes meanwhile, a neighbour's job ending, is not
+        held against it), ahead of the sampler's proposals, with a fresh start's budget."""
         earlier = sorted(self._readings.values(), key=lambda r: r.samples_per_s, reverse=True)
         self._readings = {reading.settings: reading}
-        for other in earlier[:RECHECKED]:
+        for other in [*earlier[:RECHECKED], reading]:
             params = self.space.params_of(other.settings)
-            if other.settings != reading.settings and params is not None:
-                self._told.pop(other.settings, None)
+            if params is not None and (other is reading or other.settings != reading.settings):
+                self._told.pop(other.settings, None)  # measured anew
                 store.enqueue(self.study, params, {})
-        self._told.pop(reading.settings, None)  # its rate moved: measured anew if proposed
         self.done = self.paused = False
         self._drift, self.rechecks = None, self.rechecks + 1
         self.budget.afresh()

@@ -430,9 +430,32 @@ def test_a_drift_of_the_kept_rate_measures_the_runners_up_again_and_keeps_the_fa
         measured_again.append(explorer.current)
         clock.now += 1.0
         explorer.measured(reading(explorer.current, now_rate(explorer.current)))
-    assert measured_again[:2] == [r.settings for r in ranked[1:3]]  # the runners-up first
+    # the runners-up first, then the kept setting again
+    assert measured_again[:3] == [r.settings for r in ranked[1:3]] + [kept]
     # then the sampler, with a fresh budget; what is kept is measured since the drift
     assert explorer.best.settings == max(measured_again, key=now_rate)  # type: ignore[union-attr]
+
+
+def test_a_drift_that_passes_while_the_runners_up_are_measured_keeps_the_setting() -> None:
+    """A neighbour's job halves the kept setting's rate, long enough for a drift, and ends
+    as the runners-up are measured: the kept setting, measured again after them, stays kept
+    (its reading from the drift is not held against it)."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()  # 1 s a setting; a fresh start's budget: 4 s, the runners-up and the kept
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=40, clock=clock)
+    for _ in range(40):
+        if explorer.done:
+            break
+        clock.now += 1.0
+        explorer.measured(reading(explorer.current, rate_of(explorer.current)))
+    kept = explorer.current
+    for _ in range(SUSTAINED):  # its rate halved, then the neighbour leaves
+        explorer.measured(reading(kept, rate_of(kept) / 2))
+    assert explorer.rechecks == 1
+    while not explorer.done:
+        clock.now += 1.0
+        explorer.measured(reading(explorer.current, rate_of(explorer.current)))
+    assert explorer.current == kept
 
 
 class SlowsDown(torch.utils.data.Dataset):
