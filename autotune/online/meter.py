@@ -128,7 +128,9 @@ class Meter:
         # a whole epoch closed no span: its warm-up and one sub-window are longer than an
         # epoch, and every epoch warms up again, so it can never be timed on this run
         self.untimeable = False
-        self._epochs_ended, self._spans_then = 0, 0
+        # whether the epoch under way began with this meter, past the switch's first batch
+        # (an epoch's first batch taken as the switch's cost leaves it one batch short)
+        self._epoch_whole, self._spans_then = False, 0
         self._restart_warmup()
 
     def _warmup_batches(self) -> int:
@@ -176,9 +178,10 @@ class Meter:
     def epoch_ended(self) -> None:
         """The epoch is over: what the loop does now is not the loader's; warm up again."""
         closed = len(self.tally.spans) - self._spans_then
-        if self._epochs_ended and not closed and not self.done:  # a whole epoch, no span
+        if self._epoch_whole and not closed and not self.done:  # a whole epoch, no span
             self.untimeable = True
-        self._epochs_ended, self._spans_then = self._epochs_ended + 1, len(self.tally.spans)
+        self._spans_then = len(self.tally.spans)
+        self._epoch_whole = not self._after_switch or self.first_batch_s is not None
         self._restart_warmup()
         self._ended_at = self._clock()  # the loop validates, saves: its time, not the loader's
 

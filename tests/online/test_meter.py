@@ -176,6 +176,24 @@ def test_a_setting_no_whole_epoch_can_time_is_untimeable(epoch, untimeable) -> N
     assert loop.meter.untimeable is untimeable
 
 
+def test_a_switch_at_an_epoch_s_end_leaves_the_next_epoch_a_batch_short_not_untimeable() -> None:
+    """Switched as the loop asks past an epoch's last batch: the next epoch's first batch is
+    the switch's cost, so it is one short of a warm-up and a sub-window; the one after times
+    it. The first such epoch used to count as whole, and a setting that fits was failed."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    meter = Meter(settings, WINDOW, epoch_batches=8)  # after a switch; warm-up 6, then 2
+    loop = Loop(meter)
+    meter.requested()  # the switch, at the request that ends the epoch
+    meter.epoch_ended()
+    for _ in range(2):
+        for _ in range(8):
+            loop.batch(wait=0.01, step=0.1)
+        meter.requested()
+        meter.epoch_ended()
+        assert not meter.untimeable
+    assert meter.tally.spans  # the second epoch timed a span
+
+
 @pytest.mark.parametrize(("epoch_batches", "untimeable"), [(None, True), (12, False)])
 def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches, untimeable):
     # 10 batches/s and 1 s sub-windows ask for 10 batches; an epoch of 12 leaves 6 after the
