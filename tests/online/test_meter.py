@@ -194,6 +194,20 @@ def test_a_switch_at_an_epoch_s_end_leaves_the_next_epoch_a_batch_short_not_unti
     assert meter.tally.spans  # the second epoch timed a span
 
 
+def test_a_switch_made_past_an_epoch_s_last_batch_is_timed_on_the_real_loop() -> None:
+    """Epochs of 16 batches: `w2 pf2`'s warm-up of 8 and a sub-window of 8 fill one exactly."""
+    loader = Manual(torch.zeros(64, 1), batch_size=4)
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    for index, _ in enumerate(loader):
+        if index == len(loader) - 1:
+            loader.switch(settings)  # made as the loop asks past the epoch's last batch
+    assert loader.meter.settings.num_workers == 2
+    for _ in range(2):
+        sum(1 for _ in loader)
+        assert not loader.meter.untimeable
+    assert loader.meter.tally.spans  # timed in the whole epoch after
+
+
 @pytest.mark.parametrize(("epoch_batches", "untimeable"), [(None, True), (12, False)])
 def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches, untimeable):
     # 10 batches/s and 1 s sub-windows ask for 10 batches; an epoch of 12 leaves 6 after the
