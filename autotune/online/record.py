@@ -127,7 +127,7 @@ class JobRecord:
         """``settings`` kept and recorded: noted for the next run here, with the rate they
         were kept at (``best``'s, the fastest measured, where it is theirs)."""
         rate = best.samples_per_s if best is not None and best.settings == settings else None
-        self._note(Kept(settings, rate and round(rate, 2)))
+        self._note(Kept(settings, rate and as_stored(rate)))
 
     def started_at(self, reading: Reading) -> None:
         """The run's first reading of the setting it started at. Where no rate was kept with
@@ -143,7 +143,7 @@ class JobRecord:
             return
         if reading.settings == noted.settings:
             record_kept(self.study, reading)
-            self._note(Kept(noted.settings, round(reading.samples_per_s, 2)))
+            self._note(Kept(noted.settings, as_stored(reading.samples_per_s)))
 
     def _note(self, kept: Kept) -> None:
         if self.study is not None and kept != self._noted:  # once
@@ -261,11 +261,17 @@ def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: int) -> 
     store.set_trial_attr(trial, TrialKey.REPEAT_OF, earlier)
 
 
+def as_stored(samples_per_s: float) -> float:
+    """A kept rate as the study and the note both keep it: a note is compared with the
+    study's record, and the two must agree."""
+    return round(samples_per_s, 2)
+
+
 def record_kept(study: optuna.Study, reading: Reading) -> None:
     """The setting kept, for the next run of the job."""
     try:
         store.set_study_attr(study, StudyKey.ONLINE_KEPT, reading.settings.to_dict())
-        store.set_study_attr(study, StudyKey.ONLINE_KEPT_RATE, round(reading.samples_per_s, 2))
+        store.set_study_attr(study, StudyKey.ONLINE_KEPT_RATE, as_stored(reading.samples_per_s))
     except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
         not_recorded(study.study_name, exc)
 

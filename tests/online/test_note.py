@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import optuna
+import pytest
 import torch
 from helpers import BRIEF_WINDOW
 
@@ -30,7 +31,7 @@ def _job(storage: str) -> record.Job:
     return record.Job(storage, record.study_name(loader, fingerprint), fingerprint)
 
 
-def _kept_in_storage(job: record.Job, kept: PipelineConfig | None, rate: float = 0.0) -> None:
+def _kept_in_storage(job: record.Job, kept: PipelineConfig | None, rate: object = 0.0) -> None:
     study = record.open_record(*job, sampler())
     assert study is not None
     store.set_study_attr(study, StudyKey.ONLINE_KEPT, kept.to_dict() if kept else None)
@@ -110,15 +111,18 @@ def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     assert note.path("postgresql://h/db", "x") != note.path("postgresql://h/other", "x")
 
 
+@pytest.mark.parametrize(("stored", "rate"), [(1234.5, 1234.5), ("fast", None)])
 def test_where_no_note_says_the_run_starts_at_the_setting_and_rate_the_study_kept(
-    tmp_path,
+    tmp_path, stored, rate
 ) -> None:
+    """A rate the study cannot give as a number (a newer autotune's?) is none: the setting
+    still stands."""
     storage = f"sqlite:///{tmp_path}/autotune.db"
     job = _job(storage)
     kept = PipelineConfig(main_threads=1)
-    _kept_in_storage(job, kept, rate=1234.5)
-    assert record.JobRecord(job, sampler()).start() == (kept, 1234.5)
-    assert note.read(*job) == (kept, 1234.5)  # noted for the next run
+    _kept_in_storage(job, kept, rate=stored)
+    assert record.JobRecord(job, sampler()).start() == (kept, rate)
+    assert note.read(*job) == (kept, rate)  # noted for the next run
 
 
 def test_a_pick_noted_without_a_rate_is_kept_at_the_run_s_first_reading_when_it_ends(
@@ -146,13 +150,3 @@ def test_a_pick_noted_without_a_rate_is_kept_at_the_run_s_first_reading_when_it_
     assert note.read(*job) == (pick, rate)
     study = record.open_record(*job, sampler())
     assert study is not None and record.kept(study) == (pick, rate)
-
-
-def test_a_kept_rate_the_study_cannot_give_as_a_number_leaves_the_setting_standing(
-    tmp_path,
-) -> None:
-    storage = f"sqlite:///{tmp_path}/autotune.db"
-    job = _job(storage)
-    kept = PipelineConfig(main_threads=1)
-    _kept_in_storage(job, kept, rate="fast")  # type: ignore[arg-type]  # a newer autotune's?
-    assert record.kept(record.open_record(*job, sampler())) == (kept, None)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import optuna
 import pytest
@@ -51,6 +52,23 @@ class Paced(torch.utils.data.Dataset):
 
 def _slow_start(worker_id: int) -> None:
     time.sleep(0.3)
+
+
+def _epochs_until(loader: autotune.DataLoader, done: Callable[[], bool], epochs: int) -> None:
+    """Whole epochs of ``loader``, each index read once, until ``done()``: at most
+    ``epochs``."""
+    for _ in range(epochs):
+        if done():
+            return
+        count = len(loader.dataset)  # type: ignore[arg-type]
+        assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(count))
+    assert done(), f"not done in {epochs} epochs"
+
+
+def _note_kept(loader: autotune.DataLoader, storage: str, kept: note.Kept) -> None:
+    """``kept``, noted for ``loader``'s job as an earlier run would have."""
+    job = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
+    note.write(storage, record.study_name(loader, job), job, kept)
 
 
 def trials(storage: str) -> list[optuna.trial.FrozenTrial]:
@@ -155,11 +173,8 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
     # the run's own study records no trial; the pick is noted where the next run starts
     assert not optuna.load_study(study_name=first._job.job.name, storage=storage).trials
-    for _ in range(20):  # until the run has read the pick
-        if first.readings:
-            break
-        sum(1 for _ in first)
-    assert first.readings and first.explorer is None and not first.switches
+    _epochs_until(first, lambda: bool(first.readings), epochs=20)  # the run has read the pick
+    assert first.explorer is None and not first.switches
     # then kept at the rate this run read it at: a later run far off it is another job
     rate = round(first.readings[0].samples_per_s, 2)
     study = optuna.load_study(study_name=first._job.job.name, storage=storage)
@@ -218,24 +233,14 @@ def test_a_kept_setting_whose_workers_start_each_epoch_is_read_as_it_was_kept(
             storage=storage, window=BRIEF_WINDOW,
         )  # fmt: skip
 
-    def first_reading(loader: autotune.DataLoader) -> None:
-        for _ in range(10):
-            if loader.readings:
-                return
-            assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(128))
-        raise AssertionError("no reading in 10 epochs")
-
     read = loader(tune=False)
-    first_reading(read)
+    _epochs_until(read, lambda: bool(read.readings), epochs=10)
     kept = charged(read.readings[0], {}, len(read))  # as the explorer keeps it
     assert kept.samples_per_s * 1.5 < read.readings[0].samples_per_s  # the start weighs
     again = loader(tune=True)
-    job = record.job_fingerprint(again, detect(want_cuda=torch.cuda.is_available()))
-    note.write(
-        storage, record.study_name(again, job), job, note.Kept(again.settings, kept.samples_per_s)
-    )
+    _note_kept(again, storage, note.Kept(again.settings, kept.samples_per_s))
     with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
-        first_reading(again)
+        _epochs_until(again, lambda: bool(again.readings), epochs=10)
     assert again.explorer is None and "exploring" not in caplog.text
 
 
@@ -249,13 +254,12 @@ def test_a_run_far_off_the_rate_its_setting_was_kept_at_explores_again(tmp_path,
 
     def run_from(storage: str, rate: float, readings: int) -> autotune.DataLoader:
         loader = autotune.DataLoader(paced, batch_size=4, storage=storage, window=window)
-        job = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
-        kept = note.Kept(loader.settings, rate)  # its own: w0
-        note.write(storage, record.study_name(loader, job), job, kept)
-        for _ in range(30):
-            if loader.explorer is not None or len(loader.readings) >= readings:
-                break
-            assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(128))
+        _note_kept(loader, storage, note.Kept(loader.settings, rate))  # its own: w0
+
+        def done() -> bool:
+            return loader.explorer is not None or len(loader.readings) >= readings
+
+        _epochs_until(loader, done, epochs=30)
         return loader
 
     with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
