@@ -10,6 +10,8 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -237,6 +239,7 @@ def _lightning_parts() -> tuple[type, type]:
                 "sampler": type(loader.sampler).__name__,
                 "switches": [(s.epoch, s.at_batch, s.settings.short()) for s in loader.switches],
                 "explored": loader.explorer is not None,
+                "epoch_length": [loader.epoch_length, len(loader)],
                 "seen": self.seen,
             }
             (self.out / f"rank{self.global_rank}.json").write_text(json.dumps(done))
@@ -282,6 +285,41 @@ def test_lightning_re_creates_it_for_its_ranks_and_they_tune_together(tmp_path, 
     assert all(rank["autotune"] and rank["sampler"] == sampler for rank in ranks)
     assert ranks[0]["switches"] and all(r["switches"] == ranks[0]["switches"] for r in ranks)
     assert [rank["explored"] for rank in ranks] == [True] + [False] * (devices - 1)
+    assert all(rank["epoch_length"][0] == rank["epoch_length"][1] for rank in ranks)  # its own
+
+
+# autotune.DataLoader first used in a LightningDataModule's train_dataloader(), as in a script
+# that imports autotune at its top: its class is made while Lightning watches what is set on
+# loaders, Lightning re-creates the loader from torch's arguments alone, then sets on the new
+# one what was set on the old
+_RE_CREATED = """
+import dataclasses, torch.utils.data
+from lightning.fabric.utilities.data import _replace_dunder_methods, _update_dataloader
+import autotune
+from autotune.schema import WindowConfig
+window = dataclasses.replace(WindowConfig(), sub_windows=2)
+with _replace_dunder_methods(torch.utils.data.DataLoader, "dataset"):
+    old = autotune.DataLoader(
+        list(range(40)), batch_size=2, shuffle=True, tune=2.0, window=window, storage="{storage}"
+    )
+sampler = torch.utils.data.DistributedSampler(list(range(40)), num_replicas=2, rank=1)
+new = _update_dataloader(old, sampler)
+read = sorted(i for batch in new for i in batch.tolist())
+print(new.epoch_length, len(new), read == sorted(sampler), new.tuning is not old.tuning,
+      (new.tune, new.window, new.storage) == (2.0, window, "{storage}"),
+      new.tuning.share, new.tuning.job.job.storage == "{storage}")
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter, where autotune's class is made after Lightning's patch
+def test_a_loader_lightning_re_creates_keeps_the_arguments_not_the_state_of_the_old(
+    tmp_path,
+) -> None:
+    script = _RE_CREATED.format(storage=f"sqlite:///{tmp_path}/autotune.db")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    # the new loader's own length, tuning and batches (its share), with the old's arguments
+    assert run.stdout.split() == ["10", "10", "True", "True", "True", "2.0", "True"]
 
 
 @pytest.mark.slow  # two rank processes

@@ -139,7 +139,8 @@ def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
     # and noted on this host, where the next run starts before its first batch
     # with the rate it was kept at: a next run far off it is not this job (``DriftWatch``)
     rate = store.study_attr(loader.explorer.study, StudyKey.ONLINE_KEPT_RATE)
-    assert loader._job is not None and note.read(*loader._job.job) == (kept, rate) and rate > 0
+    job_record = loader.tuning.job
+    assert job_record is not None and note.read(*job_record.job) == (kept, rate) and rate > 0
 
 
 def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_loader(
@@ -172,22 +173,22 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     assert first.switches == [] and first.explorer is None  # it explores nothing
     assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
     # the run's own study records no trial; the pick is noted where the next run starts
-    assert not optuna.load_study(study_name=first._job.job.name, storage=storage).trials
+    assert not optuna.load_study(study_name=first.tuning.job.job.name, storage=storage).trials
     _epochs_until(first, lambda: bool(first.readings), epochs=20)  # the run has read the pick
     assert first.explorer is None and not first.switches
     # then kept at the rate this run read it at: a later run far off it is another job
     rate = round(first.readings[0].samples_per_s, 2)
-    study = optuna.load_study(study_name=first._job.job.name, storage=storage)
+    study = optuna.load_study(study_name=first.tuning.job.job.name, storage=storage)
     assert store.study_attr(study, StudyKey.ONLINE_KEPT) == pick.to_dict()
     assert store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) == rate
-    assert note.read(*first._job.job) == (pick, rate) and not study.trials
+    assert note.read(*first.tuning.job.job) == (pick, rate) and not study.trials
     markdown.write_report(storage, study.study_name, tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
     assert f"kept `{pick.short()}` at {rate:.1f} samples/s" in text
     assert "the setting the run started at (its own, or an offline study's pick)" in text
     second = loader()
     sum(1 for _ in second)
-    assert second.settings == starts_at and second._job.study is None  # from the note
+    assert second.settings == starts_at and second.tuning.job.study is None  # from the note
 
 
 def test_points_an_earlier_run_queued_and_never_asked_are_failed_at_the_next_open(

@@ -1,0 +1,235 @@
+"""How a run of ``autotune.DataLoader`` tunes itself: where it starts, what each setting's
+reading leads to, and what is recorded.
+
+The loader (``loader``) reads each epoch's batches with its current settings, times them
+(``meter``) and switches them between two batches when asked; this is what asks. At the first
+epoch's start the run starts at the setting an earlier run of the job kept (``record``: the
+host's note, else the study's storage), its rate watched (``drift``), and explores nothing
+unless that rate moves; else it starts at the user's own settings. Each settled reading goes
+to the explorer (``explorer``), whose proposal is the loader's next switch, within the
+budget ``tune=`` gives (``budget``). A setting whose workers failed, or that no epoch could
+time, is the explorer's to replace. Where several ranks decide together (``ranks``), this is
+the ``Leader`` of their syncs: only rank 0's explores, on the node's readings, and its
+decision is every rank's switch.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from multiprocessing.util import Finalize
+from typing import Protocol
+
+import torch
+import torch.utils.data
+
+from autotune.machine import MachineFacts, detect
+from autotune.online import record
+from autotune.online.budget import charged, shares
+from autotune.online.drift import DriftWatch
+from autotune.online.explorer import Explorer, sampler
+from autotune.online.meter import Reading
+from autotune.online.ranks import Decision, Ranks
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import Failure
+from autotune.schema import WindowConfig
+
+log = logging.getLogger("autotune.online.loader")
+
+
+class Switchable(Protocol):
+    """What the tuning asks of its loader (``autotune.DataLoader``)."""
+
+    batch_size: int | None
+
+    @property
+    def settings(self) -> PipelineConfig: ...  # read with now
+
+    @property
+    def epoch_length(self) -> int | None: ...  # batches an epoch, where known
+
+    @property
+    def switches_mid_epoch(self) -> bool: ...  # else at the next epoch's start
+
+    def switch(self, settings: PipelineConfig) -> None: ...  # from the next batch on
+
+    def asked(self) -> PipelineConfig | None: ...  # the switch asked for, not made yet
+
+    def start_at(self, settings: PipelineConfig) -> None: ...  # before the first batch
+
+
+class Tuning:
+    """One loader's decisions, from its first epoch's start to the run's end."""
+
+    def __init__(
+        self,
+        loader: Switchable,
+        tune: bool | float,
+        storage: str,
+        study: str | None,
+        window: WindowConfig,
+    ) -> None:
+        self._loader_ref = weakref.ref(loader)  # it holds this: no cycle keeps it alive
+        self._window = window
+        # 0: nothing explored (off, or the study's storage failed while exploring)
+        self.share, self._run_share = shares(tune)
+        # tune=False: torch's loader with these arguments, nothing read or recorded
+        self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
+        self.job: record.JobRecord | None = None
+        self._facts: MachineFacts | None = None
+        self.explorer: Explorer | None = None  # None before the first setting is measured
+        self.ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
+        self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
+        self._check_at_end: Finalize | None = None  # a note's start: the study checked then
+
+    @property
+    def _loader(self) -> Switchable:
+        loader = self._loader_ref()
+        assert loader is not None  # called by the loader, or by its ranks' syncs
+        return loader
+
+    @property
+    def exploring(self) -> bool:
+        """Whether settings are explored yet (each one's timing capped by the budget)."""
+        return bool(self.share) and (self.explorer is None or not self.explorer.done)
+
+    def epoch_started(self, loader: torch.utils.data.DataLoader) -> None:
+        """An epoch starts (``loader``'s, before its batches are drawn): the first decides
+        where the run starts; while the ranks tune, each is a sync."""
+        if self._record_at is not None:
+            self._start(loader, *self._record_at)
+        elif self.ranks is not None and self.ranks.syncing:  # an epoch's start: agreed
+            self.ranks.sync(self)
+        if self.ranks is not None:
+            self.ranks.epoch_started()
+
+    def _start(self, loader: torch.utils.data.DataLoader, storage: str, name: str | None) -> None:
+        """Where the run starts: the setting an earlier run kept (rank 0 reads it for all)."""
+        self._record_at = None
+        self.ranks = ranks = Ranks.joined(loader)
+        if ranks is None or ranks.leader:
+            self._resume(loader, storage, name, ranks.world if ranks else 1)
+        if ranks is not None:
+            tuned = self._loader
+            start = ranks.start(tuned.epoch_length, lambda: Decision(tuned.settings, self.share))
+            if not ranks.leader:
+                self._start_at(start.settings or tuned.settings, start.share)
+
+    def _resume(
+        self, loader: torch.utils.data.DataLoader, storage: str, name: str | None, ranks: int
+    ) -> None:
+        """The setting an earlier run of the job kept, from its record (``record.JobRecord``)."""
+        self._facts = detect(want_cuda=torch.cuda.is_available())
+        self.job = record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
+        earlier = self.job.start()
+        if earlier is not None:  # explored again only where its rate moves (``DriftWatch``)
+            self._start_at(earlier.settings, self.share)
+            self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
+            settings = self._loader.settings.short()
+            log.info("autotune.DataLoader: %s, as %s", settings, self.job.origin)
+        if self.job.deferred:  # the note's: checked against the storage when the run ends
+            self._check_at_end = Finalize(loader, self.job.check_deferred, exitpriority=0)
+
+    def _start_at(self, settings: PipelineConfig, share: float) -> None:
+        self.share = share
+        self._loader.start_at(settings)
+
+    def before_batch(self, delivered: int) -> None:
+        """Several ranks: where a sync is due before batch ``delivered``, they agree there."""
+        if self.ranks is not None and self.ranks.due(delivered):
+            self.ranks.sync(self)
+
+    def take_request(self) -> PipelineConfig | None:
+        """The switch to make at the next batch: the loader's own, or the ranks' agreed."""
+        if self.ranks is not None:
+            return self.ranks.take_agreed()
+        return self._loader.asked()
+
+    def settled(self, reading: Reading) -> None:
+        """A setting's reading settled: explored on (rank 0's at the next sync, for all)."""
+        if self.ranks is not None:
+            self.ranks.measured(reading)
+        else:
+            self.explore(reading)
+
+    def decision(self) -> Decision:
+        """Rank 0, at a sync: its explorer's switch, for every rank, and the budget (0: off;
+        else the syncs go on, the kept setting's rate watched for a drift)."""
+        return Decision(self._loader.asked(), self.share)
+
+    def explore(self, reading: Reading) -> None:
+        """Tells the explorer a settled reading; switches to the setting it proposes next."""
+        if not self.share:  # off
+            return
+        if (watch := self._watch) is not None and self.job is not None:  # started at a kept
+            whole = charged(reading, watch.restarts, self._loader.epoch_length)  # as it was kept
+            if watch.kept is None:  # the run's first reading of it: its rate, where none was kept
+                self.job.started_at(whole)
+            if not watch.drifted(whole):
+                return
+            log.info("autotune.DataLoader: %s: %s; exploring", reading.settings.short(), watch.why)
+            self._watch = None
+            self.job.check_deferred()  # the study a note put off, opened to record in
+        if self.explorer is None and not self._explore_from(reading):
+            return
+        if reading.settings == self.explorer.current:  # type: ignore[union-attr]
+            self._follow(lambda explorer: explorer.measured(reading))
+
+    def _explore_from(self, first: Reading) -> bool:
+        """The explorer, from the ``first`` reading; False where the storage failed (the run
+        goes on unexplored)."""
+        loader = self._loader
+        try:
+            self.explorer = Explorer.on_run(
+                self._facts or detect(want_cuda=torch.cuda.is_available()), first,
+                batch_size=loader.batch_size or 1, ranks=self.ranks.local if self.ranks else 1,
+                window=self._window, share=self.share, run_share=self._run_share,
+                batches_per_epoch=loader.epoch_length, whole_epochs=not loader.switches_mid_epoch,
+                study=self.job.study if self.job else None,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
+            record.not_recorded("the study's storage", exc)
+            self.share = 0.0
+            return False
+        # the loop left, the loader collected, the process ending (Ctrl-C; a rank process
+        # too, which skips atexit): the setting measured is recorded as interrupted
+        Finalize(loader, self.explorer.close, exitpriority=0)
+        return True
+
+    def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
+        """Switches to what the explorer ``propose``s; where the study's storage fails, to
+        the best so far, exploring no more (the run goes on)."""
+        explorer: Explorer = self.explorer  # type: ignore[assignment]
+        try:
+            self._loader.switch(propose(explorer))
+        except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
+            record.not_recorded("the study's storage", exc)
+            explorer.done, self.share = True, 0.0
+            best = explorer.best
+            self._loader.switch(best.settings if best is not None else self._loader.settings)
+
+    def failed(self, settings: PipelineConfig, failure: Failure | None) -> None:
+        """``settings`` failed here (their workers, and the loader fell back; or no epoch
+        could time them): the next proposed (with several ranks, at the next sync)."""
+        if self.ranks is not None:
+            self.ranks.failed(settings, failure)
+        else:
+            self.fail(settings, failure)
+
+    def fail(self, settings: PipelineConfig, failure: Failure | None) -> None:
+        """``settings`` failed: where they are the explorer's, it proposes the next."""
+        explorer = self.explorer
+        if explorer is not None and settings == explorer.current:  # kept too: the next best
+            self._follow(lambda explorer: explorer.failed(failure))
+
+    def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
+        """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
+        could time): the setting kept noted; where the budget has grown, the next proposed."""
+        job, explorer = self.job, self.explorer
+        if explorer is not None and explorer.settled and job is not None:
+            job.note_kept(explorer.current, explorer.best)
+        if untimeable is not None:
+            self.failed(untimeable, record.untimeable(delivered))
+        elif explorer is not None and self.share and not explorer.done:
+            self._follow(lambda explorer: explorer.epoch_ended(delivered))
