@@ -75,12 +75,12 @@ class DataLoader(torch.utils.data.DataLoader):
         # passed again or read from the attributes of their names (as torch keeps its own),
         # and then sets on the new loader what was set through ``__setattr__`` on the old.
         # So the arguments are attributes, read as the first epoch starts (``_begin``), and
-        # what the loader works out for itself is set past ``__setattr__``.
+        # the loader's own state is set past ``__setattr__`` (``_set``).
         self.tune, self.window, self.storage, self.study = tune, window, storage, study
         is_stream = isinstance(self.dataset, torch.utils.data.IterableDataset)
         # batches an epoch; a stream's (or a sampler's with no len) once an epoch has ended
         epoch_length = None if is_stream else sized(self)
-        vars(self).update(
+        self._set(
             _is_stream=is_stream,
             tuning=None,
             meter=None,
@@ -97,13 +97,18 @@ class DataLoader(torch.utils.data.DataLoader):
             readings=[],  # each setting's rate on this run, as measured
         )
 
+    def _set(self, **state: Any) -> None:
+        """Sets the loader's own state, never recorded by Lightning to be set again on a
+        loader it re-creates (not even where this one was iterated before)."""
+        vars(self).update(state)
+
     def _begin(self) -> Tuning:
         """As the first epoch starts: the run's tuning, from the arguments, and the first
         setting's meter (its workers start)."""
-        window = vars(self)["_window"] = self.window or WindowConfig()
-        tuning = vars(self)["tuning"] = Tuning(self, self.tune, self.storage, self.study, window)
-        vars(self)["meter"] = self._new_meter(self._settings, after_switch=True)
-        return tuning
+        window = self.window or WindowConfig()
+        self._set(_window=window, tuning=Tuning(self, self.tune, self.storage, self.study, window))
+        self._set(meter=self._new_meter(self._settings, after_switch=True))
+        return self._tuning
 
     @property
     def settings(self) -> PipelineConfig:
@@ -123,11 +128,12 @@ class DataLoader(torch.utils.data.DataLoader):
     def switch(self, settings: PipelineConfig) -> None:
         """Reads with ``settings``'s switchable settings from the next batch on (from the
         next epoch where ``switches_mid_epoch`` is False)."""
-        self._requested = self._settings.switched_to(settings)
+        self._set(_requested=self._settings.switched_to(settings))
 
     def asked(self) -> PipelineConfig | None:
         """The switch asked for (``switch``) and not made yet, once."""
-        requested, self._requested = self._requested, None
+        requested = self._requested
+        self._set(_requested=None)
         return requested
 
     def take_request(self) -> PipelineConfig | None:
@@ -154,14 +160,14 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> EpochPass:  # type: ignore[override]
         if self._in_epoch:  # the loop left the last epoch early: its time since is not timed
             self._meter.epoch_left()
-        self._in_epoch = True
+        self._set(_in_epoch=True)
         (self.tuning or self._begin()).epoch_started(self)
         return EpochPass(self, self._draw_epoch())
 
     def start_at(self, settings: PipelineConfig) -> None:
         """Before the first batch: the run starts at ``settings`` (kept by an earlier run)."""
-        self._settings = self._settings.switched_to(settings)
-        self.meter = self._new_meter(self._settings, after_switch=True)
+        self._set(_settings=self._settings.switched_to(settings))
+        self._set(meter=self._new_meter(self._settings, after_switch=True))
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered``: where the ranks meet, they agree there."""
@@ -173,14 +179,14 @@ class DataLoader(torch.utils.data.DataLoader):
         batches = None if self._is_stream else EpochBatches(self._index_sampler)
         if not (self.persistent_workers and self.num_workers > 0 and self.epochs):
             draw = torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-            self._base_seed = int(draw.item())
-        self.epochs += 1
+            self._set(_base_seed=int(draw.item()))
+        self._set(epochs=self.epochs + 1)
         return batches
 
     def switched(self, switch: Switch) -> None:
         """A pass switched: read with ``switch.settings`` from here, timed afresh."""
         self.switches.append(switch)
-        self._settings = switch.settings
+        self._set(_settings=switch.settings)
         self._measure(switch.settings, after_switch=True)
 
     def measured(self) -> None:
@@ -201,7 +207,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self.readings.append(meter.reading())
             if meter.done:
                 self._tuning.settled(self.readings[-1])
-        self.meter = self._new_meter(settings, after_switch=after_switch)
+        self._set(meter=self._new_meter(settings, after_switch=after_switch))
 
     def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
         """A meter for ``settings``; while exploring, capped at its share of the budget."""
@@ -223,15 +229,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def epoch_ended(self, delivered: int) -> None:
         """Between epochs (``delivered`` batches): a settled reading kept; the tuning told,
         with the setting no whole epoch could time, if any."""
-        self._in_epoch = False
+        self._set(_in_epoch=False)
         if self._unsized:
-            self._epoch_length = delivered
+            self._set(_epoch_length=delivered)
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
+        self._tuning.note_kept()  # before the loop's time between epochs starts
         meter = self._meter
         meter.epoch_ended()
-        untimeable = meter.settings if meter.untimeable else None
-        self._tuning.epoch_ended(delivered, untimeable)
+        self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

@@ -223,12 +223,16 @@ class Tuning:
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
 
-    def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
-        """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
-        could time): the setting kept noted; where the budget has grown, the next proposed."""
+    def note_kept(self) -> None:
+        """At an epoch's end: the setting kept, where one is, noted for the next run here."""
         job, explorer = self.job, self.explorer
         if explorer is not None and explorer.settled and job is not None:
             job.note_kept(explorer.current, explorer.best)
+
+    def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
+        """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
+        could time): that setting failed; where the budget has grown, the next proposed."""
+        explorer = self.explorer
         if untimeable is not None:
             self.failed(untimeable, record.untimeable(delivered))
         elif explorer is not None and self.share and not explorer.done:

@@ -291,7 +291,7 @@ def test_lightning_re_creates_it_for_its_ranks_and_they_tune_together(tmp_path, 
 # autotune.DataLoader first used in a LightningDataModule's train_dataloader(), as in a script
 # that imports autotune at its top: its class is made while Lightning watches what is set on
 # loaders, Lightning re-creates the loader from torch's arguments alone, then sets on the new
-# one what was set on the old
+# one what was set on the old (here read from once in the hook, as a script may to check it)
 _RE_CREATED = """
 import dataclasses, torch.utils.data
 from lightning.fabric.utilities.data import _replace_dunder_methods, _update_dataloader
@@ -302,12 +302,13 @@ with _replace_dunder_methods(torch.utils.data.DataLoader, "dataset"):
     old = autotune.DataLoader(
         list(range(40)), batch_size=2, shuffle=True, tune=2.0, window=window, storage="{storage}"
     )
+    next(iter(old))
 sampler = torch.utils.data.DistributedSampler(list(range(40)), num_replicas=2, rank=1)
 new = _update_dataloader(old, sampler)
 read = sorted(i for batch in new for i in batch.tolist())
 print(new.epoch_length, len(new), read == sorted(sampler), new.tuning is not old.tuning,
       (new.tune, new.window, new.storage) == (2.0, window, "{storage}"),
-      new.tuning.share, new.tuning.job.job.storage == "{storage}")
+      new.tuning.share, new.tuning.job.job.storage == "{storage}", new.epochs)
 """
 
 
@@ -319,7 +320,7 @@ def test_a_loader_lightning_re_creates_keeps_the_arguments_not_the_state_of_the_
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     # the new loader's own length, tuning and batches (its share), with the old's arguments
-    assert run.stdout.split() == ["10", "10", "True", "True", "True", "2.0", "True"]
+    assert run.stdout.split() == ["10", "10", "True", "True", "True", "2.0", "True", "1"]
 
 
 @pytest.mark.slow  # two rank processes
