@@ -47,6 +47,9 @@ def results(
         "second_first_epoch_vs_first_last": first["last_epochs_s"] / second["first_epoch_s"],
         # a first epoch starts the workers cold, the offline pick's too: the same start
         "second_first_epoch_vs_offline_first": offline["first_epoch_s"] / second["first_epoch_s"],
+        # the row above on torch's loader with the pick: what a fresh process's first epoch
+        # costs (workers started, the model's first steps) with nothing to tune
+        "offline_first_epoch_vs_its_last": offline["last_epochs_s"] / offline["first_epoch_s"],
         "first_run_vs_untouched": untouched["wall_s"] / first["wall_s"],
         "offline_with_its_study_vs_untouched": untouched["wall_s"] / (offline["wall_s"] + study_s),
     }

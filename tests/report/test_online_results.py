@@ -30,6 +30,7 @@ def test_each_arm_is_its_median_and_the_ratios_compare_whole_runs_and_last_epoch
     assert ratios["last_epochs_vs_offline_pick"] == round(1.0 / 1.1, 3)
     assert ratios["second_first_epoch_vs_first_last"] == round(1.1 / 1.2, 3)
     assert ratios["second_first_epoch_vs_offline_first"] == round(1.5 / 1.2, 3)  # both cold
+    assert ratios["offline_first_epoch_vs_its_last"] == round(1.0 / 1.5, 3)
     assert ratios["offline_with_its_study_vs_untouched"] == round(32 / 612, 3)
 
     table = markdown({**got, "about": "a set", "command": "python -m autotune.benchmark"})
