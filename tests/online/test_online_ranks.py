@@ -312,6 +312,22 @@ print(new.epoch_length, len(new), read == sorted(sampler), new.tuning is not old
 """
 
 
+@pytest.mark.slow  # Lightning imported
+def test_a_loader_made_outside_a_hook_is_re_created_with_its_arguments(tmp_path) -> None:
+    from lightning.fabric.utilities.data import _update_dataloader
+
+    storage, window = f"sqlite:///{tmp_path}/autotune.db", BRIEF_WINDOW
+    old = autotune.DataLoader(Work(), batch_size=4, tune=2.0, window=window, storage=storage)
+    # Lightning reads the arguments back from the attributes named like its parameters
+    new = _update_dataloader(old, _sampler(rank=1))
+    assert isinstance(new, autotune.DataLoader) and isinstance(new.sampler, DistributedSampler)
+    assert (new.tune, new.window, new.storage) == (2.0, window, storage)
+    assert new.epoch_length == len(new) == 9  # its share: 35 samples in batches of 4
+    next(iter(new))
+    assert new.tuning is not None and new.tuning.share == 2.0
+    assert new.tuning.job is not None and new.tuning.job.job.storage == storage
+
+
 @pytest.mark.slow  # a fresh interpreter, where autotune's class is made after Lightning's patch
 def test_a_loader_lightning_re_creates_keeps_the_arguments_not_the_state_of_the_old(
     tmp_path,
