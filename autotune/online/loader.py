@@ -107,7 +107,7 @@ class DataLoader(torch.utils.data.DataLoader):
         setting's meter (its workers start)."""
         window = self.window or WindowConfig()
         self._set(_window=window, tuning=Tuning(self, self.tune, self.storage, self.study, window))
-        self._set(meter=self._new_meter(self._settings, after_switch=True))
+        self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))
         return self._tuning
 
     @property
@@ -167,7 +167,7 @@ class DataLoader(torch.utils.data.DataLoader):
     def start_at(self, settings: PipelineConfig) -> None:
         """Before the first batch: the run starts at ``settings`` (kept by an earlier run)."""
         self._set(_settings=self._settings.switched_to(settings))
-        self._set(meter=self._new_meter(self._settings, after_switch=True))
+        self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered``: where the ranks meet, they agree there."""
@@ -209,13 +209,16 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._tuning.settled(self.readings[-1])
         self._set(meter=self._new_meter(settings, after_switch=after_switch))
 
-    def _new_meter(self, settings: PipelineConfig, *, after_switch: bool) -> Meter:
-        """A meter for ``settings``; while exploring, capped at its share of the budget."""
+    def _new_meter(
+        self, settings: PipelineConfig, *, after_switch: bool, drain: bool = False
+    ) -> Meter:
+        """A meter for ``settings`` (``drain``: the run's first, its prefetch buffer drained);
+        while exploring, capped at its share of the budget."""
         epoch = self._epoch_length
         exploring = epoch and self._tuning.exploring
         cap_s = setting_cap(self._tuning.share, epoch, self._window) if exploring else None
         return Meter(
-            settings, self._window, after_switch=after_switch, cap_s=cap_s,
+            settings, self._window, after_switch=after_switch, drain=drain, cap_s=cap_s,
             epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,

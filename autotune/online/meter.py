@@ -9,6 +9,11 @@ spread, or the time runs out), observed from inside the loop rather than driving
 sub-window runs from one batch's request to the request after its last batch, so the step of
 each batch is inside it. An epoch's end (where the loop may validate or save) ends the
 sub-window in progress untimed, and the next epoch warms up anew.
+
+Only the run's first warm-up drains the prefetch buffer, which the workers fill while the
+process's first steps are slow (allocations, kernel choice, compiling). Elsewhere the loop is
+warm and an epoch's start, or a switch, begins with an empty buffer, as a trial's epochs do:
+its warm-up is its first batch (whose wait is that start's cost) and the window's extra ones.
 """
 
 from __future__ import annotations
@@ -63,16 +68,19 @@ def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
 
 
 def fewest_batches(settings: PipelineConfig, window: WindowConfig) -> int:
-    """The fewest batches of one epoch that can time ``settings``: its warm-up (the prefetch
-    buffer drained, then the extra batches) and one sub-window at its shortest, in whole
-    rounds of its workers. Every epoch warms up anew: an epoch shorter than this never
-    times it."""
+    """The fewest batches of one epoch that can time ``settings``: an epoch's warm-up (its
+    first batch, then the extra ones) and one sub-window at its shortest, in whole rounds of
+    its workers. Every epoch warms up anew: an epoch shorter than this never times it."""
     shortest = sub_windows(
         at_least=window.batches_per_window, batch_rate=None, min_sub_window_s=0.0,
         align=max(1, settings.num_workers), consumed=0, pass_batches=None,
         count=window.sub_windows, max_timed_s=window.max_timed_s,
     ).batches  # fmt: skip
-    return warmup_batches(settings.buffered_batches, window.warmup_extra_batches) + shortest
+    return _epoch_warmup(window) + shortest
+
+
+def _epoch_warmup(window: WindowConfig) -> int:  # its first batch, then the extra ones
+    return warmup_batches(1, window.warmup_extra_batches)
 
 
 class Meter:
@@ -85,6 +93,7 @@ class Meter:
         window: WindowConfig,
         *,
         after_switch: bool = True,
+        drain: bool = False,
         cap_s: Callable[[float], float] | None = None,
         epoch_batches: int | None = None,
         whole_epoch: bool = False,
@@ -128,16 +137,15 @@ class Meter:
         # a whole epoch closed no span: its warm-up and one sub-window are longer than an
         # epoch, and every epoch warms up again, so it can never be timed on this run
         self.untimeable = False
-        # whether the epoch under way began with this meter, past the switch's first batch
-        # (an epoch's first batch taken as the switch's cost leaves it one batch short)
+        # whether the epoch under way began with this meter (a switch's first batch as its
+        # first: the switch came as the last epoch ended)
         self._epoch_whole, self._spans_then = False, 0
-        self._restart_warmup()
+        # the run's first (``drain``): the prefetch buffer, filled while its first steps ran
+        self._restart_warmup(settings.buffered_batches if drain else 0)
 
-    def _warmup_batches(self) -> int:
-        return warmup_batches(self.settings.buffered_batches, self._window.warmup_extra_batches)
-
-    def _restart_warmup(self) -> None:
-        self._warmup_left = self._warmup_batches()
+    def _restart_warmup(self, head: int) -> None:
+        """A warm-up of ``head`` batches, then the window's extra ones."""
+        self._warmup_left = warmup_batches(head, self._window.warmup_extra_batches)
         self._warm_started, self._warm_batches = None, 0
         self._span_start, self._span = None, (0, 0, 0.0, 0.0)
 
@@ -181,14 +189,15 @@ class Meter:
         if self._epoch_whole and not closed and not self.done:  # a whole epoch, no span
             self.untimeable = True
         self._spans_then = len(self.tally.spans)
-        self._epoch_whole = not self._after_switch or self.first_batch_s is not None
-        self._restart_warmup()
+        self._epoch_whole = True
+        # the next epoch's first batch (its workers' first round), unless a switch's cost
+        self._restart_warmup(0 if self._after_switch and self.first_batch_s is None else 1)
         self._ended_at = self._clock()  # the loop validates, saves: its time, not the loader's
 
     def epoch_left(self) -> None:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;
         warm up again (an epoch that did not end counts for no setting's timing)."""
-        self._restart_warmup()
+        self._restart_warmup(1)
 
     def cut(self) -> bool:
         """At an epoch's end: whether the reading is done, taken as it stands where the
@@ -211,18 +220,13 @@ class Meter:
             )
         align = max(1, self.settings.num_workers)
         length = sub_windows(
-            at_least=window.batches_per_window,
-            batch_rate=rate,
-            min_sub_window_s=window.min_sub_window_s,
-            align=align,
-            consumed=0,
-            pass_batches=None,
-            count=window.sub_windows,
-            max_timed_s=window.max_timed_s,
-        ).batches
+            at_least=window.batches_per_window, batch_rate=rate, align=align,
+            min_sub_window_s=window.min_sub_window_s, consumed=0, pass_batches=None,
+            count=window.sub_windows, max_timed_s=window.max_timed_s,
+        ).batches  # fmt: skip
         if self._epoch_batches is None:
             return length
-        warmup = self._warmup_batches()
+        warmup = _epoch_warmup(window)
         shortest = fewest_batches(self.settings, window) - warmup
         sets = window.sub_windows if self._whole_epoch else 1
         room = (self._epoch_batches - warmup) // sets // align * align  # whole worker rounds

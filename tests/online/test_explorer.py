@@ -314,8 +314,10 @@ def test_the_run_s_own_is_kept_unless_another_beats_it_by_more_than_the_noise(ra
 
 
 def test_a_proposal_no_epoch_can_time_is_failed_with_why_at_once_costing_nothing() -> None:
-    space = online_space(FACTS, batch_size=4, cuda=False)
-    clock, epoch = Clock(), 6  # batches: room for no workers, or few with shallow prefetch
+    # 8 CPUs: up to 8 workers, whose sub-windows are whole rounds of them: an epoch of 6
+    # batches holds its first, one extra and a sub-window of up to 4 workers, not of more
+    space = online_space(dataclasses.replace(FACTS, usable_cpus=8), batch_size=4, cuda=False)
+    clock, epoch = Clock(), 6
 
     def fewest(settings: PipelineConfig) -> int:
         return fewest_batches(settings, BRIEF_WINDOW)
@@ -373,17 +375,19 @@ def test_tune_true_pauses_on_the_best_and_explores_on_as_the_run_earns_the_time(
 def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     tmp_path, monkeypatch
 ) -> None:
-    # every setting with workers prefetches 8 batches a worker: with its warm-up and a
-    # sub-window, more than an epoch of 10 batches
-    def deep_prefetch(*args, **kwargs) -> SearchSpace:
+    # no workers, one, or twelve: a sub-window of twelve, in whole rounds of them, is longer
+    # than an epoch of 10 batches
+    def many_workers(*args, **kwargs) -> SearchSpace:
         space = online_space(*args, **kwargs)
         knobs = tuple(
-            dataclasses.replace(k, type="fixed", value=8) if k.name == "prefetch_factor" else k
+            dataclasses.replace(k, type="choice", choices=(0, 1, 12))
+            if k.name == "num_workers"
+            else k
             for k in space.knobs
         )
         return dataclasses.replace(space, knobs=knobs)
 
-    monkeypatch.setattr(explorer_module, "online_space", deep_prefetch)
+    monkeypatch.setattr(explorer_module, "online_space", many_workers)
     storage = f"sqlite:///{tmp_path}/autotune.db"
     data = torch.utils.data.Subset(Work(), range(40))
     # a budget of 40 epochs' time: the space's six points are all proposed before it ends
@@ -400,8 +404,11 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     why = "longer than an epoch of 10 batches"
     assert failed and all(why in str(t.user_attrs) for t in failed)
     assert {store.failure_kind(t) for t in failed} == {FailureKind.UNTIMEABLE}
+    assert {t.params["num_workers"] for t in failed} == {12}  # one worker fits: measured
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert any(t.params.get("num_workers") == 1 and t.value for t in complete)
     sum(1 for _ in loader)  # the setting kept is read with from the next epoch
-    assert loader.settings.num_workers == 0  # what an epoch could time (no workers): kept
+    assert loader.settings.num_workers in (0, 1)  # what an epoch could time: kept
 
 
 def test_a_drift_of_the_kept_rate_measures_the_runners_up_again_and_keeps_the_fastest() -> None:

@@ -1,6 +1,7 @@
 """Tests for autotune.online.meter: a setting's rate over the loop's own batches, timed by a
 trial's rules from inside the loop: the switch's first batch apart, the prefetch buffer
-drained untimed, the step inside each sub-window, an epoch's end never timed."""
+drained untimed where the run starts, the step inside each sub-window, an epoch's end never
+timed."""
 
 from __future__ import annotations
 
@@ -39,12 +40,18 @@ class Loop:
         self.now += step
 
 
-def test_times_sub_windows_after_the_switch_and_the_warm_up() -> None:
+@pytest.mark.parametrize("drain", [True, False])
+def test_times_sub_windows_after_the_switch_and_the_warm_up(drain) -> None:
+    """The run's first setting (``drain``) warms up on its prefetch buffer, ready while its
+    first steps ran, then the extra batches; a switch later in the run starts its workers
+    with the buffer empty: the extra batches alone."""
     settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=1)
-    loop = Loop(Meter(settings, WINDOW))
+    loop = Loop(Meter(settings, WINDOW, drain=drain))
     loop.batch(wait=5.0, step=0.1)  # the first batch after a switch: its cost
-    for _ in range(2 + 2):  # the buffer (2 workers x 1) and the extra warm-up batches
+    for _ in range(2 * drain):  # the buffer (2 workers x 1), filled while the loop was slow
         loop.batch(wait=0.0, step=0.1)
+    for _ in range(2):  # the extra warm-up batches
+        loop.batch(wait=0.05, step=0.1)
     while not loop.meter.done:
         loop.batch(wait=0.1, step=0.1)
     loop.meter.requested()
@@ -54,6 +61,28 @@ def test_times_sub_windows_after_the_switch_and_the_warm_up() -> None:
     assert reading.samples_per_s == pytest.approx(4 / 0.2)  # the step is inside the span
     assert reading.data_wait == pytest.approx(0.5)
     assert reading.spread == pytest.approx(0.0)
+
+
+def test_an_epoch_s_start_warms_up_on_its_first_batch_and_the_extra_ones() -> None:
+    """At an epoch's start the buffer is empty: its first batch waits on the workers' first
+    round, untimed, then the extra batches; the buffer is not drained again."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=4)
+    loop = Loop(Meter(settings, WINDOW, after_switch=False))
+    loop.meter.epoch_ended()
+    loop.batch(wait=1.0, step=0.1)  # the epoch's first batch
+    for _ in range(2):  # the extra warm-up batches
+        loop.batch(wait=0.05, step=0.1)
+    batches = 3
+    while not loop.meter.done:
+        loop.batch(wait=0.1, step=0.1)
+        batches += 1
+    loop.meter.requested()
+    reading = loop.meter.reading()
+    # the warm-up, three spans, and the batch whose request closed the last: not the 8
+    # prefetched (2 workers x 4) drained again
+    assert batches == 3 + 3 * 2 + 1
+    assert reading.batches == 3 * 2 and reading.samples_per_s == pytest.approx(4 / 0.2)
+    assert reading.first_batch_s == 0.0  # not a switch: nothing charged
 
 
 def test_an_epoch_end_is_never_timed() -> None:
@@ -163,10 +192,12 @@ def test_a_cap_shortens_the_sub_windows_and_ends_the_timing() -> None:
     assert reading.seconds == pytest.approx(0.6)
 
 
-@pytest.mark.parametrize(("epoch", "untimeable"), [(6, True), (12, False)])
+@pytest.mark.parametrize(("epoch", "untimeable"), [(6, True), (7, False)])
 def test_a_setting_no_whole_epoch_can_time_is_untimeable(epoch, untimeable) -> None:
-    # 2 workers x 2 prefetched + 2 extra: a warm-up of 6 batches, then sub-windows of 2
-    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    # an epoch's first batch and 2 extra: a warm-up of 3 batches, then sub-windows of 4
+    # (whole rounds of 4 workers); their prefetch, drained by no epoch but the run's first,
+    # is no part of it
+    settings = PipelineConfig(decoder=AS_IS, num_workers=4, prefetch_factor=8)
     loop = Loop(Meter(settings, WINDOW, after_switch=False))
     for _ in range(3):  # the first epoch may be partial: two whole ones after it
         for _ in range(epoch):
@@ -176,26 +207,27 @@ def test_a_setting_no_whole_epoch_can_time_is_untimeable(epoch, untimeable) -> N
     assert loop.meter.untimeable is untimeable
 
 
-def test_a_switch_at_an_epoch_s_end_leaves_the_next_epoch_a_batch_short_not_untimeable() -> None:
+def test_a_switch_at_an_epoch_s_end_is_timed_in_the_next_epoch_not_untimeable() -> None:
     """Switched as the loop asks past an epoch's last batch: the next epoch's first batch is
-    the switch's cost, so it is one short of a warm-up and a sub-window; the one after times
-    it. The first such epoch used to count as whole, and a setting that fits was failed."""
+    the switch's cost, standing for the epoch's own first, so that epoch times the setting.
+    Such an epoch used to count as whole one batch short, and a setting that fits failed."""
     settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
-    meter = Meter(settings, WINDOW, epoch_batches=8)  # after a switch; warm-up 6, then 2
+    meter = Meter(settings, WINDOW, epoch_batches=5)  # after a switch: 2 extra, then 2
     loop = Loop(meter)
     meter.requested()  # the switch, at the request that ends the epoch
     meter.epoch_ended()
-    for _ in range(2):
-        for _ in range(8):
+    for epoch in range(2):
+        for _ in range(5):
             loop.batch(wait=0.01, step=0.1)
         meter.requested()
         meter.epoch_ended()
         assert not meter.untimeable
-    assert meter.tally.spans  # the second epoch timed a span
+        assert len(meter.tally.spans) == epoch + 1  # each epoch timed a span
 
 
 def test_a_switch_made_past_an_epoch_s_last_batch_is_timed_on_the_real_loop() -> None:
-    """Epochs of 16 batches: `w2 pf2`'s warm-up of 8 and a sub-window of 8 fill one exactly."""
+    """Epochs of 16 batches: the switch's first batch, `w2 pf2`'s 4 extra warm-up batches
+    and a sub-window fit in the one after the switch."""
     loader = Manual(torch.zeros(64, 1), batch_size=4)
     settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
     for index, _ in enumerate(loader):
@@ -210,8 +242,9 @@ def test_a_switch_made_past_an_epoch_s_last_batch_is_timed_on_the_real_loop() ->
 
 @pytest.mark.parametrize(("epoch_batches", "untimeable"), [(None, True), (12, False)])
 def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches, untimeable):
-    # 10 batches/s and 1 s sub-windows ask for 10 batches; an epoch of 12 leaves 6 after the
-    # warm-up (2 workers x 2 prefetched + 2 extra): sub-windows of 6, where it is known
+    # 10 batches/s and 1 s sub-windows ask for 10 batches; an epoch of 12 leaves 9 after the
+    # warm-up (its first batch + 2 extra): sub-windows of 8 (whole rounds of 2 workers),
+    # where it is known
     window = dataclasses.replace(WINDOW, min_sub_window_s=1.0)
     settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
     meter = Meter(settings, window, after_switch=False, epoch_batches=epoch_batches)
@@ -223,7 +256,7 @@ def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches,
         loop.meter.epoch_ended()
     assert loop.meter.untimeable is untimeable
     if not untimeable:
-        assert loop.meter.done and loop.meter.reading().batches == 3 * 6
+        assert loop.meter.done and loop.meter.reading().batches == 3 * 8
 
 
 @pytest.mark.parametrize("workers", [0, 2])
