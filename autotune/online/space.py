@@ -67,9 +67,11 @@ def priors(
 ) -> list[dict[str, Any]]:
     """What is measured right after the run's own settings, as params of ``space``: the
     setting DataLoader guides give this machine (a worker per usable CPU, kept alive, torch's
-    default prefetch, the training process on one thread); where reads wait, the same with as
-    many workers as the waits ask for (the most the space allows), or as an epoch ``fits``.
-    Those that are the run's own or not points of the space are left out."""
+    default prefetch, the training process on one thread); where reads wait, first the same
+    with as many workers as the waits ask for (the most the space allows), or as an epoch
+    ``fits``: the run's own reading says a worker per CPU leaves them idle, and a budget of
+    one epoch may hold one setting. Those that are the run's own or not points of the space
+    are left out."""
     workers = space.choices("num_workers") or [0]
     cpus = min(max(workers), max(space.choices("main_threads") or workers))  # a rank's CPUs
 
@@ -82,10 +84,8 @@ def priors(
         )  # fmt: skip
 
     beyond = (guides(n) for n in sorted(workers, reverse=True) if n > cpus)
-    found = [guides(cpus)]
     most = next((g for g in beyond if fits(g)), None)  # the first an epoch can time
-    if most is not None:
-        found.append(most)
+    found = [guides(cpus)] if most is None else [most, guides(cpus)]
     params = [space.params_of(g) for g in found if g.num_workers and g != start]
     return [p for p in params if p is not None]
 

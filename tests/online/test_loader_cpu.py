@@ -60,12 +60,13 @@ def test_where_reads_wait_the_space_and_its_priors_go_beyond_the_cpus() -> None:
     def fits(config: PipelineConfig) -> bool:
         return True
 
-    assert [p["num_workers"] for p in priors(space, START, fits)] == [2, 32]  # the guides' first
+    # where reads wait, what the waits ask for first: a worker per CPU would leave them idle
+    assert [p["num_workers"] for p in priors(space, START, fits)] == [32, 2]
 
     def an_epoch_times_up_to_twenty(config: PipelineConfig) -> bool:
         return config.num_workers <= 20
 
-    assert [p["num_workers"] for p in priors(space, START, an_epoch_times_up_to_twenty)] == [2, 20]
+    assert [p["num_workers"] for p in priors(space, START, an_epoch_times_up_to_twenty)] == [20, 2]
     plain = online_space(FACTS, batch_size=4, cuda=False)
     assert [p["num_workers"] for p in priors(plain, START, fits)] == [2]
     # a loop on the CPU that pins its batches: its guides are points of a space with no pinning
