@@ -79,6 +79,13 @@ SCENARIOS = {
         "against the script untouched and the offline study's loader_kwargs",
         online=True,
     ),
+    "online_storage": Scenario(
+        ("dataset=synthetic", "model=tiny", "recipe=imagenet_train"),
+        "the online scenario's data behind 5 ms of added latency per open and read (FUSE): "
+        "reads wait, workers beyond the cores pay",
+        latency_ms=5.0,
+        online=True,
+    ),
     "ranks": Scenario(
         ("dataset=synthetic", "model=tiny", "device=cpu", "study.worth_budget=0"),
         "ImageNet-sized synthetic JPEGs, model=tiny, 2 ranks (DDP, gloo) on the CPU: tuned "

@@ -1,4 +1,5 @@
-"""The benchmark's scenarios on other data: slow storage and a planned run of many epochs."""
+"""The benchmark's scenarios on other data: slow storage (a study's, and a training script's
+whole runs) and a planned run of many epochs."""
 
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ def test_the_storage_scenario_reads_through_slow_storage_against_the_best_capped
     assert "(FUSE)" in results["about"]
     # half the grid's trials: the search-time target is for a quarter, so none is shown
     assert re.search(r"\| search_time_fraction \| [\d.]+ \| \|", result.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(slow_storage.unavailable_reason() is not None, reason="no FUSE here")
+def test_the_online_storage_scenario_runs_the_study_and_the_script_behind_slow_storage(
+    tmp_path: Path,
+) -> None:
+    tiny = [a for a in BENCHMARK_TINY if not a.startswith(("diagnose.", "search_space.knobs"))]
+    late = ["--latency-ms", "1"]
+    args = ["--scenario", "online_storage", "--rounds", "1", "--epochs", "2", *late, *tiny]
+    result = run_benchmark([*args, "study.n_trials=3"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path / "studies/benchmark/online_storage"
+    results = json.loads((folder / "results.json").read_text())
+    assert "behind 1 ms of added latency" in results["about"]
+    # the tutorial script's runs read the mount, and so did the offline study
+    assert Path(results["read_from"]).name.startswith("autotune-slow-")
+    assert all(len(runs) == 1 for runs in results["runs"].values())
+    (best,) = (folder / "studies").glob("offline-*/best.yaml")
+    assert "dataset: slow" in best.read_text()
 
 
 @pytest.mark.slow
