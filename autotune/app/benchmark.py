@@ -38,14 +38,12 @@ are Hydra overrides, as for ``python -m autotune`` (``window=quick`` for a fast 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +208,8 @@ def run(
         together = Session.build(dataclasses.replace(conf, ranks=chosen.ranks))
         measured = ranks_benchmark.measure(session, together, folder, rounds, run_one)
         return {**measured, "about": chosen.about, "command": command}
-    with _behind_slow_storage(scenario, chosen, session) as where:
+    slow = f"scenario {scenario} reads through slow storage"
+    with slow_storage.dataset_behind(session.source.root, chosen.latency_ms, slow) as where:
         every = [*chosen.overrides, *overrides, *where]
         session = Session.build(to_config(compose(every))) if where else session
         if chosen.online:
@@ -227,20 +226,6 @@ def run(
         command=command,
         tuner_budget=chosen.tuner_budget,
     )
-
-
-@contextlib.contextmanager
-def _behind_slow_storage(scenario: str, chosen: Scenario, session: Session) -> Iterator[list[str]]:
-    """Where ``chosen`` reads through slow storage: its dataset mounted behind it for the
-    block, as overrides naming the mount; else none."""
-    if not chosen.latency_ms:
-        yield []
-        return
-    why = slow_storage.unavailable_reason()
-    if why:
-        raise UsageError(f"scenario {scenario} reads through slow storage: {why}")
-    with slow_storage.mounted(session.source.root, latency_ms=chosen.latency_ms) as mount:
-        yield ["dataset=imagefolder", f"dataset.root={mount}", "dataset.name=slow"]
 
 
 class _Parser(argparse.ArgumentParser):

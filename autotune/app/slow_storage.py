@@ -120,6 +120,21 @@ def mounted(src: Path, *, latency_ms: float, mb_per_s: float = 0.0) -> Iterator[
             mount.rmdir()
 
 
+@contextlib.contextmanager
+def dataset_behind(root: Path, latency_ms: float, needed_by: str) -> Iterator[list[str]]:
+    """The image folder at ``root`` behind slow storage of ``latency_ms`` for the block, as
+    the Hydra overrides that read it there; none where ``latency_ms`` is 0. ``needed_by``
+    begins the one line said where FUSE cannot mount here."""
+    if not latency_ms:
+        yield []
+        return
+    why = unavailable_reason()
+    if why:
+        raise UsageError(f"{needed_by}: {why}")
+    with mounted(root, latency_ms=latency_ms) as mount:
+        yield ["dataset=imagefolder", f"dataset.root={mount}", "dataset.name=slow"]
+
+
 def _parse(args: list[str]) -> tuple[Path, Path, float, float]:
     paths = [a for a in args if "=" not in a]
     keys = dict(a.split("=", 1) for a in args if "=" in a)
