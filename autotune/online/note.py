@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,6 +39,16 @@ class Kept(NamedTuple):
     samples_per_s: float | None = None
 
 
+def rate_of(value: object) -> float | None:
+    """A kept rate as read back (a note's, a study's): a finite samples/s above 0; anything
+    else (a newer autotune's, a hand-edited ``inf``) is none, and the setting still stands."""
+    try:
+        rate = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return rate if 0 < rate < math.inf else None
+
+
 def path(storage: str, name: str) -> Path:
     """Where the note of study ``name`` in ``storage`` is kept on this host."""
     database = sqlite_file(storage)
@@ -55,8 +66,7 @@ def read(storage: str, name: str, fingerprint: str) -> Kept | None:
         found = json.loads(path(storage, name).read_text())
         if found["fingerprint"] != fingerprint:
             return None
-        rate = found.get("samples_per_s")
-        return Kept(PipelineConfig.from_dict(found["kept"]), float(rate) if rate else None)
+        return Kept(PipelineConfig.from_dict(found["kept"]), rate_of(found.get("samples_per_s")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -201,10 +201,7 @@ def kept(study: optuna.Study | None) -> Kept | None:
     if study is None:
         return None
     found = store.study_attr(study, StudyKey.ONLINE_KEPT)
-    try:  # a rate that cannot be read is none: the setting still stands
-        rate = float(store.study_attr(study, StudyKey.ONLINE_KEPT_RATE)) or None
-    except (TypeError, ValueError):
-        rate = None
+    rate = note.rate_of(store.study_attr(study, StudyKey.ONLINE_KEPT_RATE))
     try:
         return Kept(PipelineConfig.from_dict(found), rate) if found else None
     except (ValueError, TypeError) as exc:  # a newer autotune's, say: explored afresh

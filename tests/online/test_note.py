@@ -4,6 +4,7 @@ and opens the study's storage only when it ends, where the note follows the stor
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import optuna
 import pytest
@@ -113,12 +114,28 @@ def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     assert note.path("postgresql://h/db", "x") != note.path("postgresql://h/other", "x")
 
 
-@pytest.mark.parametrize(("stored", "rate"), [(1234.5, 1234.5), ("fast", None)])
+@pytest.mark.parametrize("written", ["fast", "inf", "nan", -3.0, None])
+def test_a_note_whose_rate_cannot_be_read_keeps_its_setting_with_no_rate(tmp_path, written):
+    """As the study's: the note's setting stands, its rate none (the run's first reading of
+    it is then its rate), and the note is not dropped for it."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = record.Job(storage, "online-x", "fingerprint-a")
+    setting = PipelineConfig(main_threads=1)
+    text = json.dumps({"fingerprint": "fingerprint-a", "kept": setting.to_dict()})
+    note.path(*job[:2]).parent.mkdir(parents=True)
+    note.path(*job[:2]).write_text(text[:-1] + f', "samples_per_s": {json.dumps(written)}}}')
+    assert note.read(*job) == note.Kept(setting, None)
+
+
+@pytest.mark.parametrize(
+    ("stored", "rate"),
+    [(1234.5, 1234.5), ("fast", None), (float("inf"), None), (float("nan"), None), (0.0, None)],
+)
 def test_where_no_note_says_the_run_starts_at_the_setting_and_rate_the_study_kept(
     tmp_path, stored, rate
 ) -> None:
-    """A rate the study cannot give as a number (a newer autotune's?) is none: the setting
-    still stands."""
+    """A rate the study cannot give as a finite number above 0 (a newer autotune's? edited by
+    hand?) is none: the setting still stands."""
     storage = f"sqlite:///{tmp_path}/autotune.db"
     job = _job(storage)
     kept = PipelineConfig(main_threads=1)
