@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 from autotune.online.meter import Reading
+from autotune.online.note import rate_of
 from autotune.pipeline.config import PipelineConfig
 
 FLOOR = 0.10  # the least relative change that can count: a trial's target spread
@@ -39,8 +40,7 @@ class DriftWatch:
     def __init__(self, kept: Reading | None = None, *, kept_rate: float | None = None) -> None:
         self.kept = kept  # None: the first reading is the one to compare with
         # samples/s an earlier run kept the setting at (None: unknown, or no rate at all)
-        valid = kept_rate is not None and 0 < kept_rate < math.inf
-        self._kept_rate = kept_rate if valid else None
+        self._kept_rate = rate_of(kept_rate)
         self._off: list[tuple[int, float]] = []  # each reading off in a row: its sign, seconds
         self.why = "its rate moved"  # what the last drift found
         # a start of the watched setting's workers, charged to its readings over whole epochs
