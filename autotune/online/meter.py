@@ -71,16 +71,19 @@ def fewest_batches(settings: PipelineConfig, window: WindowConfig) -> int:
     """The fewest batches of one epoch that can time ``settings``: an epoch's warm-up (its
     first batch, then the extra ones) and one sub-window at its shortest, in whole rounds of
     its workers. Every epoch warms up anew: an epoch shorter than this never times it."""
-    shortest = sub_windows(
-        at_least=window.batches_per_window, batch_rate=None, min_sub_window_s=0.0,
-        align=max(1, settings.num_workers), consumed=0, pass_batches=None,
-        count=window.sub_windows, max_timed_s=window.max_timed_s,
-    ).batches  # fmt: skip
-    return _epoch_warmup(window) + shortest
+    return _epoch_warmup(window) + _shortest_sub_window(settings, window)
 
 
 def _epoch_warmup(window: WindowConfig) -> int:  # its first batch, then the extra ones
     return warmup_batches(1, window.warmup_extra_batches)
+
+
+def _shortest_sub_window(settings: PipelineConfig, window: WindowConfig) -> int:
+    return sub_windows(
+        at_least=window.batches_per_window, batch_rate=None, min_sub_window_s=0.0,
+        align=max(1, settings.num_workers), consumed=0, pass_batches=None,
+        count=window.sub_windows, max_timed_s=window.max_timed_s,
+    ).batches  # fmt: skip
 
 
 class Meter:
@@ -226,8 +229,7 @@ class Meter:
         ).batches  # fmt: skip
         if self._epoch_batches is None:
             return length
-        warmup = _epoch_warmup(window)
-        shortest = fewest_batches(self.settings, window) - warmup
+        warmup, shortest = _epoch_warmup(window), _shortest_sub_window(self.settings, window)
         sets = window.sub_windows if self._whole_epoch else 1
         room = (self._epoch_batches - warmup) // sets // align * align  # whole worker rounds
         return min(length, max(shortest, room))
