@@ -61,6 +61,10 @@ BENCHMARK_TINY = [
     "study.worth_budget=0",  # the worth table is tune's, tested there
     "diagnose.shards=false",  # files against shards: tested in tests/diagnose
 ]
+# the online scenarios' offline study, shrunk alike: no diagnosis, its own space's knobs
+ONLINE_BENCHMARK_TINY = [
+    a for a in BENCHMARK_TINY if not a.startswith(("diagnose.", "search_space.knobs"))
+]
 
 
 def env_with_tests(extra: dict[str, str] | None = None) -> dict[str, str]:

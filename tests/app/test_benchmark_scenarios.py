@@ -9,7 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import BENCHMARK_TINY, run_benchmark
+from helpers import BENCHMARK_TINY, ONLINE_BENCHMARK_TINY, run_benchmark
 
 from autotune.app import slow_storage
 
@@ -47,9 +47,9 @@ def test_the_storage_scenario_reads_through_slow_storage_against_the_best_capped
 def test_the_online_storage_scenario_runs_the_study_and_the_script_behind_slow_storage(
     tmp_path: Path,
 ) -> None:
-    tiny = [a for a in BENCHMARK_TINY if not a.startswith(("diagnose.", "search_space.knobs"))]
     late = ["--latency-ms", "1"]
-    args = ["--scenario", "online_storage", "--rounds", "1", "--epochs", "2", *late, *tiny]
+    tiny = ["--rounds", "1", "--epochs", "2", *ONLINE_BENCHMARK_TINY]
+    args = ["--scenario", "online_storage", *late, *tiny]
     result = run_benchmark([*args, "study.n_trials=3"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     folder = tmp_path / "studies/benchmark/online_storage"
