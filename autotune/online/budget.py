@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autotune.online.meter import Reading
+from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.schema import WindowConfig
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 
-from autotune.online.meter import Reading
 from autotune.online.note import rate_of
+from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 
 FLOOR = 0.10  # the least relative change that can count: a trial's target spread

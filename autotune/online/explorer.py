@@ -3,7 +3,8 @@ space, narrowed to what a run may switch, searched by the study's sampler (Optun
 and tell), one setting at a time on the run's own batches, then the fastest kept.
 
 The run's own settings are measured first, then the guides' (``priors``); then the sampler
-proposes while the budget left (``budget``) holds a setting's shortest timing. While it is
+proposes while the budget left (``budget``) holds a setting's shortest timing, each stopped
+once clearly below the best so far (``meter``: the study's pruning rule). While it is
 short, the best so far runs and is kept (recorded), until the run has earned another timing.
 A proposal already measured is told its rate, not run again: three in a row, or every point
 measured, end it; one no epoch can time is failed at once. The run's own settings are kept
@@ -28,7 +29,8 @@ from autotune.online import record
 from autotune.online.budget import Budget, charged, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
-from autotune.online.meter import Reading, fewest_batches
+from autotune.online.meter import fewest_batches
+from autotune.online.reading import Reading
 from autotune.online.space import online_space, priors, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -76,13 +78,11 @@ class Explorer:
         runs one; ``fewest_batches``: the fewest batches of an epoch that can time a setting
         (a proposal longer than an epoch is failed at once); ``study``: where each setting is
         recorded (``record.open_record``); else kept in memory."""
-        self.space = space
-        self._clock = clock
+        self.space, self._clock = space, clock
         self.budget = Budget(
             share, run_share, whole_epochs, min_setting_s, batches_per_epoch, clock=clock
         )
-        self._fewest_batches = fewest_batches
-        self._start = start
+        self._fewest_batches, self._start = fewest_batches, start
         self._recorded = study is not None
         if study is None:
             with record.quiet():
@@ -286,10 +286,10 @@ class Explorer:
 
     def _longer_than_an_epoch(self, trial: optuna.Trial, config: PipelineConfig) -> bool:
         """Whether no epoch can time ``config``: then failed with why, costing nothing."""
-        if not self._too_long(config):
-            return False
-        self._fail(trial, config, record.untimeable(self.budget.batches_per_epoch or 0))
-        return True
+        too_long = self._too_long(config)
+        if too_long:
+            self._fail(trial, config, record.untimeable(self.budget.batches_per_epoch or 0))
+        return too_long
 
     def _fail(self, trial: optuna.Trial, config: PipelineConfig, failure: Failure) -> None:
         """``trial`` failed before it ran (``failure`` says why), costing nothing."""

@@ -26,7 +26,8 @@ from autotune.online import record
 from autotune.online.budget import setting_cap, shares
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer
-from autotune.online.meter import Meter, Reading, counter
+from autotune.online.meter import Meter, counter
+from autotune.online.reading import Reading
 from autotune.online.space import own_settings
 from autotune.online.switching import EpochPass, Switch
 from autotune.online.tuning import Tuning
@@ -213,13 +214,16 @@ class DataLoader(torch.utils.data.DataLoader):
         self, settings: PipelineConfig, *, after_switch: bool, drain: bool = False
     ) -> Meter:
         """A meter for ``settings`` (``drain``: the run's first, its prefetch buffer drained);
-        while exploring, capped at its share of the budget."""
+        while exploring, capped at its share of the budget, and a proposal raced against the
+        best so far."""
         epoch = self._epoch_length
         exploring = epoch and self._tuning.exploring
         cap_s = setting_cap(self._tuning.share, epoch, self._window) if exploring else None
+        # a proposal's switch that waits for the next epoch runs it whole: nothing to save
+        rival = self._tuning.rival(settings) if exploring and self.switches_mid_epoch else None
         return Meter(
             settings, self._window, after_switch=after_switch, drain=drain, cap_s=cap_s,
-            epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch,
+            epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch, rival=rival,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,
         )  # fmt: skip

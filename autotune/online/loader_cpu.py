@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from autotune.machine import MachineFacts
-from autotune.online.meter import Reading
+from autotune.online.reading import Reading
 from autotune.session import read_wait
 from autotune.session.read_wait import WAITING, ReadWait
 

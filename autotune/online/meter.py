@@ -5,10 +5,12 @@ inside), the share of time spent waiting inside ``__next__``, and what a switch 
 The rules are a trial's (``runtime.window_length``: a warm-up that drains the prefetch buffer,
 then sub-windows of whole rounds of the workers and at least a minimum time;
 ``runtime.timed_spans.Tally``: spans grouped until a set of them agrees within the target
-spread, or the time runs out), observed from inside the loop rather than driving it: a
-sub-window runs from one batch's request to the request after its last batch, so the step of
-each batch is inside it. An epoch's end (where the loop may validate or save) ends the
-sub-window in progress untimed, and the next epoch warms up anew.
+spread, or the time runs out; ``tuner.ways.beaten``: a proposal whose rate so far is clearly
+below the best so far stops once it has evidence, as the study prunes it), observed from
+inside the loop rather than driving it: a sub-window runs from one batch's request to the
+request after its last batch, so the step of each batch is inside it. An epoch's end (where
+the loop may validate or save) ends the sub-window in progress untimed, and the next epoch
+warms up anew.
 
 Only the run's first warm-up drains the prefetch buffer, which the workers fill while the
 process's first steps are slow (allocations, kernel choice, compiling). Elsewhere the loop is
@@ -21,34 +23,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from autotune.online.reading import Reading
 from autotune.pipeline.batches import samples_in
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import relative_spread
-from autotune.runtime.timed_spans import Tally
+from autotune.runtime.timed_spans import EVIDENCE_FROM, Tally
 from autotune.runtime.window_length import sub_windows, warmup_batches
 from autotune.schema import WindowConfig
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One setting measured on the run."""
-
-    settings: PipelineConfig
-    samples_per_s: float
-    spread: float  # (max - min) / median of the spans it settled on
-    data_wait: float  # share of the timed seconds spent inside __next__
-    first_batch_s: float  # the wait for the first batch after the switch: its cost
-    batches: int  # batches timed
-    seconds: float  # seconds timed
-    # a sample's wall and CPU seconds in the loader: a worker's (each worker's share of the
-    # timed spans), or without workers the training process's inside __next__; 0: unread
-    sample_wall_s: float = 0.0
-    sample_cpu_s: float = 0.0
-    cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
-    between_epochs_s: float = 0.0  # the loop's own time between epochs while it was read
+from autotune.tuner.ways import beaten
 
 
 def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
@@ -100,6 +84,7 @@ class Meter:
         cap_s: Callable[[float], float] | None = None,
         epoch_batches: int | None = None,
         whole_epoch: bool = False,
+        rival: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
         workers_cpu: Callable[[], float | None] = lambda: None,
@@ -113,6 +98,8 @@ class Meter:
         # the setting runs whole epochs (a switch waits for the next): a set of sub-windows
         # is sized to fit in one, its epoch's end taking the reading as it stands (``cut``)
         self._whole_epoch = whole_epoch
+        # a proposal's: the best rate so far (samples/s), which a clearly slower one stops at
+        self._rival, self.beaten_after = rival, 0
         self._after_switch = after_switch  # its first batch is the switch's cost
         # the most seconds to time, from the batch rate at the end of the warm-up (the
         # explorer's budget shared among the settings it tries); the window's cap if less
@@ -266,6 +253,8 @@ class Meter:
         """timed_spans.time_sets' rule: after each set of sub-windows, done unless the set's
         spans disagree and another set still fits in the time."""
         window, tally = self._window, self.tally
+        if self._beaten():
+            return True
         count = window.sub_windows
         if len(tally.spans) < count * self._grouped:
             return False
@@ -278,6 +267,16 @@ class Meter:
             self._grouped += 1
             return False
         return True
+
+    def _beaten(self) -> bool:
+        """Whether a proposal's rate so far, with evidence, is clearly below the best so far
+        (``tuner.ways.beaten``): the rest of its timing could not make it the one kept."""
+        spans = len(self.tally.spans)
+        if self._rival is None or spans < EVIDENCE_FROM:
+            return False
+        if beaten(self.tally.rate, self._rival):
+            self.beaten_after = spans
+        return bool(self.beaten_after)
 
     def reading(self) -> Reading:
         """What was measured (settled or not)."""
@@ -295,4 +294,5 @@ class Meter:
             sample_cpu_s=self._loader[1] / max(self._loader[2], 1),
             cpu_s=self._cpu_s,
             between_epochs_s=self._between_s,
+            beaten_after=self.beaten_after,
         )

@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.utils.data
 from torch.utils.data import DistributedSampler
 
-from autotune.online.meter import Reading
+from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 

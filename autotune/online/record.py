@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 
 from autotune.machine import MachineFacts
 from autotune.online import note
-from autotune.online.meter import Reading
 from autotune.online.note import Kept
+from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader_job import LoaderJob
 from autotune.runtime.failures import Failure, FailureKind, first_line
@@ -249,6 +249,8 @@ def record_trial(trial: optuna.Trial, reading: Reading) -> None:
         (TrialKey.TIME_TO_FIRST_BATCH, round(reading.first_batch_s, 4)),
     ):
         store.set_trial_attr(trial, key, value)
+    if reading.beaten_after:  # clearly below the best so far, as the study prunes a trial
+        store.set_trial_attr(trial, TrialKey.PRUNED_AFTER, reading.beaten_after)
 
 
 def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: int) -> None:

@@ -29,8 +29,8 @@ from autotune.online import record
 from autotune.online.budget import charged, shares
 from autotune.online.drift import DriftWatch
 from autotune.online.explorer import Explorer, sampler
-from autotune.online.meter import Reading
 from autotune.online.ranks import Decision, Ranks
+from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
@@ -93,6 +93,18 @@ class Tuning:
     def exploring(self) -> bool:
         """Whether settings are explored yet (each one's timing capped by the budget)."""
         return bool(self.share) and (self.explorer is None or not self.explorer.done)
+
+    def rival(self, settings: PipelineConfig) -> float | None:
+        """The rate a proposal of ``settings`` races: the best so far, which it stops at
+        once clearly below (``meter``); none for a setting that is not a proposal (the run's
+        own, the kept one) or that is the best, nor where several ranks read the node."""
+        explorer = self.explorer
+        if explorer is None or explorer.settled or self.ranks is not None:
+            return None
+        best = explorer.best
+        if settings != explorer.current or best is None or best.settings == settings:
+            return None
+        return best.samples_per_s
 
     def epoch_started(self, loader: torch.utils.data.DataLoader) -> None:
         """An epoch starts (``loader``'s, before its batches are drawn): the first decides

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.online.budget import DEFAULT_SHARE, RUN_SHARE, Budget, charged, shares
-from autotune.online.meter import Reading
+from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 

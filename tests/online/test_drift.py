@@ -8,7 +8,7 @@ import math
 import pytest
 
 from autotune.online.drift import SUSTAINED, DriftWatch
-from autotune.online.meter import Reading
+from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 KEPT = Reading(PipelineConfig(decoder=AS_IS), 100.0, 0.04, 0.2, 0.0, batches=10, seconds=1.0)

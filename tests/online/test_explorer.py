@@ -20,7 +20,8 @@ from autotune.machine import detect
 from autotune.online import explorer as explorer_module
 from autotune.online.drift import SUSTAINED
 from autotune.online.explorer import Explorer
-from autotune.online.meter import Reading, fewest_batches
+from autotune.online.meter import fewest_batches
+from autotune.online.reading import Reading
 from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.failures import FailureKind
@@ -230,6 +231,51 @@ def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     monkeypatch.setenv("AUTOTUNE", "off")  # a reproducible run: the kept setting, as it is
     off = make(autotune.DataLoader, window=BRIEF_WINDOW, storage=storage)
     assert next(iter(off)) is not None and off.settings == loader.settings
+
+
+class SlowInWorkers(Dataset):
+    """Items that take 1 ms in the training process, and in a worker 10 ms for each worker
+    there is: settings with workers all read ten times slower than the run's own ``w0``."""
+
+    def __len__(self) -> int:
+        return 192
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        info = get_worker_info()
+        time.sleep(0.001 if info is None else 0.01 * info.num_workers)
+        return torch.tensor(index)
+
+
+@pytest.mark.slow  # workers of a few settings: seconds
+def test_a_proposal_clearly_below_the_best_so_far_stops_after_two_sub_windows(tmp_path) -> None:
+    """Where the run's own settings read fastest, each proposal with workers reads clearly
+    below them (``tuner.ways.beaten``) and stops after two of its three sub-windows, recorded
+    as the study records a pruned trial; the run's own, and proposals within reach, are
+    timed in full."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    window = dataclasses.replace(BRIEF_WINDOW, sub_windows=3)
+    loader = autotune.DataLoader(
+        SlowInWorkers(), batch_size=4, tune=10.0, window=window, storage=storage
+    )
+    for _ in range(4):
+        assert sorted(i for batch in loader for i in batch.tolist()) == list(range(192))
+    with_workers = [r for r in loader.readings if r.settings.num_workers]
+    assert with_workers and all(r.beaten_after == 2 for r in with_workers), loader.readings
+    assert all(not r.beaten_after for r in loader.readings if not r.settings.num_workers)
+    assert loader.settings.num_workers == 0
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    measured = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE and TrialKey.REPEAT_OF not in t.user_attrs
+    ]
+    assert {t.user_attrs[TrialKey.CONFIG] for t in measured} >= {
+        r.settings.short() for r in with_workers
+    }
+    for trial in measured:  # recorded as the study records a trial it pruned
+        workers = PipelineConfig.from_dict(trial.user_attrs[TrialKey.PIPELINE]).num_workers
+        assert trial.user_attrs.get(TrialKey.PRUNED_AFTER) == (2 if workers else None)
 
 
 def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(caplog) -> None:

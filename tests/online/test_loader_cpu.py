@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 import autotune
 from autotune.machine import detect
 from autotune.online.loader_cpu import DATA_BOUND, WorkersCpu, reads_wait
-from autotune.online.meter import Reading
+from autotune.online.reading import Reading
 from autotune.online.space import online_space, priors
 from autotune.pipeline.config import AS_IS, PipelineConfig
 

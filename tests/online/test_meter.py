@@ -63,6 +63,30 @@ def test_times_sub_windows_after_the_switch_and_the_warm_up(drain) -> None:
     assert reading.spread == pytest.approx(0.0)
 
 
+@pytest.mark.parametrize(
+    ("rival", "stops_after"),
+    [(None, 3), (10.0, 3), (22.1, 2), (30.0, 2)],  # 20 samples/s read: beaten below 22
+)
+def test_a_proposal_clearly_below_the_best_so_far_stops_once_it_has_evidence(
+    rival, stops_after
+) -> None:
+    """A proposal raced against the best rate so far (``rival``) stops after two
+    sub-windows where its rate, even 10 % higher, stays below it, as the study prunes a
+    trial; one within reach, or one raced against nothing, is timed in full."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=1, prefetch_factor=1)
+    loop = Loop(Meter(settings, WINDOW, rival=rival))
+    loop.batch(wait=1.0, step=0.1)  # the switch's first batch
+    for _ in range(2):  # the extra warm-up batches
+        loop.batch(wait=0.05, step=0.1)
+    while not loop.meter.done:
+        loop.batch(wait=0.1, step=0.1)
+    loop.meter.requested()
+    reading = loop.meter.reading()
+    assert reading.batches == stops_after * 2
+    assert reading.samples_per_s == pytest.approx(4 / 0.2)
+    assert reading.beaten_after == (stops_after if stops_after < 3 else 0)
+
+
 def test_an_epoch_s_start_warms_up_on_its_first_batch_and_the_extra_ones() -> None:
     """At an epoch's start the buffer is empty: its first batch waits on the workers' first
     round, untimed, then the extra batches; the buffer is not drained again."""

@@ -25,8 +25,8 @@ from helpers import BRIEF_WINDOW
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
 
 import autotune
-from autotune.online.meter import Reading
 from autotune.online.ranks import node_reading
+from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.tuner.store import StudyKey, TrialKey
 
