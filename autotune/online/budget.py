@@ -1,8 +1,11 @@
 """The time ``autotune.DataLoader`` may spend exploring, and what it spent.
 
-The budget is ``share`` epochs' time at the rate first measured, or, with ``run_share``
-(``tune=True``), the larger of that and this share of the run so far: exploring grows with
-the run and never takes more of it than that share. Each proposal is charged from its ask to
+The budget is ``share`` epochs' time at the best rate measured so far (at first the run's
+own), or, with ``run_share`` (``tune=True``), the larger of that and this share of the run so
+far: exploring grows with the run and never takes more of it than that share. An epoch is
+what exploring can still win on, and once a faster setting is found, an epoch of it is what
+the run will spend: an epoch at a slow first rate (reads that wait, no workers) would let
+exploring spend several epochs of the setting it keeps. Each proposal is charged from its ask to
 its reading, less the loop's own time between epochs (its validation); where a switch waits
 for the next epoch (a stream, ``in_order=False``) it runs a whole epoch, and is charged one.
 A stream's epoch is known once its first has ended. Settings are compared over whole epochs:
@@ -21,7 +24,7 @@ from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.schema import WindowConfig
 
-DEFAULT_SHARE = 1.0  # tune=True: exploring for up to the first epoch's time,
+DEFAULT_SHARE = 1.0  # tune=True: exploring for up to an epoch's time at the best rate,
 RUN_SHARE = 0.1  # or this share of the run so far, where that is more
 SETTINGS_IN_BUDGET = 8  # while exploring, each setting timed for at most this share of it
 
@@ -83,13 +86,17 @@ class Budget:
     clock: Callable[[], float] = time.monotonic
     started: float | None = None  # the run's first timed batch
     spent_s: float = 0.0
-    _batch_rate: float = 0.0  # the rate first measured, in batches/s
+    _batch_rate: float = 0.0  # the best rate measured so far, in batches/s
     _epoch_s: float = 0.0  # an epoch at that rate: the unit of ``share``
 
     def first_reading(self, reading: Reading) -> None:
         """The run's first reading: where the run started, and the budget's unit."""
         self.started = self.clock() - reading.seconds
-        self._batch_rate = reading.batches / reading.seconds if reading.seconds else 0.0
+        self.unit_at(reading)
+
+    def unit_at(self, best: Reading) -> None:
+        """The best reading so far: the budget's unit is an epoch at its rate."""
+        self._batch_rate = best.batches / best.seconds if best.seconds else 0.0
         self._epoch_known()
 
     def epoch_ended(self, batches: int) -> None:
@@ -108,9 +115,10 @@ class Budget:
         whole = self.whole_epochs and self._epoch_s
         self.spent_s += self._epoch_s if whole else self.clock() - asked_at - between_epochs_s
 
-    def afresh(self) -> None:
-        """After a drift: a fresh start's budget (``share`` of an epoch) from here, not the
-        run's share of all of it over again."""
+    def afresh(self, reading: Reading) -> None:
+        """After a drift, read in ``reading``: a fresh start's budget (``share`` of an epoch
+        at its rate) from here, not the run's share of all of it over again."""
+        self.unit_at(reading)
         self.spent_s = 0.0
         self.spent_s = self.left_s() - self.share * self._epoch_s
 

@@ -161,6 +161,7 @@ class Explorer:
                 return self._current
             return self._next()  # paused: is a proposal due yet?
         self._readings[reading.settings] = reading
+        self.budget.unit_at(self.best or reading)
         if self._trial is not None:  # else the run's own settings, outside the space
             if self._recorded:
                 record.record_trial(self._trial, reading)
@@ -248,7 +249,7 @@ class Explorer:
                 store.enqueue(self.study, params, {})
         self.done = self.paused = False
         self._drift, self.rechecks = None, self.rechecks + 1
-        self.budget.afresh()
+        self.budget.afresh(reading)
 
     def _ask(self) -> bool:
         """Asks the sampler for a setting not measured yet; False where none is left."""
@@ -267,8 +268,7 @@ class Explorer:
             if self.space.params_of(config) is None:  # queued by a run of another space
                 self._fail(trial, config, record.OUTSIDE)
                 continue
-            told = self._told.get(config)
-            if told is not None:  # told what it measured, costing nothing
+            if (told := self._told.get(config)) is not None:  # told its rate, costing nothing
                 if self._recorded:
                     record.record_repeat(trial, config, told.trial_number)
                 with record.quiet():

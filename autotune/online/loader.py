@@ -63,9 +63,9 @@ class DataLoader(torch.utils.data.DataLoader):
         **kwargs: Any,
     ) -> None:
         """torch's arguments, and: ``tune``: explore settings while the run trains (True:
-        for one epoch's time at the rate first measured, or a tenth of the run so far where
-        that is more; a number: that many epochs' time, 0.25 a quarter of one; False, or the
-        environment's ``AUTOTUNE=off``: never);
+        for one epoch's time at the best rate measured so far, or a tenth of the run so far
+        where that is more; a number: that many epochs' time, 0.25 a quarter of one; False,
+        or the environment's ``AUTOTUNE=off``: never);
         ``window``: the timing rules of each setting's measurement (a trial's,
         ``conf/window/default.yaml``, by default); ``storage``, ``study``: where each
         setting tried and the one kept are recorded (``online-<dataset>-<fingerprint>`` in

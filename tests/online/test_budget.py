@@ -44,7 +44,7 @@ def test_after_a_drift_a_long_run_gets_a_fresh_start_s_budget_not_its_tenth_agai
     now[0] = 1000.0  # a tenth of the run so far (100 s), all spent
     budget.spent_s = 101.0
     assert budget.short
-    budget.afresh()  # the kept setting's rate moved
+    budget.afresh(Reading(PipelineConfig(), 100.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
     assert budget.left_s() == pytest.approx(5.0)  # an epoch's time, as at the run's start
     now[0] = 1010.0  # and it grows with the run from here
     assert budget.left_s() == pytest.approx(6.0)
@@ -72,3 +72,14 @@ def test_the_loop_s_time_between_epochs_is_not_charged_to_a_proposal() -> None:
     now[0] = 4.0
     budget.charge(asked_at=0.0, between_epochs_s=3.0)  # 3 s of it the loop's validation
     assert budget.spent_s == pytest.approx(1.0)
+
+
+def test_the_unit_is_an_epoch_at_the_best_rate_measured_so_far() -> None:
+    """The run's own settings read 10 batches/s: an epoch of 100 batches is 10 s to spend.
+    A setting found at 100 batches/s makes an epoch, and what exploring may spend, 1 s."""
+    now = [0.0]
+    budget = Budget(share=1.0, batches_per_epoch=100, clock=lambda: now[0])
+    budget.first_reading(Reading(PipelineConfig(), 40.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
+    assert budget.left_s() == pytest.approx(10.0)
+    budget.unit_at(Reading(PipelineConfig(), 400.0, 0.0, 0.0, 0.0, batches=100, seconds=1.0))
+    assert budget.left_s() == pytest.approx(1.0)

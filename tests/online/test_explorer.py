@@ -82,6 +82,22 @@ def test_the_budget_ends_exploring_at_a_share_of_the_first_epoch() -> None:
     assert explorer.current == max(tried, key=rate_of)
 
 
+def test_once_a_faster_setting_is_found_an_epoch_of_it_is_what_exploring_may_spend() -> None:
+    """The run's own settings read 10 batches/s (an epoch of 100 batches: 10 s), every
+    setting with workers 50 a second (2 s); each setting timed for 1 s. Exploring stops once
+    it has spent an epoch at the best rate, not 10 s of settings near it."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(space, START, share=1.0, batches_per_epoch=100, clock=clock)
+    tried = []
+    while not explorer.done:
+        tried.append(settings := explorer.current)
+        clock.now += 1.0
+        batches = 50 if settings.num_workers else 10
+        explorer.measured(Reading(settings, 4.0 * batches, 0.02, 0.5, 0.01, batches, 1.0))
+    assert tried[0] == START and len(tried) == 1 + 2  # its own, then 2 s of proposals
+
+
 def test_the_guides_setting_comes_right_after_the_run_s_own() -> None:
     space = online_space(FACTS, batch_size=4, cuda=False)
     own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
