@@ -188,13 +188,15 @@ class EpochPass:
 def _loader_failure(exc: BaseException, *, workers: bool) -> bool:
     """Whether ``exc`` is the loader's own failure (a worker killed, out of memory, or
     unable to start), not the user's Dataset raising, which torch re-raises with its own type
-    as caught in a worker (without workers, an ``OSError`` is the Dataset's own read)."""
+    as caught in a worker (without workers, an ``OSError`` is the Dataset's own read). A
+    worker killed as its batch crosses over closes the connection the batch's shared memory
+    is fetched through: an ``OSError`` or an ``EOFError`` as it is read."""
     if isinstance(exc, MemoryError):
         return True
     text = str(exc)
     if "in DataLoader worker process" in text:
         return False
-    return (workers and isinstance(exc, OSError)) or (
+    return (workers and isinstance(exc, (OSError, EOFError))) or (
         isinstance(exc, RuntimeError) and "DataLoader worker" in text
     )
 

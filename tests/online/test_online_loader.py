@@ -29,6 +29,7 @@ from torch.utils.data import (
 
 import autotune
 from autotune.machine import detect
+from autotune.online import switching
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
@@ -279,8 +280,9 @@ def test_a_stream_s_workers_dying_mid_pass_raise_as_torch_s_would_never_repeatin
     assert sorted(i for b in loader for i in b.tolist()) == list(range(N))
     loader.switch(settings(3))
     seen: list[int] = []
-    # torch's own error: the worker's death, or the connection to it reset (as it reads)
-    with pytest.raises((RuntimeError, ConnectionResetError)):
+    # torch's own error: the worker's death, or the connection its batch's shared memory is
+    # fetched through reset or closed as it reads (the worker killed as the batch crossed)
+    with pytest.raises((RuntimeError, ConnectionResetError, EOFError)):
         for batch in loader:
             seen += batch.tolist()
     assert seen and len(seen) == len(set(seen))  # what it delivered, each item once
@@ -293,6 +295,25 @@ def _epoch_switched_after_one_batch(loader: autotune.DataLoader, to: PipelineCon
     loader.switch(to)
     for _ in batches:
         pass
+
+
+@pytest.mark.parametrize(
+    ("exc", "workers", "own"),
+    [
+        (RuntimeError("DataLoader worker (pid 7) is killed by signal: Killed."), True, True),
+        (ConnectionResetError(104, "Connection reset by peer"), True, True),
+        (EOFError(), True, True),  # killed as its batch's shared memory was fetched
+        (EOFError(), False, False),  # no workers: the Dataset's own
+        (OSError("No such file"), False, False),
+        (EOFError("Caught EOFError in DataLoader worker process 0."), True, False),
+        (MemoryError(), False, True),
+    ],
+)
+def test_a_worker_s_death_is_told_from_the_dataset_s_own_error(exc, workers, own) -> None:
+    """What falls back to the last good settings (the loader's own failure) and what is
+    raised as torch raises it (the Dataset's): a worker killed as its batch crosses over is
+    read as a connection reset or closed, whatever torch's machinery raised."""
+    assert switching._loader_failure(exc, workers=workers) is own
 
 
 @pytest.mark.slow  # torch's workers then take 5 s to be collected, as with torch's own loader
