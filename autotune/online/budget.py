@@ -45,14 +45,15 @@ def min_setting_s(window: WindowConfig) -> float:
 
 
 def setting_cap(
-    share: float, batches_per_epoch: int, window: WindowConfig
+    share: float, batches_per_epoch: int, window: WindowConfig, best_rate: float | None = None
 ) -> Callable[[float], float]:
     """Seconds to time one setting while exploring, at a batch rate: the budget (``share``
-    of an epoch at that rate) over the settings it should leave room for, and never less
-    than a trial's shortest timing."""
+    of an epoch at the best batch rate so far, ``best_rate``; at that rate, before any is
+    known) over the settings it should leave room for, and never less than a trial's
+    shortest timing."""
 
     def cap_s(batch_rate: float) -> float:
-        budget_s = share * batches_per_epoch / batch_rate
+        budget_s = share * batches_per_epoch / (best_rate or batch_rate)
         return max(budget_s / SETTINGS_IN_BUDGET, min_setting_s(window))
 
     return cap_s
@@ -104,6 +105,11 @@ class Budget:
         if self.batches_per_epoch is None:
             self.batches_per_epoch = batches
             self._epoch_known()
+
+    @property
+    def best_rate(self) -> float | None:
+        """The best rate measured so far, in batches/s (the unit's); None before any."""
+        return self._batch_rate or None
 
     def _epoch_known(self) -> None:
         if self._batch_rate and self.batches_per_epoch:

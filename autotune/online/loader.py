@@ -216,11 +216,13 @@ class DataLoader(torch.utils.data.DataLoader):
         """A meter for ``settings`` (``drain``: the run's first, its prefetch buffer drained);
         while exploring, capped at its share of the budget, and a proposal raced against the
         best so far."""
-        epoch = self._epoch_length
-        exploring = epoch and self._tuning.exploring
-        cap_s = setting_cap(self._tuning.share, epoch, self._window) if exploring else None
+        epoch, tuning = self._epoch_length, self._tuning
+        exploring = epoch and tuning.exploring
+        cap_s = (
+            setting_cap(tuning.share, epoch, self._window, tuning.best_rate) if exploring else None
+        )
         # a proposal's switch that waits for the next epoch runs it whole: nothing to save
-        rival = self._tuning.rival(settings) if exploring and self.switches_mid_epoch else None
+        rival = tuning.rival(settings) if exploring and self.switches_mid_epoch else None
         return Meter(
             settings, self._window, after_switch=after_switch, drain=drain, cap_s=cap_s,
             epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch, rival=rival,

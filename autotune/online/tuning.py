@@ -94,6 +94,12 @@ class Tuning:
         """Whether settings are explored yet (each one's timing capped by the budget)."""
         return bool(self.share) and (self.explorer is None or not self.explorer.done)
 
+    @property
+    def best_rate(self) -> float | None:
+        """The best rate measured so far, in batches/s: the budget's unit (None before the
+        explorer has one)."""
+        return self.explorer.budget.best_rate if self.explorer is not None else None
+
     def rival(self, settings: PipelineConfig) -> float | None:
         """The rate a proposal of ``settings`` races: the best so far, which it stops at
         once clearly below (``meter``); none for a setting that is not a proposal (the run's

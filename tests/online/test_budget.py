@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.online.budget import DEFAULT_SHARE, RUN_SHARE, Budget, charged, shares
+from autotune.online.budget import (
+    DEFAULT_SHARE,
+    RUN_SHARE,
+    SETTINGS_IN_BUDGET,
+    Budget,
+    charged,
+    setting_cap,
+    shares,
+)
 from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.schema import WindowConfig
 
 
 def test_tune_gives_an_epoch_or_a_tenth_of_the_run_a_number_of_epochs_or_nothing(
@@ -83,3 +92,13 @@ def test_the_unit_is_an_epoch_at_the_best_rate_measured_so_far() -> None:
     assert budget.left_s() == pytest.approx(10.0)
     budget.unit_at(Reading(PipelineConfig(), 400.0, 0.0, 0.0, 0.0, batches=100, seconds=1.0))
     assert budget.left_s() == pytest.approx(1.0)
+
+
+def test_a_setting_is_timed_for_an_eighth_of_the_budget_at_the_best_rate_so_far() -> None:
+    """An epoch of 800 batches, a budget of one: a setting read at 10 batches/s is timed for
+    an eighth of 80 s before anything faster is known, of 16 s once one read 50 a second;
+    never less than a trial's shortest timing."""
+    window = WindowConfig(min_sub_window_s=0.4, sub_windows=3)
+    assert setting_cap(1.0, 800, window)(10.0) == pytest.approx(80.0 / SETTINGS_IN_BUDGET)
+    assert setting_cap(1.0, 800, window, 50.0)(10.0) == pytest.approx(16.0 / SETTINGS_IN_BUDGET)
+    assert setting_cap(1.0, 40, window, 50.0)(10.0) == pytest.approx(1.2)
