@@ -5,11 +5,11 @@ own), or, with ``run_share`` (``tune=True``), the larger of that and this share 
 far: exploring grows with the run and never takes more of it than that share. An epoch is
 what exploring can still win on, and once a faster setting is found, an epoch of it is what
 the run will spend: an epoch at a slow first rate (reads that wait, no workers) would let
-exploring spend several epochs of the setting it keeps. Each proposal is charged from its ask to
-its reading, less the loop's own time between epochs (its validation); where a switch waits
-for the next epoch (a stream, ``in_order=False``) it runs a whole epoch, and is charged one.
-A stream's epoch is known once its first has ended. Settings are compared over whole epochs:
-one whose workers do not persist pays their start at each (``charged``).
+exploring spend several epochs of the setting it keeps. Each proposal is charged from its
+ask to its reading, less the loop's own time between epochs (its validation); where a switch
+waits for the next epoch (a stream, ``in_order=False``) it runs a whole epoch, and is charged
+one. A stream's epoch is known once its first has ended. Settings are compared over whole
+epochs: one whose workers do not persist pays their start at each (``charged``).
 """
 
 from __future__ import annotations
