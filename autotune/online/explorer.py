@@ -7,7 +7,8 @@ proposes while the budget left (``budget``) holds a setting's shortest timing, e
 once clearly below the best so far (``meter``: the study's pruning rule). While it is
 short, the best so far runs and is kept (recorded), until the run has earned another timing.
 A proposal already measured is told its rate, not run again: three in a row, or every point
-measured, end it; one no epoch can time is failed at once. The run's own settings are kept
+measured, end it; one no epoch can time is failed at once (``proposals``: the study's ask and
+tell). The run's own settings are kept
 unless another measured faster by more than half the two readings' spreads. A setting whose
 workers failed is recorded as failed and never kept (a kept one: the next fastest in its
 place). Once settled, where the kept setting's rate moves (``drift``), the runners-up and
@@ -18,9 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import optuna
 
@@ -30,30 +30,17 @@ from autotune.online.budget import Budget, charged, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
 from autotune.online.meter import fewest_batches
+from autotune.online.proposals import Proposals
 from autotune.online.reading import Reading
 from autotune.online.space import online_space, priors, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 from autotune.session.space import SearchSpace
-from autotune.tuner import store
 
 log = logging.getLogger("autotune.online.loader")
 
-REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 RECHECKED = 3  # after a drift, the settings measured fastest before, measured again
-
-
-class _Told(NamedTuple):
-    """What the sampler was told of one setting, and the trial that measured it."""
-
-    samples_per_s: float  # 0.0 where its workers failed: never proposed again, never kept
-    trial_number: int
-
-
-def sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
-    """The study's sampler, seeded: TPE after a few random points."""
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
 class Explorer:
@@ -83,18 +70,11 @@ class Explorer:
             share, run_share, whole_epochs, min_setting_s, batches_per_epoch, clock=clock
         )
         self._fewest_batches, self._start = fewest_batches, start
-        self._recorded = study is not None
-        if study is None:
-            with record.quiet():
-                study = optuna.create_study(direction="maximize", sampler=sampler())
-        self.study = study
-        self._points = len(space.grid())
+        self.proposals = Proposals(space, study)
         self._asked_at = 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
-        self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
         self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
         self._restarts: dict[PipelineConfig, float] = {}  # workers started again each epoch
-        self._trial: optuna.Trial | None = None
         self._current = start
         self.done = False
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
@@ -102,7 +82,7 @@ class Explorer:
         self._priors_due = False
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
-            store.enqueue(self.study, start_params, {})
+            self.proposals.queue(start_params)
             self._ask()
         self._priors_due = True  # asked next: enqueued then, when a stream's epoch is known
 
@@ -135,6 +115,10 @@ class Explorer:
         return self._current
 
     @property
+    def study(self) -> optuna.Study:  # where each setting measured is a trial
+        return self.proposals.study
+
+    @property
     def best(self) -> Reading | None:
         """The fastest setting measured so far; the run's own unless another measured faster
         by more than half the two readings' spreads (a margin of their noise)."""
@@ -162,10 +146,9 @@ class Explorer:
             return self._next()  # paused: is a proposal due yet?
         self._readings[reading.settings] = reading
         self.budget.unit_at(self.best or reading)
-        if self._trial is not None:  # else the run's own settings, outside the space
-            if self._recorded:
-                record.record_trial(self._trial, reading)
-            self._tell(reading.samples_per_s, reading.between_epochs_s)
+        if self.proposals.asked:  # else the run's own settings, outside the space
+            self.proposals.tell(self._current, reading)
+            self._charge(reading.between_epochs_s)
         return self._next()
 
     def epoch_ended(self, batches: int) -> PipelineConfig:
@@ -178,34 +161,23 @@ class Explorer:
         """The current setting failed (its workers, or no epoch could time it: ``failure``
         says why); returns the setting to run next: where it was the one kept, the next
         fastest measured, kept in its place (never the failed one again)."""
-        if self._trial is None and self.settled:
-            told = self._told.get(self._current)
-            self._told[self._current] = _Told(0.0, told.trial_number if told else -1)
+        if not self.proposals.asked and self.settled:
+            self.proposals.never_again(self._current)
             self._readings.pop(self._current, None)
             return self._keep_best(self._start)
-        if self._trial is not None:
-            if failure is not None and self._recorded:
-                record.record_failed(self._trial, failure)
-            self._tell(None)
+        if self.proposals.asked:
+            self.proposals.tell(self._current, None, failure)
+            self._charge()
         return self._next()
 
     def close(self) -> None:
         """The run stopped while a setting was asked or measured: its trial interrupted."""
-        trial, self._trial = self._trial, None
-        if trial is not None and self._recorded:
-            record.record_stopped(self.study, trial)
+        self.proposals.close()
 
-    def _tell(self, samples_per_s: float | None, between_epochs_s: float = 0.0) -> None:
-        """The trial's rate (None: its workers failed) to the sampler, its time to the budget."""
-        assert self._trial is not None
-        trial, self._trial = self._trial, None
-        with record.quiet():
-            if samples_per_s is None:
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            else:
-                self.study.tell(trial, samples_per_s)
-        self._told[self._current] = _Told(samples_per_s or 0.0, trial.number)
-        if self._current != self._start:  # the run's own settings cost nothing to explore
+    def _charge(self, between_epochs_s: float = 0.0) -> None:
+        """The setting just told, its time to the budget (the run's own settings cost
+        nothing to explore)."""
+        if self._current != self._start:
             self.budget.charge(self._asked_at, between_epochs_s)
 
     @property
@@ -231,8 +203,8 @@ class Explorer:
         best = self.best
         self._current = best.settings if best is not None else otherwise
         self._drift = DriftWatch(best) if best is not None else None
-        if best is not None and self._recorded:
-            record.record_kept(self.study, best)
+        if best is not None:
+            self.proposals.kept(best)
         return self._current
 
     def _recheck(self, reading: Reading) -> None:
@@ -245,8 +217,7 @@ class Explorer:
         for other in [*earlier[:RECHECKED], reading]:
             params = self.space.params_of(other.settings)
             if params is not None and (other is reading or other.settings != reading.settings):
-                self._told.pop(other.settings, None)  # measured anew
-                store.enqueue(self.study, params, {})
+                self.proposals.queue(params, anew=other.settings)
         self.done = self.paused = False
         self._drift, self.rechecks = None, self.rechecks + 1
         self.budget.afresh(reading)
@@ -256,45 +227,17 @@ class Explorer:
         if self._priors_due:
             self._priors_due = False
             for prior in priors(self.space, self._start, fits=lambda c: not self._too_long(c)):
-                store.enqueue(self.study, prior, {})
-        repeats = 0
-        while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
-            trial = self._trial = self.study.ask()  # from here, a stop records it (``close``)
-            if self._recorded:
-                record.record_asked(trial)
-            with warnings.catch_warnings():  # a queued point out of range: failed below
-                warnings.filterwarnings("ignore", message="Fixed parameter")
-                config = self.space.suggest(trial)
-            if self.space.params_of(config) is None:  # queued by a run of another space
-                self._fail(trial, config, record.OUTSIDE)
-                continue
-            if (told := self._told.get(config)) is not None:  # told its rate, costing nothing
-                if self._recorded:
-                    record.record_repeat(trial, config, told.trial_number)
-                with record.quiet():
-                    self.study.tell(trial, told.samples_per_s)
-                self._trial, repeats = None, repeats + 1
-                continue
-            if self._longer_than_an_epoch(trial, config):
-                continue
-            self._current, self._asked_at = config, self._clock()
-            return True
-        return False
+                self.proposals.queue(prior)
+        config = self.proposals.ask(self._untimeable)
+        if config is None:
+            return False
+        self._current, self._asked_at = config, self._clock()
+        return True
 
     def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch to time it
         return self._fewest_batches(config) > (self.budget.batches_per_epoch or float("inf"))
 
-    def _longer_than_an_epoch(self, trial: optuna.Trial, config: PipelineConfig) -> bool:
-        """Whether no epoch can time ``config``: then failed with why, costing nothing."""
+    def _untimeable(self, config: PipelineConfig) -> Failure | None:
+        """Why no epoch can time ``config``, where none can (it is failed, costing nothing)."""
         too_long = self._too_long(config)
-        if too_long:
-            self._fail(trial, config, record.untimeable(self.budget.batches_per_epoch or 0))
-        return too_long
-
-    def _fail(self, trial: optuna.Trial, config: PipelineConfig, failure: Failure) -> None:
-        """``trial`` failed before it ran (``failure`` says why), costing nothing."""
-        if self._recorded:
-            record.record_failed(trial, failure)
-        with record.quiet():
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        self._trial, self._told[config] = None, _Told(0.0, trial.number)
+        return record.untimeable(self.budget.batches_per_epoch or 0) if too_long else None

@@ -28,7 +28,8 @@ from autotune.machine import MachineFacts, detect
 from autotune.online import record
 from autotune.online.budget import charged, shares
 from autotune.online.drift import DriftWatch
-from autotune.online.explorer import Explorer, sampler
+from autotune.online.explorer import Explorer
+from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig

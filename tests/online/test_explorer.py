@@ -312,7 +312,7 @@ def test_a_storage_that_fails_as_exploring_starts_is_one_warning_and_the_run_goe
     def locked(*args: object, **kwargs: object) -> None:
         raise optuna.exceptions.StorageInternalError("database is locked")
 
-    monkeypatch.setattr(explorer_module.store, "enqueue", locked)
+    monkeypatch.setattr(store, "enqueue", locked)
     storage = f"sqlite:///{tmp_path}/autotune.db"
     loader = autotune.DataLoader(Work(), batch_size=4, window=BRIEF_WINDOW, storage=storage)
     with caplog.at_level(logging.WARNING, logger="autotune"):

@@ -14,7 +14,7 @@ from helpers import BRIEF_WINDOW
 import autotune
 from autotune.machine import detect
 from autotune.online import note, record
-from autotune.online.explorer import sampler
+from autotune.online.proposals import sampler
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
 from autotune.tuner.store import StudyKey

@@ -22,7 +22,7 @@ import autotune
 from autotune.machine import detect
 from autotune.online import drift, note, record
 from autotune.online.budget import charged
-from autotune.online.explorer import sampler
+from autotune.online.proposals import sampler
 from autotune.pipeline.config import PipelineConfig
 from autotune.report import markdown
 from autotune.runtime.failures import FailureKind

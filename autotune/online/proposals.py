@@ -1,0 +1,139 @@
+"""The study's side of exploring on a run: each setting measured is a trial of the run's study,
+asked of its sampler (Optuna's TPE, ask and tell) and told the samples/s it read, with the
+tuner's trial attributes (``record``).
+
+A point already measured is told its rate again without running (a repeat, costing nothing):
+``REPEATS_TO_STOP`` of them in a row, or every point measured, and the sampler has nothing
+new. A point queued outside the run's space, or one no epoch can time, is failed with why
+before it runs. A trial asked and not told when the run stops is recorded as interrupted.
+What to measure when, and what to keep, is the explorer's (``explorer``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import optuna
+
+from autotune.online import record
+from autotune.online.reading import Reading
+from autotune.pipeline.config import PipelineConfig
+from autotune.runtime.failures import Failure
+from autotune.session.space import SearchSpace
+from autotune.tuner import store
+
+REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
+
+
+class _Told(NamedTuple):
+    """What the sampler was told of one setting, and the trial that measured it."""
+
+    samples_per_s: float  # 0.0 where its workers failed: never proposed again, never kept
+    trial_number: int
+
+
+def sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
+    """The study's sampler, seeded: TPE after a few random points."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+
+
+class Proposals:
+    """The run's trials: asked of the sampler, told what each setting read."""
+
+    def __init__(self, space: SearchSpace, study: optuna.Study | None) -> None:
+        """``study``: where each setting is recorded (``record.open_record``); else a study
+        kept in memory."""
+        self.space = space
+        self._recorded = study is not None
+        if study is None:
+            with record.quiet():
+                study = optuna.create_study(direction="maximize", sampler=sampler())
+        self.study = study
+        self._points = len(space.grid())
+        self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
+        self._trial: optuna.Trial | None = None  # asked, not told yet
+
+    @property
+    def asked(self) -> bool:
+        """Whether a trial is asked and not told yet (the run's own settings, outside the
+        space, are measured with none)."""
+        return self._trial is not None
+
+    def queue(self, params: dict[str, Any], *, anew: PipelineConfig | None = None) -> None:
+        """``params`` asked next, ahead of the sampler's own; ``anew``: their settings,
+        measured before, to be measured again (not told their earlier rate)."""
+        if anew is not None:
+            self._told.pop(anew, None)
+        store.enqueue(self.study, params, {})
+
+    def ask(self, untimeable: Callable[[PipelineConfig], Failure | None]) -> PipelineConfig | None:
+        """The next setting not measured yet, its trial asked; None where none is left. One
+        an epoch cannot time (``untimeable`` says why) is failed, costing nothing."""
+        repeats = 0
+        while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
+            trial = self._trial = self.study.ask()  # from here, a stop records it (``close``)
+            if self._recorded:
+                record.record_asked(trial)
+            with warnings.catch_warnings():  # a queued point out of range: failed below
+                warnings.filterwarnings("ignore", message="Fixed parameter")
+                config = self.space.suggest(trial)
+            if self.space.params_of(config) is None:  # queued by a run of another space
+                self._fail(trial, config, record.OUTSIDE)
+                continue
+            if (told := self._told.get(config)) is not None:  # told its rate, costing nothing
+                if self._recorded:
+                    record.record_repeat(trial, config, told.trial_number)
+                with record.quiet():
+                    self.study.tell(trial, told.samples_per_s)
+                self._trial, repeats = None, repeats + 1
+                continue
+            if (why := untimeable(config)) is not None:
+                self._fail(trial, config, why)
+                continue
+            return config
+        return None
+
+    def tell(
+        self, settings: PipelineConfig, reading: Reading | None, failure: Failure | None = None
+    ) -> None:
+        """The asked trial measured ``settings``: its ``reading``, recorded; or None, its
+        workers failed (``failure`` says why, where known)."""
+        assert self._trial is not None
+        trial, self._trial = self._trial, None
+        if self._recorded and reading is not None:
+            record.record_trial(trial, reading)
+        elif self._recorded and failure is not None:
+            record.record_failed(trial, failure)
+        with record.quiet():
+            if reading is None:
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                self.study.tell(trial, reading.samples_per_s)
+        self._told[settings] = _Told(reading.samples_per_s if reading else 0.0, trial.number)
+
+    def never_again(self, settings: PipelineConfig) -> None:
+        """``settings`` failed after they were measured (kept, their workers died): never
+        proposed again."""
+        told = self._told.get(settings)
+        self._told[settings] = _Told(0.0, told.trial_number if told else -1)
+
+    def kept(self, best: Reading) -> None:
+        """The setting kept, recorded for the next run of the job."""
+        if self._recorded:
+            record.record_kept(self.study, best)
+
+    def close(self) -> None:
+        """The run stopped while a setting was asked or measured: its trial interrupted."""
+        trial, self._trial = self._trial, None
+        if trial is not None and self._recorded:
+            record.record_stopped(self.study, trial)
+
+    def _fail(self, trial: optuna.Trial, config: PipelineConfig, failure: Failure) -> None:
+        """``trial`` failed before it ran (``failure`` says why), costing nothing."""
+        if self._recorded:
+            record.record_failed(trial, failure)
+        with record.quiet():
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self._trial, self._told[config] = None, _Told(0.0, trial.number)

@@ -1,0 +1,84 @@
+"""Tests for autotune.online.proposals: the run's trials, asked of the study's sampler and told
+what each setting read; a point measured before told its rate again, costing nothing; one
+that cannot run failed with why; one asked when the run stops, interrupted."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.machine import detect
+from autotune.online.proposals import REPEATS_TO_STOP, Proposals
+from autotune.online.reading import Reading
+from autotune.online.space import online_space
+from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.runtime.failures import Failure, FailureKind
+from autotune.tuner.store import TrialKey
+
+SPACE = online_space(detect(want_cuda=False), batch_size=4, cuda=False)
+OWN = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
+NEVER = Failure(FailureKind.INVALID_CONFIG, "no epoch can time it")
+
+
+def always(config: PipelineConfig) -> None:
+    return None
+
+
+def reading(settings: PipelineConfig, rate: float) -> Reading:
+    return Reading(settings, rate, 0.02, 0.5, 0.01, batches=10, seconds=1.0)
+
+
+@pytest.fixture
+def proposals() -> Proposals:
+    return Proposals(SPACE, optuna.create_study(direction="maximize"))
+
+
+def test_a_point_measured_before_is_told_its_rate_and_repeats_in_a_row_end_the_asking(
+    proposals,
+) -> None:
+    params = SPACE.params_of(OWN)
+    assert params is not None
+    proposals.queue(params)
+    assert proposals.ask(always) == OWN and proposals.asked
+    proposals.tell(OWN, reading(OWN, 100.0))
+    for _ in range(REPEATS_TO_STOP):
+        proposals.queue(params)
+    assert proposals.ask(always) is None and not proposals.asked  # nothing new to measure
+    first, *repeats = proposals.study.trials
+    assert first.value == 100.0 and first.user_attrs[TrialKey.CONFIG] == OWN.short()
+    assert len(repeats) == REPEATS_TO_STOP
+    assert all(t.value == 100.0 and t.user_attrs[TrialKey.REPEAT_OF] == 0 for t in repeats)
+
+
+def test_a_point_no_epoch_can_time_is_failed_with_why_and_the_next_asked(proposals) -> None:
+    many = {**SPACE.params_of(OWN), "num_workers": 2, "prefetch_factor": 2}  # type: ignore[arg-type]
+    many["persistent_workers"] = True
+    proposals.queue(many)
+    asked = proposals.ask(lambda config: NEVER if config.num_workers >= 2 else None)
+    assert asked is not None and asked.num_workers < 2
+    failed = proposals.study.trials[0]
+    assert failed.state == optuna.trial.TrialState.FAIL
+    assert failed.user_attrs[TrialKey.FAILURE]["message"] == "no epoch can time it"
+
+
+def test_a_setting_whose_workers_failed_is_told_so_and_never_measured_again(proposals) -> None:
+    params = SPACE.params_of(OWN)
+    assert params is not None
+    proposals.queue(params)
+    proposals.ask(always)
+    proposals.tell(OWN, reading(OWN, 100.0))
+    proposals.never_again(OWN)  # kept, then its workers died
+    proposals.queue(params)
+    proposals.ask(always)  # told 0 samples/s, not measured
+    assert proposals.study.trials[1].value == 0.0
+    assert proposals.study.trials[1].user_attrs[TrialKey.REPEAT_OF] == 0
+
+
+def test_a_trial_asked_when_the_run_stops_is_recorded_interrupted(proposals) -> None:
+    proposals.ask(always)
+    proposals.close()
+    (trial,) = proposals.study.trials
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs[TrialKey.FAILURE]["kind"] == FailureKind.INTERRUPTED.value
+    proposals.close()  # once
+    assert len(proposals.study.trials) == 1
