@@ -7,12 +7,12 @@ proposes while the budget left (``budget``) holds a setting's shortest timing, e
 once clearly below the best so far (``meter``: the study's pruning rule). While it is
 short, the best so far runs and is kept (recorded), until the run has earned another timing.
 A proposal already measured is told its rate, not run again: three in a row, or every point
-measured, end it; one no epoch can time is failed at once (``proposals``: the study's ask and
-tell). The run's own settings are kept
-unless another measured faster by more than half the two readings' spreads. A setting whose
-workers failed is recorded as failed and never kept (a kept one: the next fastest in its
-place). Once settled, where the kept setting's rate moves (``drift``), the runners-up and
-then the kept setting are measured again, then the sampler, with a fresh start's budget.
+measured, end it; one no epoch can time is failed at once (``proposals``: the study's ask
+and tell). The run's own settings are kept unless another measured faster by more than half
+the two readings' spreads. A setting whose workers failed is recorded as failed and never
+kept (a kept one: the next fastest in its place). Once settled, where the kept setting's
+rate moves (``drift``), the runners-up and then the kept setting are measured again, then
+the sampler, with a fresh start's budget.
 """
 
 from __future__ import annotations
