@@ -14,6 +14,7 @@ import torch
 
 import autotune
 from autotune.online.meter import Meter
+from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.schema import WindowConfig
 
@@ -39,6 +40,14 @@ class Loop:
         self.meter.received(BATCH)
         self.now += step
 
+    def until_read(self, wait: float, step: float) -> Reading:
+        """Steady batches until the meter is done, then the request that closes its last
+        span: the reading."""
+        while not self.meter.done:
+            self.batch(wait=wait, step=step)
+        self.meter.requested()
+        return self.meter.reading()
+
 
 @pytest.mark.parametrize("drain", [True, False])
 def test_times_sub_windows_after_the_switch_and_the_warm_up(drain) -> None:
@@ -52,10 +61,7 @@ def test_times_sub_windows_after_the_switch_and_the_warm_up(drain) -> None:
         loop.batch(wait=0.0, step=0.1)
     for _ in range(2):  # the extra warm-up batches
         loop.batch(wait=0.05, step=0.1)
-    while not loop.meter.done:
-        loop.batch(wait=0.1, step=0.1)
-    loop.meter.requested()
-    reading = loop.meter.reading()
+    reading = loop.until_read(wait=0.1, step=0.1)
     assert reading.first_batch_s == pytest.approx(5.0)
     assert reading.batches == 3 * 2  # three sub-windows of two batches (whole worker rounds)
     assert reading.samples_per_s == pytest.approx(4 / 0.2)  # the step is inside the span
@@ -78,10 +84,7 @@ def test_a_proposal_clearly_below_the_best_so_far_stops_once_it_has_evidence(
     loop.batch(wait=1.0, step=0.1)  # the switch's first batch
     for _ in range(2):  # the extra warm-up batches
         loop.batch(wait=0.05, step=0.1)
-    while not loop.meter.done:
-        loop.batch(wait=0.1, step=0.1)
-    loop.meter.requested()
-    reading = loop.meter.reading()
+    reading = loop.until_read(wait=0.1, step=0.1)
     assert reading.batches == stops_after * 2
     assert reading.samples_per_s == pytest.approx(4 / 0.2)
     assert reading.beaten_after == (stops_after if stops_after < 3 else 0)
@@ -116,10 +119,7 @@ def test_an_epoch_end_is_never_timed() -> None:
     loop.meter.requested()
     loop.meter.epoch_ended()  # then the loop validates for a minute
     loop.now += 60.0
-    while not loop.meter.done:
-        loop.batch(wait=0.0, step=0.1)
-    loop.meter.requested()
-    assert loop.meter.reading().samples_per_s == pytest.approx(4 / 0.1)
+    assert loop.until_read(wait=0.0, step=0.1).samples_per_s == pytest.approx(4 / 0.1)
 
 
 def test_an_epoch_the_loop_left_early_is_not_timed_past_where_it_left() -> None:
@@ -128,10 +128,7 @@ def test_an_epoch_the_loop_left_early_is_not_timed_past_where_it_left() -> None:
         loop.batch(wait=0.0, step=0.1)
     loop.meter.epoch_left()  # a break: then the loop validates for a minute
     loop.now += 60.0
-    while not loop.meter.done:
-        loop.batch(wait=0.0, step=0.1)
-    loop.meter.requested()
-    assert loop.meter.reading().samples_per_s == pytest.approx(4 / 0.1)
+    assert loop.until_read(wait=0.0, step=0.1).samples_per_s == pytest.approx(4 / 0.1)
     assert not loop.meter.untimeable  # no epoch ended without a span
 
 
@@ -208,10 +205,7 @@ def test_a_cap_shortens_the_sub_windows_and_ends_the_timing() -> None:
     )
     for _ in range(2):
         loop.batch(wait=0.0, step=0.1)
-    while not loop.meter.done:
-        loop.batch(wait=0.0, step=0.1)
-    loop.meter.requested()
-    reading = loop.meter.reading()
+    reading = loop.until_read(wait=0.0, step=0.1)
     assert reading.batches == 3 * 2  # without the cap: three sub-windows of 1 s, 10 batches
     assert reading.seconds == pytest.approx(0.6)
 
