@@ -74,6 +74,7 @@ class Explorer:
         self._asked_at = 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
         self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
+        self.start_reading: Reading | None = None  # the first of ``start``, charged as they are
         self._restarts: dict[PipelineConfig, float] = {}  # workers started again each epoch
         self._current = start
         self.done = False
@@ -138,6 +139,8 @@ class Explorer:
         if self.budget.started is None:
             self.budget.first_reading(reading)
         reading = charged(reading, self._restarts, self.budget.batches_per_epoch)
+        if reading.settings == self._start and self.start_reading is None:
+            self.start_reading = reading
         if self.settled:  # the kept setting read again: has its rate moved?
             if self._drift is not None and self._drift.drifted(reading):
                 self._recheck(reading)

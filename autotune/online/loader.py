@@ -243,7 +243,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self._set(_epoch_length=delivered)
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
-        self._tuning.note_kept()  # before the loop's time between epochs starts
+        self._tuning.note_kept(self)  # before the loop's time between epochs starts
         meter = self._meter
         meter.epoch_ended()
         self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)

@@ -119,6 +119,11 @@ class Proposals:
         told = self._told.get(settings)
         self._told[settings] = _Told(0.0, told.trial_number if told else -1)
 
+    def trial_of(self, settings: PipelineConfig) -> int | None:
+        """The trial that measured ``settings`` (None: none did, or none is known)."""
+        told = self._told.get(settings)
+        return told.trial_number if told is not None and told.trial_number >= 0 else None
+
     def kept(self, best: Reading) -> None:
         """The setting kept, recorded for the next run of the job."""
         if self._recorded:

@@ -123,11 +123,12 @@ class JobRecord:
             self.deferred = False
             self._open()
 
-    def note_kept(self, settings: PipelineConfig, best: Reading | None) -> None:
+    def note_kept(self, settings: PipelineConfig, best: Reading | None) -> bool:
         """``settings`` kept and recorded: noted for the next run here, with the rate they
-        were kept at (``best``'s, the fastest measured, where it is theirs)."""
+        were kept at (``best``'s, the fastest measured, where it is theirs); whether that
+        was news (a setting or rate not noted yet)."""
         rate = best.samples_per_s if best is not None and best.settings == settings else None
-        self._note(Kept(settings, rate and as_stored(rate)))
+        return self._note(Kept(settings, rate and as_stored(rate)))
 
     def started_at(self, reading: Reading) -> None:
         """The run's first reading of the setting it started at. Where no rate was kept with
@@ -145,10 +146,12 @@ class JobRecord:
             record_kept(self.study, reading)
             self._note(Kept(noted.settings, as_stored(reading.samples_per_s)))
 
-    def _note(self, kept: Kept) -> None:
-        if self.study is not None and kept != self._noted:  # once
-            note.write(*self.job, kept)
-            self._noted = kept
+    def _note(self, kept: Kept) -> bool:
+        if self.study is None or kept == self._noted:  # once
+            return False
+        note.write(*self.job, kept)
+        self._noted = kept
+        return True
 
     def _open(self) -> Kept | None:
         self.study = open_record(*self.job, self._sampler)

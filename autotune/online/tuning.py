@@ -25,14 +25,17 @@ import torch
 import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
-from autotune.online import record
+from autotune.online import best_yaml, record
 from autotune.online.budget import charged, shares
 from autotune.online.drift import DriftWatch
 from autotune.online.explorer import Explorer
 from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
+from autotune.online.space import trains_on_cuda
+from autotune.pipeline.best_file import WorkloadSection
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.loader_job import LoaderJob
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
@@ -83,6 +86,7 @@ class Tuning:
         self.ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
         self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then
+        self._started_from = "your DataLoader arguments"  # else an earlier run's, a study's
 
     @property
     def _loader(self) -> Switchable:
@@ -143,6 +147,7 @@ class Tuning:
         self.job = record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
         earlier = self.job.start()
         if earlier is not None:  # explored again only where its rate moves (``DriftWatch``)
+            self._started_from = self.job.origin
             self._start_at(earlier.settings, self.share)
             self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
             settings = self._loader.settings.short()
@@ -242,11 +247,38 @@ class Tuning:
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
 
-    def note_kept(self) -> None:
-        """At an epoch's end: the setting kept, where one is, noted for the next run here."""
+    def note_kept(self, loader: torch.utils.data.DataLoader) -> None:
+        """At an epoch's end: the setting kept, where one is, noted for the next run here,
+        and the study's best.yaml written where it is news."""
         job, explorer = self.job, self.explorer
-        if explorer is not None and explorer.settled and job is not None:
-            job.note_kept(explorer.current, explorer.best)
+        if explorer is None or not explorer.settled or job is None:
+            return
+        if job.note_kept(explorer.current, explorer.best):
+            self._write_best(loader, job, explorer)
+
+    def _write_best(
+        self, loader: torch.utils.data.DataLoader, job: record.JobRecord, explorer: Explorer
+    ) -> None:
+        """The kept setting and its rate beside the starting one's, as best.yaml
+        (``best_yaml``); one warning where it cannot be written."""
+        best, ranks = explorer.best, self.ranks.local if self.ranks else 1
+        if job.study is None or best is None or best.settings != explorer.current:
+            return
+        what = LoaderJob.of(loader)
+        length = f" of {what.length} samples" if what.length is not None else ""
+        device = "cuda" if trains_on_cuda() else "cpu"
+        workload = WorkloadSection(dataset=f"{what.dataset}{length}", device=device, ranks=ranks)
+        facts = self._facts or detect(want_cuda=torch.cuda.is_available())
+        picked = explorer.proposals.trial_of(best.settings)
+        try:
+            path = best_yaml.write(
+                job.study, job.job.storage, kept=best, start=explorer.start_reading,
+                started_from=self._started_from, picked=picked, workload=workload, facts=facts,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the training goes on, its best.yaml unwritten
+            record.not_recorded("best.yaml", exc)
+            return
+        log.info("autotune.DataLoader: kept %s; %s", best.settings.short(), path)
 
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch

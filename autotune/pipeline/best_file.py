@@ -144,6 +144,7 @@ class StudySection(_Section):
     trials: dict[str, int] | None = None  # by state
     interrupted: bool | None = None
     written: str | None = None  # when, ISO 8601
+    kept_by: str | None = None  # ``autotune.DataLoader``: kept on a training run, not confirmed
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class BestFile:
     study: StudySection = field(default_factory=StudySection)
 
 
-def write(path: Path, best: BestFile) -> None:
+def write(path: Path, best: BestFile, header: str = HEADER) -> None:
     doc: dict[str, Any] = {"baseline": best.baseline, "ranks": best.ranks, "loader_kwargs": None}
     if best.as_is is not None:
         doc["loader_kwargs"] = {
@@ -179,7 +180,7 @@ def write(path: Path, best: BestFile) -> None:
         machine=best.machine.to_dict() if best.machine else {},
         study=best.study.to_dict(),
     )
-    path.write_text(HEADER + yaml.safe_dump(doc, sort_keys=False, width=100))
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100))
 
 
 def read(path: str | Path) -> BestFile:

@@ -37,6 +37,12 @@ def check(session: Session) -> Checked:
             f"study.name={conf.study.name} with the same overrides, without mode=verify)"
         )
     best = best_file.read(path)
+    if best.study.kept_by:  # its figures are readings of a training run, not a study's claims
+        raise UsageError(
+            f"{path} was written by {best.study.kept_by} on your training run: its figures "
+            "are readings of that run, which a later run of it watches itself; mode=verify "
+            "checks the claims of a study python -m autotune ran"
+        )
     best_file.as_is_of(best, path)  # a file of an older autotune has no claim for it
     differences = best_file.machine_differences(best.machine, session.facts)
     if differences:

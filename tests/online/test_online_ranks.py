@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker
 import autotune
 from autotune.online.ranks import node_reading
 from autotune.online.reading import Reading
+from autotune.pipeline import best_file
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.tuner.store import StudyKey, TrialKey
 
@@ -162,6 +163,9 @@ def test_two_ranks_explore_once_switch_together_and_read_each_share_once(tmp_pat
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     recorded = PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT])
     assert recorded.short() in {t.user_attrs[TrialKey.CONFIG] for t in complete}
+    # and its best.yaml, by rank 0: each rank's settings, read with the node's two
+    written = best_file.read(tmp_path / summary.study_name / "best.yaml")
+    assert written.as_is == recorded and written.ranks == 2
 
     # the next run of the node starts there on both ranks, exploring nothing (two epochs:
     # too few readings for a drift of its rate to show)

@@ -82,6 +82,17 @@ def test_a_best_yaml_without_an_as_is_pick_is_refused(tmp_path, monkeypatch, cap
     _bad_input(tmp_path, monkeypatch, capsys, "none of its configs finished the confirmation")
 
 
+def test_a_best_yaml_autotune_dataloader_wrote_on_a_training_run_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    path = write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint())
+    doc = yaml.safe_load(path.read_text())
+    doc["study"]["kept_by"] = "autotune.DataLoader"  # as the run's own best.yaml says
+    path.write_text(yaml.safe_dump(doc))
+    expected = "was written by autotune.DataLoader on your training run"
+    _bad_input(tmp_path, monkeypatch, capsys, expected)
+
+
 def test_another_model_than_the_tune_s_is_refused(tmp_path, monkeypatch, capsys):
     write_best(tmp_path / "studies" / STUDY, fingerprint=quick_fingerprint(), model="resnet18")
     _bad_input(tmp_path, monkeypatch, capsys, "pass model=resnet18")
