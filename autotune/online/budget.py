@@ -9,7 +9,7 @@ exploring spend several epochs of the setting it keeps. Each proposal is charged
 ask to its reading, less the loop's own time between epochs (its validation); where a switch
 waits for the next epoch (a stream, ``in_order=False``) it runs a whole epoch, and is charged
 one. A stream's epoch is known once its first has ended. Settings are compared over whole
-epochs: one whose workers do not persist pays their start at each (``charged``).
+epochs: one with workers pays each epoch's start (``charged``).
 """
 
 from __future__ import annotations
@@ -62,13 +62,17 @@ def setting_cap(
 def charged(
     reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
 ) -> Reading:
-    """``reading`` over whole epochs: a setting whose workers do not persist starts them
-    again at each epoch's start, and pays, once an epoch, what its first batch after a start
-    waited beyond a batch's time (the most seen of it, kept in ``restarts``)."""
+    """``reading`` over whole epochs, by the tuner's rule (``tuner.metrics.startup_per_epoch``):
+    each epoch starts with an empty buffer (workers that do not persist start again, those
+    that do refill it), and pays, once an epoch, what its first batch waited beyond a batch's
+    time: at an epoch's start while it was read, or else after the switch to it (the most
+    seen of either, kept in ``restarts``). Spans timed within epochs never see it, and short
+    epochs of many workers would read as their bursts of ready batches."""
     settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
-    if not settings.num_workers or settings.persistent_workers or not batches_per_epoch:
+    if not settings.num_workers or not batches_per_epoch:
         return reading
-    restart = max(restarts.get(settings, 0.0), reading.first_batch_s - per_batch)
+    start = max(reading.first_batch_s, reading.epoch_start_s)
+    restart = max(restarts.get(settings, 0.0), start - per_batch)
     restarts[settings] = restart
     epoch_s = batches_per_epoch * per_batch
     rate = reading.samples_per_s * epoch_s / (epoch_s + max(0.0, restart))

@@ -26,11 +26,12 @@ from autotune.online import record
 from autotune.online.budget import setting_cap, shares
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer
-from autotune.online.meter import Meter, counter
+from autotune.online.meter import Meter
 from autotune.online.reading import Reading
 from autotune.online.space import own_settings
 from autotune.online.switching import EpochPass, Switch
 from autotune.online.tuning import Tuning
+from autotune.pipeline.batches import counter
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig

@@ -35,22 +35,6 @@ from autotune.schema import WindowConfig
 from autotune.tuner.ways import beaten
 
 
-def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
-    """Samples in a batch the loop receives: one without automatic batching; the batch size
-    where the batch is of a shape the count cannot read (the training goes on; a
-    ``batch_sampler``'s batches have no size given: one)."""
-
-    def count(batch: Any) -> int:
-        if not batched:
-            return 1
-        try:
-            return samples_in(batch)
-        except ValueError:
-            return batch_size or 1
-
-    return count
-
-
 def fewest_batches(settings: PipelineConfig, window: WindowConfig) -> int:
     """The fewest batches of one epoch that can time ``settings``: an epoch's warm-up (its
     first batch, then the extra ones) and one sub-window at its shortest, in whole rounds of
@@ -130,6 +114,8 @@ class Meter:
         # whether the epoch under way began with this meter (a switch's first batch as its
         # first: the switch came as the last epoch ended)
         self._epoch_whole, self._spans_then = False, 0
+        # the longest wait for the first batch of an epoch begun while it is read
+        self.epoch_start_s, self._epoch_head = 0.0, False
         # the run's first (``drain``): the prefetch buffer, filled while its first steps ran
         self._restart_warmup(settings.buffered_batches if drain else 0)
 
@@ -157,8 +143,10 @@ class Meter:
         now = self._clock()
         waited = now - self._asked
         if self._after_switch and self.first_batch_s is None:
-            self.first_batch_s = waited
+            self.first_batch_s, self._epoch_head = waited, False
             return
+        if self._epoch_head:
+            self.epoch_start_s, self._epoch_head = max(self.epoch_start_s, waited), False
         if self._warmup_left:
             self._warmup_left -= 1
             if self._warmup_left < self._window.warmup_extra_batches:  # past the buffer
@@ -182,12 +170,14 @@ class Meter:
         self._epoch_whole = True
         # the next epoch's first batch (its workers' first round), unless a switch's cost
         self._restart_warmup(0 if self._after_switch and self.first_batch_s is None else 1)
+        self._epoch_head = True
         self._ended_at = self._clock()  # the loop validates, saves: its time, not the loader's
 
     def epoch_left(self) -> None:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;
         warm up again (an epoch that did not end counts for no setting's timing)."""
         self._restart_warmup(1)
+        self._epoch_head = True
 
     def cut(self) -> bool:
         """At an epoch's end: whether the reading is done, taken as it stands where the
@@ -295,4 +285,5 @@ class Meter:
             cpu_s=self._cpu_s,
             between_epochs_s=self._between_s,
             beaten_after=self.beaten_after,
+            epoch_start_s=self.epoch_start_s,
         )

@@ -74,8 +74,8 @@ class Leader(Protocol):
 def node_reading(readings: list[Reading]) -> Reading | None:
     """The node's reading of one setting from each rank's reading of its share: the ranks'
     samples/s added (they run in lockstep: each step all-reduces), the worst rank's spread,
-    data wait and first batch, their loaders' mean wall and CPU a sample; None where the
-    ranks measured different settings."""
+    data wait, first batch and epoch start, their loaders' mean wall and CPU a sample; None
+    where the ranks measured different settings."""
     first = readings[0]
     if any(r.settings != first.settings for r in readings):
         return None
@@ -85,6 +85,7 @@ def node_reading(readings: list[Reading]) -> Reading | None:
         spread=max(r.spread for r in readings),
         data_wait=max(r.data_wait for r in readings),
         first_batch_s=max(r.first_batch_s for r in readings),
+        epoch_start_s=max(r.epoch_start_s for r in readings),
         batches=first.batches,  # a rank's: the explorer's epoch is a rank's epoch
         seconds=first.seconds,
         sample_wall_s=sum(r.sample_wall_s for r in readings) / len(readings),  # one storage

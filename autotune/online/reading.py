@@ -29,3 +29,6 @@ class Reading:
     between_epochs_s: float = 0.0  # the loop's own time between epochs while it was read
     # sub-windows timed where it read clearly below the best so far and stopped (0: in full)
     beaten_after: int = 0
+    # the longest wait for an epoch's first batch while it was read (0: no epoch began): a
+    # new epoch starts with an empty buffer, the workers' first round to fill
+    epoch_start_s: float = 0.0

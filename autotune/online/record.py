@@ -252,6 +252,8 @@ def record_trial(trial: optuna.Trial, reading: Reading) -> None:
         (TrialKey.TIME_TO_FIRST_BATCH, round(reading.first_batch_s, 4)),
     ):
         store.set_trial_attr(trial, key, value)
+    if reading.epoch_start_s:  # an epoch began while it was read: its first batch's wait
+        store.set_trial_attr(trial, TrialKey.EPOCH_START, round(reading.epoch_start_s, 4))
     if reading.beaten_after:  # clearly below the best so far, as the study prunes a trial
         store.set_trial_attr(trial, TrialKey.PRUNED_AFTER, reading.beaten_after)
 

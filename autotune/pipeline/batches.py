@@ -3,7 +3,7 @@ collate returns). What crosses to the device, and how many samples a batch holds
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -66,3 +66,19 @@ def _map(batch: Any, fn: Any) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(_map(value, fn) for value in batch)
     return batch
+
+
+def counter(batched: bool, batch_size: int | None) -> Callable[[Any], int]:
+    """Samples in a batch the loop receives: one without automatic batching; the batch size
+    where the batch is of a shape the count cannot read (the training goes on; a
+    ``batch_sampler``'s batches have no size given: one)."""
+
+    def count(batch: Any) -> int:
+        if not batched:
+            return 1
+        try:
+            return samples_in(batch)
+        except ValueError:
+            return batch_size or 1
+
+    return count

@@ -59,19 +59,33 @@ def test_after_a_drift_a_long_run_gets_a_fresh_start_s_budget_not_its_tenth_agai
     assert budget.left_s() == pytest.approx(6.0)
 
 
-def test_workers_that_do_not_persist_are_charged_their_start_once_an_epoch() -> None:
-    def read(persistent: bool, first_batch_s: float) -> Reading:
+def test_every_setting_with_workers_is_charged_an_epoch_s_start_once_an_epoch() -> None:
+    def read(persistent: bool, first_batch_s: float = 0.0, epoch_start_s: float = 0.0) -> Reading:
         settings = PipelineConfig(decoder=AS_IS, num_workers=2, persistent_workers=persistent)
-        return Reading(settings, 100.0, 0.02, 0.1, first_batch_s, batches=10, seconds=1.0)
+        return Reading(
+            settings, 100.0, 0.02, 0.1, first_batch_s, batches=10, seconds=1.0,
+            epoch_start_s=epoch_start_s,
+        )  # fmt: skip
 
     restarts: dict = {}
     # 100 samples/s at 0.1 s a batch; 20 batches an epoch (2 s) and 1 s more to start again
-    once = charged(read(False, 1.1), restarts, batches_per_epoch=20)
+    once = charged(read(False, first_batch_s=1.1), restarts, batches_per_epoch=20)
     assert once.samples_per_s == pytest.approx(100.0 * 2.0 / 3.0)
     # read again without a start in it (mid-epoch, no switch): the start it was seen to cost
-    assert charged(read(False, 0.0), restarts, 20).samples_per_s == once.samples_per_s
-    assert charged(read(True, 1.1), restarts, 20).samples_per_s == 100.0  # kept alive
-    assert charged(read(False, 1.1), {}, batches_per_epoch=None).samples_per_s == 100.0
+    assert charged(read(False), restarts, 20).samples_per_s == once.samples_per_s
+    assert charged(read(False, first_batch_s=1.1), {}, None).samples_per_s == 100.0  # a stream's
+
+    # workers that persist refill their buffer at each epoch's start: its first batch's wait
+    # is what each epoch pays (0.5 s), where the reading saw one; else the switch's to them
+    kept_alive: dict = {}
+    refill = charged(read(True, first_batch_s=0.3, epoch_start_s=0.6), kept_alive, 20)
+    assert refill.samples_per_s == pytest.approx(100.0 * 2.0 / 2.5)
+    assert charged(read(True), kept_alive, 20).samples_per_s == refill.samples_per_s
+    switched = charged(read(True, first_batch_s=0.3), {}, 20)
+    assert switched.samples_per_s == pytest.approx(100.0 * 2.0 / 2.2)
+    # and none without workers: the loop reads its batches itself, an epoch's first as any
+    own = Reading(PipelineConfig(decoder=AS_IS), 100.0, 0.02, 0.9, 0.0, 10, 1.0, epoch_start_s=2)
+    assert charged(own, {}, 20).samples_per_s == 100.0
 
 
 def test_the_loop_s_time_between_epochs_is_not_charged_to_a_proposal() -> None:

@@ -63,6 +63,7 @@ def test_times_sub_windows_after_the_switch_and_the_warm_up(drain) -> None:
         loop.batch(wait=0.05, step=0.1)
     reading = loop.until_read(wait=0.1, step=0.1)
     assert reading.first_batch_s == pytest.approx(5.0)
+    assert reading.epoch_start_s == 0.0  # no epoch began while it was read
     assert reading.batches == 3 * 2  # three sub-windows of two batches (whole worker rounds)
     assert reading.samples_per_s == pytest.approx(4 / 0.2)  # the step is inside the span
     assert reading.data_wait == pytest.approx(0.5)
@@ -109,7 +110,24 @@ def test_an_epoch_s_start_warms_up_on_its_first_batch_and_the_extra_ones() -> No
     # prefetched (2 workers x 4) drained again
     assert batches == 3 + 3 * 2 + 1
     assert reading.batches == 3 * 2 and reading.samples_per_s == pytest.approx(4 / 0.2)
-    assert reading.first_batch_s == 0.0  # not a switch: nothing charged
+    assert reading.first_batch_s == 0.0  # not a switch
+    assert reading.epoch_start_s == pytest.approx(1.0)  # what each epoch's start pays
+
+
+def test_an_epoch_s_start_is_told_from_the_switch_s_that_came_with_it() -> None:
+    """A switch that came as an epoch ended: the next first batch is the switch's cost
+    (its workers' start); an epoch begun after, while the setting is read, is the epoch's."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=1)
+    loop = Loop(Meter(settings, WINDOW))
+    loop.meter.epoch_ended()
+    loop.batch(wait=3.0, step=0.1)  # the new workers' first batch
+    for _ in range(2 + 2):  # the extra warm-up batches, one sub-window
+        loop.batch(wait=0.1, step=0.1)
+    loop.meter.requested()
+    loop.meter.epoch_ended()
+    loop.batch(wait=0.7, step=0.1)  # the next epoch's first: its workers refill the buffer
+    reading = loop.until_read(wait=0.1, step=0.1)
+    assert (reading.first_batch_s, reading.epoch_start_s) == pytest.approx((3.0, 0.7))
 
 
 def test_an_epoch_end_is_never_timed() -> None:
