@@ -115,7 +115,8 @@ class InnerLoader:
         seed: int,
     ) -> InnerLoader:
         """A torch DataLoader reading ``outer``'s Dataset with ``outer``'s own arguments and
-        ``settings``' switchable ones, from ``batches`` (a stream: as it flows)."""
+        ``settings``' switchable ones, from ``batches`` (a stream: as it flows), its workers
+        seeded from ``seed`` (worker ``i``: ``seed + i``, as torch seeds them)."""
         handed = HandedSampler(batches, outer._index_sampler)
         workers = settings.num_workers
         kwargs: dict[str, Any] = dict(
@@ -134,7 +135,9 @@ class InnerLoader:
             kwargs.update(batch_sampler=handed)
         else:
             kwargs.update(sampler=handed, batch_size=None)
-        return cls(WatchedDataLoader(outer.dataset, **kwargs), settings, handed)
+        loader = WatchedDataLoader(outer.dataset, **kwargs)
+        loader.base_seed = seed
+        return cls(loader, settings, handed)
 
 
 class InnerLoaders:
@@ -145,6 +148,7 @@ class InnerLoaders:
     def __init__(self) -> None:
         self._kept: InnerLoader | None = None
         self.workers_cpu = WorkersCpu()  # of the iterator opened last: the one being read
+        self._seeded, self._built = None, 0  # the base seed built on last, loaders since
 
     def open(
         self,
@@ -153,7 +157,9 @@ class InnerLoaders:
         batches: EpochBatches | None,
         seed: int,
     ) -> Any:
-        """An iterator over ``batches`` of ``outer``'s Dataset with ``settings``."""
+        """An iterator over ``batches`` of ``outer``'s Dataset with ``settings``; a loader
+        built for it seeds its workers from ``seed``, the base seed ``outer`` drew as torch's
+        loader does (``_seed``)."""
         kept = self._kept
         with warnings.catch_warnings():
             # more workers than CPUs is a setting being measured, not a mistake to warn of
@@ -163,11 +169,21 @@ class InnerLoaders:
                 inner = kept
             else:
                 self.release()
-                inner = InnerLoader.build(outer, settings, batches, seed)
+                inner = InnerLoader.build(outer, settings, batches, self._seed(seed))
                 if settings.persistent_workers and settings.num_workers:
                     self._kept = inner
             self.workers_cpu.iterator = iterator = iter(inner.loader)
             return iterator
+
+    def _seed(self, drawn: int) -> int:
+        """The first loader built on a base seed drawn is seeded with it, as torch's loader
+        seeds its workers; each built after it on the same draw (a switch) with one of its
+        own: workers seeded alike would replay the same random draws (augmentation)."""
+        if drawn != self._seeded:
+            self._seeded, self._built = drawn, 0
+            return drawn
+        self._built += 1
+        return (drawn + self._built * 0x9E3779B97F4A7C15) % 2**63
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

@@ -200,7 +200,7 @@ class DataLoader(torch.utils.data.DataLoader):
         workers persist with these settings, else a new torch DataLoader."""
         if torch.get_num_threads() != (settings.main_threads or self._threads):
             torch.set_num_threads(settings.main_threads or self._threads)
-        return self._inner.open(self, settings, batches, seed=self._base_seed + self.epochs)
+        return self._inner.open(self, settings, batches, seed=self._base_seed)
 
     def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
         """Keeps the last meter's reading (to the tuning where settled); times ``settings``."""

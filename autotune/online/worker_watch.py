@@ -27,7 +27,20 @@ CHECK_S = 0.1  # a read waiting on the workers checks that they live this often
 
 
 class _WatchedWorkers(_MultiProcessingDataLoaderIter):
-    """torch's iterator over workers, its workers out of the SIGCHLD handler's watch."""
+    """torch's iterator over workers, its workers out of the SIGCHLD handler's watch, and
+    seeded from the loader's ``base_seed`` where it has one (not drawn from its generator)."""
+
+    def __init__(self, loader: WatchedDataLoader) -> None:
+        self._given_seed = loader.base_seed
+        super().__init__(loader)
+
+    @property
+    def _base_seed(self) -> int:  # what its workers are seeded from: seed + worker id
+        return self._drawn_seed if self._given_seed is None else self._given_seed
+
+    @_base_seed.setter
+    def _base_seed(self, drawn: int) -> None:  # torch's iterator draws one as it starts
+        self._drawn_seed = drawn
 
     def _reset(self, loader: Any, first_iter: bool = False) -> None:
         if first_iter and self._worker_pids_set:  # before any worker is handed an index
@@ -48,7 +61,9 @@ class _WatchedWorkers(_MultiProcessingDataLoaderIter):
 
 class WatchedDataLoader(torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose workers' deaths are raised by its iterator's
-    ``next()`` alone (within ``CHECK_S``)."""
+    ``next()`` alone (within ``CHECK_S``); ``base_seed``, where set, seeds its workers."""
+
+    base_seed: int | None = None
 
     def _get_iterator(self) -> _BaseDataLoaderIter:
         if self.num_workers == 0:

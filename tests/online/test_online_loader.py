@@ -221,6 +221,37 @@ def test_out_of_order_delivery_switches_at_the_next_epoch() -> None:
     assert loader.settings.num_workers == 1
 
 
+class Draws(Indices):
+    """Sample i: i, its worker's seed, and a random draw (an augmentation's crop, say)."""
+
+    def __getitem__(self, index: int) -> tuple[int, int, float]:
+        info = get_worker_info()
+        return index, info.seed if info else -1, torch.rand(()).item()
+
+
+def test_its_workers_are_seeded_as_torch_s_are_with_the_same_generator() -> None:
+    def seeds(cls: Callable[..., Any]) -> list[set[int]]:
+        loader = cls(Draws(), batch_size=5, num_workers=2, generator=seeded())
+        return [{int(s) for _, epoch_seeds, _ in loader for s in epoch_seeds} for _ in range(2)]
+
+    torch_s = seeds(torch.utils.data.DataLoader)
+    assert seeds(Manual) == torch_s and len(set.union(*torch_s)) == 4  # 2 workers, 2 epochs
+
+
+def test_workers_a_switch_starts_draw_afresh_never_replaying_the_epoch_s_draws() -> None:
+    """Each loader an epoch switches to seeds its workers apart from the epoch's first:
+    workers seeded alike would repeat the same augmentation within an epoch."""
+    loader = Manual(Draws(), batch_size=2, num_workers=2, generator=seeded())
+    for epoch in range(2):
+        draws = []
+        for index, (_, _, drawn) in enumerate(loader):
+            draws += drawn.tolist()
+            if index % 2 == 1:  # a switch every two batches: workers started afresh
+                workers = 1 if loader.settings.num_workers == 2 else 2
+                loader.switch(settings(workers, persistent=epoch == 1))
+        assert len(set(draws)) == len(draws) == N
+
+
 def test_len_and_main_threads_follow_the_settings() -> None:
     loader = Manual(Indices(), batch_size=4, drop_last=True)
     assert len(loader) == len(torch.utils.data.DataLoader(Indices(), batch_size=4, drop_last=True))
