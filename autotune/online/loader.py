@@ -87,6 +87,9 @@ class DataLoader(torch.utils.data.DataLoader):
             tuning=None,
             meter=None,
             _threads=torch.get_num_threads(),  # what main_threads=None puts back
+            # the main_threads last put in place: the run's own until a switch changes them
+            # (as torch's loader, it leaves the process's threads alone till then)
+            _threads_applied=torch.get_num_threads(),
             _settings=own_settings(self),
             _requested=None,  # a switch asked for, not made yet
             _base_seed=0,
@@ -198,8 +201,9 @@ class DataLoader(torch.utils.data.DataLoader):
     def inner(self, settings: PipelineConfig, batches: EpochBatches | None) -> Any:
         """An iterator over the rest of the epoch with ``settings``: the kept loader when its
         workers persist with these settings, else a new torch DataLoader."""
-        if torch.get_num_threads() != (settings.main_threads or self._threads):
+        if settings.main_threads != self._threads_applied:
             torch.set_num_threads(settings.main_threads or self._threads)
+            self._set(_threads_applied=settings.main_threads)
         return self._inner.open(self, settings, batches, seed=self._base_seed)
 
     def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
