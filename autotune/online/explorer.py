@@ -96,14 +96,17 @@ class Explorer:
         batch_size: int,
         ranks: int,
         window: WindowConfig,
+        workers: tuple[int, ...] | None = None,
         **budget: Any,
     ) -> Explorer:
         """An explorer of the settings a run on this machine may switch (``online_space``, a
         rank's share of it; workers beyond the CPUs where the ``first`` reading says reads
-        wait), from the setting it read, each timed by ``window``'s rules; ``budget``: the
-        explorer's own arguments (``share``, ...)."""
+        wait; only ``workers``' counts, where given), from the setting it read, each timed by
+        ``window``'s rules; ``budget``: the explorer's own arguments (``share``, ...)."""
         waits, cuda = reads_wait(first, facts, ranks), trains_on_cuda()
-        space = online_space(facts, batch_size=batch_size, cuda=cuda, ranks=ranks, read_wait=waits)
+        space = online_space(
+            facts, batch_size=batch_size, cuda=cuda, ranks=ranks, read_wait=waits, workers=workers
+        )
         if waits is not None:
             log.info("autotune.DataLoader: %s", waits.note(max(1, facts.usable_cpus // ranks)))
         return cls(

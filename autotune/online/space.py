@@ -16,6 +16,7 @@ import yaml
 
 from autotune.machine import MachineFacts
 from autotune.pipeline.config import AS_IS, SWITCHABLE, PipelineConfig
+from autotune.pipeline.streams import asks_its_share
 from autotune.schema import KnobConfig, SearchSpaceConfig
 from autotune.session.read_wait import ReadWait
 from autotune.session.space import SearchSpace
@@ -28,11 +29,12 @@ def online_space(
     cuda: bool,
     ranks: int = 1,
     read_wait: ReadWait | None = None,
+    workers: tuple[int, ...] | None = None,
 ) -> SearchSpace:
     """The default search space's knobs that a run may switch (``SWITCHABLE``), sized to
     this machine (a rank's share of it, where ``ranks`` share it; ``num_workers`` beyond the
-    CPUs where ``read_wait`` says reads wait); the user's Dataset and batches are as they
-    are."""
+    CPUs where ``read_wait`` says reads wait; ``workers``: the only counts it may take, where
+    given); the user's Dataset and batches are as they are."""
     text = resources.files("autotune.conf").joinpath("search_space", "default.yaml").read_text()
     knobs = {
         name: KnobConfig(**conf)
@@ -41,10 +43,28 @@ def online_space(
     }
     device = "cuda" if cuda else "cpu"
     space_conf = SearchSpaceConfig(name="online", knobs=knobs)
-    return SearchSpace.from_config(
+    space = SearchSpace.from_config(
         space_conf, facts, device=device, batch_size=batch_size, own_dataset=True, ranks=ranks,
         read_wait=read_wait,
     )  # fmt: skip
+    if workers is None:
+        return space
+    counts = {"type": "choice", "choices": workers}
+    knobs = tuple(
+        dataclasses.replace(k, **counts) if k.name == "num_workers" else k for k in space.knobs
+    )
+    return dataclasses.replace(space, knobs=knobs)
+
+
+def stream_workers(loader: torch.utils.data.DataLoader) -> tuple[int, ...] | None:
+    """The worker counts a stream may be read with where it does not read its worker's share
+    alone (``streams.asks_its_share``): each worker would read all of it, every sample once a
+    worker, so no more than one, or the user's own count where that is more (their run reads
+    each sample that many times, and that is not this loader's to change); None: any."""
+    dataset = loader.dataset
+    if not isinstance(dataset, torch.utils.data.IterableDataset) or asks_its_share(dataset):
+        return None
+    return (0, 1) if loader.num_workers <= 1 else (loader.num_workers,)
 
 
 def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:

@@ -32,7 +32,7 @@ from autotune.online.explorer import Explorer
 from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
-from autotune.online.space import trains_on_cuda
+from autotune.online.space import stream_workers, trains_on_cuda
 from autotune.pipeline.best_file import WorkloadSection
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader_job import LoaderJob
@@ -40,6 +40,10 @@ from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
 log = logging.getLogger("autotune.online.loader")
+STREAM_UNSPLIT = (
+    "autotune.DataLoader: %s never asks get_worker_info() as it starts, so each worker would "
+    "read all of it: num_workers stays %s (read only the worker's share in __iter__ to tune it)"
+)
 
 
 class Switchable(Protocol):
@@ -204,12 +208,16 @@ class Tuning:
         """The explorer, from the ``first`` reading; False where the storage failed (the run
         goes on unexplored)."""
         loader = self._loader
+        workers = stream_workers(loader)  # type: ignore[arg-type]
+        if workers is not None:  # each worker would read all of it
+            log.info(STREAM_UNSPLIT, type(loader.dataset).__name__, " or ".join(map(str, workers)))
         try:
             self.explorer = Explorer.on_run(
                 self._facts or detect(want_cuda=torch.cuda.is_available()), first,
                 batch_size=loader.batch_size or 1, ranks=self.ranks.local if self.ranks else 1,
-                window=self._window, share=self.share, run_share=self._run_share,
-                batches_per_epoch=loader.epoch_length, whole_epochs=not loader.switches_mid_epoch,
+                window=self._window, workers=workers, share=self.share,
+                run_share=self._run_share, batches_per_epoch=loader.epoch_length,
+                whole_epochs=not loader.switches_mid_epoch,
                 study=self.job.study if self.job else None,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on

@@ -3,11 +3,12 @@ reads its own share, and a stream read again and again for a timed window."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from autotune.errors import UsageError, one_line
 
@@ -47,6 +48,38 @@ def epoch_length(
             "info = torch.utils.data.get_worker_info() (None: no workers, read all)"
         )
     return stated if stated is not None else one
+
+
+def asks_its_share(dataset: IterableDataset) -> bool | None:
+    """Whether a stream asks ``torch.utils.data.get_worker_info()`` as it starts, as one that
+    reads only its worker's share does (the docs' recipe, webdataset's and Hugging Face's
+    streams): watched while it yields one sample here, which it then starts again for the
+    loop. A cheap stand-in for ``epoch_length``'s two epochs, for a run that is training.
+    None where it cannot tell without taking a sample from the loop (each ``iter()`` returns
+    the same iterator) or where the stream fails to start (the loop will say why)."""
+    asks = get_worker_info.__code__
+    asked = False
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        nonlocal asked
+        asked = asked or (event == "call" and frame.f_code is asks)
+
+    before, samples = sys.getprofile(), None
+    sys.setprofile(watch)
+    try:
+        samples = iter(dataset)
+        if iter(dataset) is samples:  # the stream's one iterator: not ours to read or close
+            samples = None
+            return None
+        next(samples, None)
+    except Exception:  # noqa: BLE001 - the user's __iter__: it raises again in the loop
+        return None
+    finally:
+        sys.setprofile(before)
+        close = getattr(samples, "close", None)  # a generator's: its files closed now
+        if callable(close):
+            close()
+    return asked
 
 
 def _stated_length(dataset: IterableDataset) -> int | None:

@@ -208,6 +208,30 @@ def test_a_stream_explores_one_setting_an_epoch_and_reads_each_sample_once_an_ep
     assert len(complete) == len(tried)
 
 
+class WholeStream(IterableDataset):
+    """Work's samples as a stream that does not split by worker: each would read them all."""
+
+    def __iter__(self):
+        return (Work()[i] for i in range(len(Work())))
+
+
+@pytest.mark.slow  # a few settings, an epoch each: seconds
+def test_a_stream_that_does_not_split_by_worker_is_never_read_by_more_than_one(
+    tmp_path, caplog
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(
+        WholeStream(), batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+    )
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        for _ in range(6):  # each sample once an epoch: none read by two workers
+            read = sorted(i for batch in loader for i in batch.tolist())
+            assert read == list(range(len(Work())))
+    assert "WholeStream never asks get_worker_info() as it starts" in caplog.text
+    assert loader.explorer is not None and len({r.settings for r in loader.readings}) >= 2
+    assert {r.settings.num_workers for r in loader.readings} == {0, 1}  # explored, within one
+
+
 @pytest.mark.slow  # workers of up to four settings, eight epochs: seconds
 def test_exploring_on_a_real_loop_loses_nothing_and_keeps_the_fastest(
     tmp_path, monkeypatch

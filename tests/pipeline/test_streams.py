@@ -4,13 +4,14 @@ workers, and the streams refused in one line (read once per worker, or never end
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from autotune.errors import UsageError
-from autotune.pipeline.streams import epoch_length
+from autotune.pipeline.streams import asks_its_share, epoch_length
 
 
 class Split(IterableDataset):
@@ -50,3 +51,45 @@ def test_an_endless_stream_is_refused_in_one_line_not_read_forever() -> None:
 def test_a_stream_longer_than_it_says_is_refused() -> None:
     with pytest.raises(UsageError, match="did not end an epoch .more than 5 samples"):
         epoch_length("data", Split(8, stated=5))
+
+
+class Whole(IterableDataset):
+    """Every sample in each reader: a stream that does not split by worker."""
+
+    def __iter__(self):
+        yield from (torch.tensor(i) for i in range(4))
+
+
+class OneShot(IterableDataset):
+    """A stream whose ``iter()`` is always the same iterator: a sample read is a sample lost."""
+
+    def __init__(self) -> None:
+        self.samples = iter(range(4))
+
+    def __iter__(self):
+        return self.samples
+
+
+class Broken(IterableDataset):
+    def __iter__(self):
+        raise OSError("the bucket is not there")
+
+
+def test_a_stream_that_asks_get_worker_info_as_it_starts_is_told_from_one_that_does_not() -> None:
+    def profiler(frame, event, arg) -> None:  # the user's own: in place after the check
+        return None
+
+    sys.setprofile(profiler)
+    try:
+        assert asks_its_share(Split(10)) is True
+        assert asks_its_share(Whole()) is False
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
+
+
+def test_where_it_cannot_tell_without_taking_a_sample_from_the_loop_it_says_so() -> None:
+    one_shot = OneShot()
+    assert asks_its_share(one_shot) is None
+    assert list(one_shot) == [0, 1, 2, 3]  # nothing taken from it
+    assert asks_its_share(Broken()) is None  # the loop raises it, as torch's would
