@@ -39,11 +39,11 @@ SWITCHED_LOADER_KEYS = tuple(k for k in SWITCHABLE if k in LOADER_KEYS)
 
 
 def sized(loader: torch.utils.data.DataLoader) -> int | None:
-    """``len(loader)``; None where its sampler has no length (torch's loader raises only
-    where ``len()`` is asked)."""
+    """``len(loader)``; None where its sampler has no length, or says so (torch's loader
+    raises only where ``len()`` is asked)."""
     try:
         return len(loader)
-    except TypeError:
+    except (TypeError, NotImplementedError):
         return None
 
 

@@ -162,9 +162,10 @@ class EpochPass:
         loader, fallback = self._loader, self._fallback
         restartable = loader.switches_mid_epoch or self._delivered == 0
         # opening, the loader's own: its workers could not start (nothing of the Dataset read)
-        own = not read or _loader_failure(exc, workers=loader.settings.num_workers > 0)
+        workers = loader.settings.num_workers > 0
+        own = not read or _loader_failure(exc, workers=workers)
         if fallback is None or not restartable or not own:
-            if read and not own and self._batches is not None and not _timed_out(exc):
+            if read and self._batches is not None and _moved_past(exc, own=own, workers=workers):
                 self._batches.delivered()
             raise exc
         why = first_line(exc)
@@ -199,6 +200,16 @@ def _loader_failure(exc: BaseException, *, workers: bool) -> bool:
     return (workers and isinstance(exc, (OSError, EOFError))) or (
         isinstance(exc, RuntimeError) and "DataLoader worker" in text
     )
+
+
+def _moved_past(exc: BaseException, *, own: bool, workers: bool) -> bool:
+    """Whether torch's iterator, raising ``exc``, moved past the batch it was reading: the
+    Dataset's own error, any error read without workers (the index was drawn, then the read
+    raised) or one a worker answered its batch with; not a worker's death, nor a timeout (the
+    batch is still to come)."""
+    if _timed_out(exc):
+        return False
+    return not own or not workers or "in DataLoader worker process" in str(exc)
 
 
 def _timed_out(exc: BaseException) -> bool:

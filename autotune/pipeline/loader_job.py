@@ -47,7 +47,7 @@ class LoaderJob:
     def of(cls, loader: torch.utils.data.DataLoader) -> LoaderJob:
         try:
             length: int | None = len(loader.dataset)  # type: ignore[arg-type]
-        except TypeError:
+        except (TypeError, NotImplementedError):  # a stream with no length, or saying so
             length = None
         given = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
         return cls(

@@ -250,6 +250,7 @@ def test_workers_a_switch_starts_draw_afresh_never_replaying_the_epoch_s_draws()
                 workers = 1 if loader.settings.num_workers == 2 else 2
                 loader.switch(settings(workers, persistent=epoch == 1))
         assert len(set(draws)) == len(draws) == N
+    loader.release()  # its kept workers down now, not in a later test's time
 
 
 def test_len_and_main_threads_follow_the_settings() -> None:
@@ -264,6 +265,20 @@ def test_len_and_main_threads_follow_the_settings() -> None:
         loader.switch(settings(0))  # main_threads None: the count the run had
         next(it)
         assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_until_a_switch_changes_them_the_process_s_threads_are_left_as_the_user_sets_them(
+    workers,
+) -> None:
+    before = torch.get_num_threads()
+    loader = Manual(Indices(), batch_size=4, num_workers=workers)
+    try:
+        torch.set_num_threads(1)  # after the loader was made, as torch's loader allows
+        for _ in range(2):
+            assert sum(1 for _ in loader) == len(loader) and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 
@@ -379,8 +394,13 @@ def test_arguments_torch_refuses_are_refused_the_same_way(kwargs) -> None:
     assert str(ours.value) == str(theirs.value)
 
 
-def _caught(loader: torch.utils.data.DataLoader, *, switch_at: int | None = None) -> list:
-    """One epoch, a loop that catches the Dataset's error and reads on; a switch to one
+def _caught(
+    loader: torch.utils.data.DataLoader,
+    *,
+    switch_at: int | None = None,
+    error: type[Exception] = ValueError,
+) -> list:
+    """One epoch, a loop that catches the Dataset's ``error`` and reads on; a switch to one
     worker after ``switch_at`` batches."""
     got, it = [], iter(loader)
     while True:
@@ -388,8 +408,8 @@ def _caught(loader: torch.utils.data.DataLoader, *, switch_at: int | None = None
             batch = next(it)
         except StopIteration:
             return got
-        except ValueError as exc:
-            got.append(str(exc))
+        except error as exc:
+            got.append(type(exc).__name__)
             continue
         got.append(batch.tolist())
         if len(got) == switch_at:
@@ -405,9 +425,32 @@ class RaisesAtFive(Indices):
 
 def test_a_loop_that_catches_the_dataset_s_error_reads_on_as_with_torch_s_loader() -> None:
     expected = _caught(torch.utils.data.DataLoader(RaisesAtFive(), batch_size=2))
-    assert "sample 5 is unreadable" in expected and len(expected) == N // 2
+    assert "ValueError" in expected and len(expected) == N // 2
     assert _caught(Manual(RaisesAtFive(), batch_size=2)) == expected
     assert _caught(Manual(RaisesAtFive(), batch_size=2), switch_at=4) == expected  # after it
+
+
+class OutOfMemoryAtFive(Indices):
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            raise MemoryError("sample 5 is too large")
+        return index
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loop_that_catches_a_memory_error_of_the_dataset_s_reads_on_to_the_epoch_s_end(
+    workers,
+) -> None:
+    """Where nothing can fall back (no switch), a ``MemoryError`` is raised as torch raises
+    it, and the loader moves past its batch as torch's does: the epoch ends as torch's."""
+
+    def caught(cls: Callable[..., torch.utils.data.DataLoader]) -> list:
+        loader = cls(OutOfMemoryAtFive(), batch_size=2, num_workers=workers)
+        return _caught(loader, error=MemoryError)
+
+    expected = caught(torch.utils.data.DataLoader)
+    assert "MemoryError" in expected and len(expected) == N // 2
+    assert caught(Manual) == expected
 
 
 def test_a_main_process_read_error_after_a_switch_is_the_dataset_s_raised_not_fallen_back() -> (
@@ -455,15 +498,29 @@ def test_a_batch_sampler_that_draws_when_iterated_gives_torch_s_batches() -> Non
     assert batches(Manual) == batches(torch.utils.data.DataLoader)
 
 
-def test_a_sampler_with_no_length_is_read_as_torch_reads_it() -> None:
-    class NoLength(torch.utils.data.Sampler):
-        def __iter__(self) -> Iterator[int]:
-            return iter(range(N - 1, -1, -1))
+class LengthUnknown(torch.utils.data.Sampler):
+    """A sampler that says it has no length, as a stream's often do."""
 
-    ours = autotune.DataLoader(Indices(), batch_size=8, sampler=NoLength(), tune=False)
-    theirs = torch.utils.data.DataLoader(Indices(), batch_size=8, sampler=NoLength())
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(N - 1, -1, -1))
+
+    def __len__(self) -> int:
+        raise NotImplementedError("length unknown")
+
+
+class NoLength(torch.utils.data.Sampler):
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(N - 1, -1, -1))
+
+
+@pytest.mark.parametrize("sampler", [NoLength, LengthUnknown])
+def test_a_sampler_with_no_length_is_read_as_torch_reads_it(sampler) -> None:
+    ours = autotune.DataLoader(Indices(), batch_size=8, sampler=sampler(), tune=False)
+    theirs = torch.utils.data.DataLoader(Indices(), batch_size=8, sampler=sampler())
     assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
-    with pytest.raises(TypeError):
+    with pytest.raises(Exception) as raised:
+        len(theirs)
+    with pytest.raises(type(raised.value)):
         len(ours)
 
 
