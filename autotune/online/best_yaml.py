@@ -12,16 +12,23 @@ own job, refuses the file.
 from __future__ import annotations
 
 import datetime
+import logging
 from pathlib import Path
 
 import optuna
+import torch
 
 from autotune.machine import MachineFacts
 from autotune.online.reading import Reading
+from autotune.online.record import not_recorded
+from autotune.online.space import trains_on_cuda
 from autotune.pipeline import best_file
 from autotune.pipeline.config import PipelineConfig
+from autotune.pipeline.loader_job import LoaderJob
 from autotune.tuner import storage as study_storage
 from autotune.tuner.result import trial_counts
+
+log = logging.getLogger("autotune.online.loader")
 
 KEPT_BY = "autotune.DataLoader"
 HEADER = (
@@ -38,6 +45,38 @@ def folder(storage: str, study: str) -> Path:
     ``studies/``."""
     database = study_storage.sqlite_file(storage)
     return (database.parent if database is not None else Path("studies")) / study
+
+
+def kept_on_run(
+    loader: torch.utils.data.DataLoader,
+    study: optuna.Study,
+    storage: str,
+    *,
+    kept: Reading,
+    start: Reading | None,
+    picked: int | None,
+    started_from: str,
+    ranks: int,
+    facts: MachineFacts,
+) -> Path | None:
+    """``write`` for ``loader``'s run (``ranks`` of them on this node), its path logged; one
+    warning where it cannot be written, and the training goes on."""
+    what = LoaderJob.of(loader)
+    length = f" of {what.length} samples" if what.length is not None else ""
+    device = "cuda" if trains_on_cuda() else "cpu"
+    workload = best_file.WorkloadSection(
+        dataset=f"{what.dataset}{length}", device=device, ranks=ranks
+    )
+    try:
+        path = write(
+            study, storage, kept=kept, start=start, started_from=started_from, picked=picked,
+            workload=workload, facts=facts,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the training goes on, its best.yaml unwritten
+        not_recorded("best.yaml", exc)
+        return None
+    log.info("autotune.DataLoader: kept %s; %s", kept.settings.short(), path)
+    return path
 
 
 def write(

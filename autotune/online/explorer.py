@@ -81,6 +81,7 @@ class Explorer:
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
         self._priors_due = False
+        self._persist_refused = False  # the loop changes its Dataset between epochs
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             self.proposals.queue(start_params)
@@ -176,6 +177,15 @@ class Explorer:
             self._charge()
         return self._next()
 
+    def refuse_persistent(self) -> None:
+        """Workers that persist would not see the Dataset the loop changes between epochs:
+        none measured is kept, none proposed is measured (failed as it is asked, costing
+        nothing)."""
+        self._persist_refused = True
+        for settings in [s for s in self._readings if s.persistent_workers and s.num_workers]:
+            self._readings.pop(settings)
+            self.proposals.never_again(settings)
+
     def close(self) -> None:
         """The run stopped while a setting was asked or measured: its trial interrupted."""
         self.proposals.close()
@@ -234,7 +244,7 @@ class Explorer:
             self._priors_due = False
             for prior in priors(self.space, self._start, fits=lambda c: not self._too_long(c)):
                 self.proposals.queue(prior)
-        config = self.proposals.ask(self._untimeable)
+        config = self.proposals.ask(self._refused)
         if config is None:
             return False
         self._current, self._asked_at = config, self._clock()
@@ -243,7 +253,10 @@ class Explorer:
     def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch to time it
         return self._fewest_batches(config) > (self.budget.batches_per_epoch or float("inf"))
 
-    def _untimeable(self, config: PipelineConfig) -> Failure | None:
-        """Why no epoch can time ``config``, where none can (it is failed, costing nothing)."""
+    def _refused(self, config: PipelineConfig) -> Failure | None:
+        """Why ``config`` cannot run here, where it cannot (it is failed, costing nothing):
+        no epoch can time it, or its workers persist where the loop changes its Dataset."""
+        if self._persist_refused and config.persistent_workers and config.num_workers:
+            return record.RENEWED
         too_long = self._too_long(config)
         return record.untimeable(self.budget.batches_per_epoch or 0) if too_long else None

@@ -24,6 +24,7 @@ import torch.utils.data
 
 from autotune.online import record
 from autotune.online.budget import setting_cap, shares
+from autotune.online.dataset_state import attributes, changed
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer
 from autotune.online.meter import Meter
@@ -99,6 +100,7 @@ class DataLoader(torch.utils.data.DataLoader):
             _epoch_length=epoch_length,
             _unsized=epoch_length is None,
             _in_epoch=False,
+            _dataset_then=None,  # the Dataset's attributes as the last epoch ended
             readings=[],  # each setting's rate on this run, as measured
         )
 
@@ -167,7 +169,21 @@ class DataLoader(torch.utils.data.DataLoader):
             self._meter.epoch_left()
         self._set(_in_epoch=True)
         (self.tuning or self._begin()).epoch_started(self)
+        self._check_dataset()
         return EpochPass(self, self._draw_epoch())
+
+    def _check_dataset(self) -> None:
+        """Where the loop changed the Dataset since the last epoch ended, and did not ask for
+        workers that persist: this epoch's workers start afresh, as torch's would, and the
+        tuning keeps none alive (``dataset_state``)."""
+        then = self._dataset_then
+        self._set(_dataset_then=None)
+        if then is None or (self.persistent_workers and self.num_workers):  # as torch's: kept
+            return
+        names = changed(then, attributes(self.dataset))
+        if names:
+            self._inner.release()
+            self._tuning.dataset_changed(names)
 
     def start_at(self, settings: PipelineConfig) -> None:
         """Before the first batch: the run starts at ``settings`` (kept by an earlier run)."""
@@ -249,6 +265,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
         self._tuning.note_kept(self)  # before the loop's time between epochs starts
+        self._set(_dataset_then=attributes(self.dataset))  # what the loop may change next
         meter = self._meter
         meter.epoch_ended()
         self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)

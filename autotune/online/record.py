@@ -42,6 +42,11 @@ STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
 # (sized by another machine, or by reads that waited there)
 UNASKED = Failure(FailureKind.INTERRUPTED, "queued by an earlier run that ended before asking it")
 OUTSIDE = Failure(FailureKind.INVALID_CONFIG, "queued by an earlier run, outside this run's space")
+# the loop changes its Dataset between epochs (``dataset_state``): a copy kept alive goes stale
+RENEWED = Failure(
+    FailureKind.INVALID_CONFIG,
+    "the loop changes its Dataset between epochs, which workers that persist would not see",
+)
 
 
 def untimeable(batches_per_epoch: int) -> Failure:

@@ -115,3 +115,13 @@ def trains_on_cuda() -> bool:
     the run's first batches): CUDA is initialized in this process by then. A loop that trains
     on the CPU of a GPU host never initializes it, and pinned batches would only cost it."""
     return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def unsplit_note(dataset: object, workers: tuple[int, ...]) -> str:
+    """Why a stream's workers stay at ``workers`` (``stream_workers``), in one line."""
+    counts = " or ".join(map(str, workers))
+    return (
+        f"{type(dataset).__name__} never asks get_worker_info() as it starts, so each worker "
+        f"would read all of it: num_workers stays {counts} (read only the worker's share in "
+        "__iter__ to have it tuned)"
+    )

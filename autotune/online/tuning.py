@@ -15,6 +15,7 @@ decision is every rank's switch.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from collections.abc import Callable
@@ -27,23 +28,19 @@ import torch.utils.data
 from autotune.machine import MachineFacts, detect
 from autotune.online import best_yaml, record
 from autotune.online.budget import charged, shares
+from autotune.online.dataset_state import renewed_note
 from autotune.online.drift import DriftWatch
 from autotune.online.explorer import Explorer
 from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
-from autotune.online.space import stream_workers, trains_on_cuda
-from autotune.pipeline.best_file import WorkloadSection
+from autotune.online.space import stream_workers, unsplit_note
 from autotune.pipeline.config import PipelineConfig
-from autotune.pipeline.loader_job import LoaderJob
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
 log = logging.getLogger("autotune.online.loader")
-STREAM_UNSPLIT = (
-    "autotune.DataLoader: %s never asks get_worker_info() as it starts, so each worker would "
-    "read all of it: num_workers stays %s (read only the worker's share in __iter__ to tune it)"
-)
+Loader = torch.utils.data.DataLoader
 
 
 class Switchable(Protocol):
@@ -91,6 +88,7 @@ class Tuning:
         self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then
         self._started_from = "your DataLoader arguments"  # else an earlier run's, a study's
+        self._dataset_renewed = False  # the loop changes its Dataset between epochs
 
     @property
     def _loader(self) -> Switchable:
@@ -210,7 +208,7 @@ class Tuning:
         loader = self._loader
         workers = stream_workers(loader)  # type: ignore[arg-type]
         if workers is not None:  # each worker would read all of it
-            log.info(STREAM_UNSPLIT, type(loader.dataset).__name__, " or ".join(map(str, workers)))
+            log.info("autotune.DataLoader: %s", unsplit_note(loader.dataset, workers))
         try:
             self.explorer = Explorer.on_run(
                 self._facts or detect(want_cuda=torch.cuda.is_available()), first,
@@ -264,29 +262,33 @@ class Tuning:
         if job.note_kept(explorer.current, explorer.best):
             self._write_best(loader, job, explorer)
 
-    def _write_best(
-        self, loader: torch.utils.data.DataLoader, job: record.JobRecord, explorer: Explorer
-    ) -> None:
-        """The kept setting and its rate beside the starting one's, as best.yaml
-        (``best_yaml``); one warning where it cannot be written."""
-        best, ranks = explorer.best, self.ranks.local if self.ranks else 1
+    def _write_best(self, loader: Loader, job: record.JobRecord, explorer: Explorer) -> None:
+        """The kept setting and its rate beside the starting one's, as best.yaml."""
+        best = explorer.best
         if job.study is None or best is None or best.settings != explorer.current:
             return
-        what = LoaderJob.of(loader)
-        length = f" of {what.length} samples" if what.length is not None else ""
-        device = "cuda" if trains_on_cuda() else "cpu"
-        workload = WorkloadSection(dataset=f"{what.dataset}{length}", device=device, ranks=ranks)
-        facts = self._facts or detect(want_cuda=torch.cuda.is_available())
-        picked = explorer.proposals.trial_of(best.settings)
-        try:
-            path = best_yaml.write(
-                job.study, job.job.storage, kept=best, start=explorer.start_reading,
-                started_from=self._started_from, picked=picked, workload=workload, facts=facts,
-            )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - the training goes on, its best.yaml unwritten
-            record.not_recorded("best.yaml", exc)
+        best_yaml.kept_on_run(
+            loader, job.study, job.job.storage, kept=best, start=explorer.start_reading,
+            picked=explorer.proposals.trial_of(best.settings), started_from=self._started_from,
+            ranks=self.ranks.local if self.ranks else 1,
+            facts=self._facts or detect(want_cuda=torch.cuda.is_available()),
+        )  # fmt: skip
+
+    def dataset_changed(self, names: list[str]) -> None:
+        """The loop changed its Dataset between epochs (``names``; ``dataset_state``): no
+        workers kept alive from here (where nothing explores, the setting's twin instead)."""
+        if not self._dataset_renewed:
+            self._dataset_renewed = True
+            log.info("autotune.DataLoader: %s", renewed_note(names))
+        if self.explorer is not None:
+            self.explorer.refuse_persistent()
+        settings = self._loader.settings
+        if not (settings.persistent_workers and settings.num_workers):
             return
-        log.info("autotune.DataLoader: kept %s; %s", best.settings.short(), path)
+        if self.explorer is None and self.ranks is None:
+            self._loader.switch(dataclasses.replace(settings, persistent_workers=False))
+        else:
+            self.failed(settings, record.RENEWED)
 
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
