@@ -109,9 +109,10 @@ def test_trials_carry_their_measurements(quick_study):
         assert attrs["warmup_batches"] >= buffer or overhead is not None
         # the rate so far, reported where it is evidence and more is left to time: not after
         # the first sub-window inside an epoch (no rate yet), nor after the last real epoch
-        # (nothing left to save), from the end of the first sub-window of real epochs on
+        # (nothing left to save), from the end of the first sub-window of real epochs on: none
+        # where one set of two timed it within an epoch (a busy machine's rate can ask that)
         steps = sorted(t.intermediate_values)
-        assert steps == list(range(steps[0], steps[-1] + 1)) and steps[-1] < len(rates)
+        assert steps == list(range(steps[0], steps[-1] + 1)) if steps else len(rates) <= 2
         assert len(steps) < len(rates)
     polish = [t for t in trials if t.user_attrs.get("role") == "polish"]
     if len(trials) == 4:  # the last quarter polishes the best so far
