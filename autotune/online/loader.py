@@ -80,10 +80,14 @@ class DataLoader(torch.utils.data.DataLoader):
         # So the arguments are attributes, read as the first epoch starts (``_begin``), and
         # the loader's own state is set past ``__setattr__`` (``_set``).
         self.tune, self.window, self.storage, self.study = tune, window, storage, study
+        self._set(**self._fresh())
+
+    def _fresh(self) -> dict[str, Any]:
+        """The loader's own state before its first epoch."""
         is_stream = isinstance(self.dataset, torch.utils.data.IterableDataset)
         # batches an epoch; a stream's (or a sampler's with no len) once an epoch has ended
         epoch_length = None if is_stream else sized(self)
-        self._set(
+        return dict(
             _is_stream=is_stream,
             tuning=None,
             meter=None,
@@ -103,6 +107,17 @@ class DataLoader(torch.utils.data.DataLoader):
             _dataset_then=None,  # the Dataset's attributes as the last epoch ended
             readings=[],  # each setting's rate on this run, as measured
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What torch's loader pickles: its arguments. The run's own state (its workers, its
+        tuning) stays in this process; unpickled, the loader starts afresh, as one made with
+        those arguments would."""
+        run = self._fresh().keys()
+        return {name: value for name, value in vars(self).items() if name not in run}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._set(**self._fresh())
 
     def _set(self, **state: Any) -> None:
         """Sets the loader's own state, never recorded by Lightning to be set again on a

@@ -10,6 +10,7 @@ import functools
 import logging
 import multiprocessing
 import os
+import pickle
 import random
 import signal
 from collections import Counter
@@ -522,6 +523,19 @@ def test_a_sampler_with_no_length_is_read_as_torch_reads_it(sampler) -> None:
         len(theirs)
     with pytest.raises(type(raised.value)):
         len(ours)
+
+
+def test_it_pickles_as_torch_s_does_and_starts_afresh_where_unpickled() -> None:
+    loader = Manual(Indices(), batch_size=4, shuffle=True, generator=seeded())
+    loader.switch(settings(1, persistent=True))
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))  # workers kept
+    again = pickle.loads(pickle.dumps(loader))
+    loader.release()
+    assert (again.epochs, again.switches, again.tuning) == (0, [], None)
+    assert again.settings.num_workers == 0 and again.tune is False  # its arguments
+    theirs = torch.utils.data.DataLoader(Indices(), batch_size=4, shuffle=True, generator=seeded())
+    sum(1 for _ in theirs)  # the generator as a whole first epoch left it
+    assert [b.tolist() for b in again] == [b.tolist() for b in theirs]
 
 
 def test_asked_again_after_its_end_a_pass_stays_ended() -> None:
