@@ -175,6 +175,11 @@ class InnerLoaders:
             self.workers_cpu.iterator = iterator = iter(inner.loader)
             return iterator
 
+    @property
+    def kept_iterator(self) -> Any:
+        """The kept loader's iterator, its workers alive between epochs; None where none is."""
+        return self._kept.loader._iterator if self._kept is not None else None
+
     def _seed(self, drawn: int) -> int:
         """The first loader built on a base seed drawn is seeded with it, as torch's loader
         seeds its workers; each built after it on the same draw (a switch) with one of its

@@ -119,6 +119,17 @@ class DataLoader(torch.utils.data.DataLoader):
         vars(self).update(state)
         self._set(**self._fresh())
 
+    @property
+    def _iterator(self) -> Any:  # where torch's keeps it, and Lightning shuts its workers down
+        """The kept loader's iterator, its workers alive between epochs (None: none kept)."""
+        inner = vars(self).get("_inner")
+        return inner.kept_iterator if inner is not None else None
+
+    @_iterator.setter
+    def _iterator(self, value: Any) -> None:  # None: torch's __init__, or Lightning's end
+        if value is None and (inner := vars(self).get("_inner")) is not None:
+            inner.release()
+
     def _set(self, **state: Any) -> None:
         """Sets the loader's own state, never recorded by Lightning to be set again on a
         loader it re-creates (not even where this one was iterated before)."""
@@ -188,9 +199,8 @@ class DataLoader(torch.utils.data.DataLoader):
         return EpochPass(self, self._draw_epoch())
 
     def _check_dataset(self) -> None:
-        """Where the loop changed the Dataset since the last epoch ended, and did not ask for
-        workers that persist: this epoch's workers start afresh, as torch's would, and the
-        tuning keeps none alive (``dataset_state``)."""
+        """Where the loop changed the Dataset since the last epoch ended (workers that do not
+        persist asked): this epoch's start afresh, the tuning keeps none alive."""
         then = self._dataset_then
         self._set(_dataset_then=None)
         if then is None or (self.persistent_workers and self.num_workers):  # as torch's: kept
@@ -267,8 +277,7 @@ class DataLoader(torch.utils.data.DataLoader):
         )  # fmt: skip
 
     def failed(self, failure: Failure | None = None) -> None:
-        """The current setting failed (its workers, and the loader fell back; or no epoch
-        could time it): the tuning proposes the next."""
+        """The current setting failed (its workers; or no epoch could time it): to the tuning."""
         self._tuning.failed(self._meter.settings, failure)
 
     def epoch_ended(self, delivered: int) -> None:

@@ -538,6 +538,22 @@ def test_it_pickles_as_torch_s_does_and_starts_afresh_where_unpickled() -> None:
     assert [b.tolist() for b in again] == [b.tolist() for b in theirs]
 
 
+def test_lightning_s_end_of_fit_shuts_the_kept_workers_down() -> None:
+    from lightning.pytorch.utilities.combined_loader import _shutdown_workers_and_reset_iterator
+
+    def workers() -> int:
+        return len(multiprocessing.active_children())
+
+    loader = Manual(Indices(), batch_size=4)
+    loader.switch(settings(2, persistent=True))
+    before = workers()
+    assert sum(1 for _ in loader) == len(loader) and workers() == before + 2  # kept alive
+    _shutdown_workers_and_reset_iterator(loader)  # as its fetchers' teardown calls it
+    assert workers() == before and loader._iterator is None
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))  # started again
+    loader.release()
+
+
 def test_asked_again_after_its_end_a_pass_stays_ended() -> None:
     loader = Manual(Indices(), batch_size=25)
     it = iter(loader)
