@@ -136,8 +136,9 @@ class DataLoader(torch.utils.data.DataLoader):
         vars(self).update(state)
 
     def _begin(self) -> Tuning:
-        """As the first epoch starts: the run's tuning, from the arguments, and the first
-        setting's meter (its workers start)."""
+        """As the first epoch starts: the run's tuning, from the arguments (loader settings
+        set since it was made too, as torch's loader reads them), and the first meter."""
+        self._set(_settings=self._settings.switched_to(own_settings(self)))
         window = self.window or WindowConfig()
         self._set(_window=window, tuning=Tuning(self, self.tune, self.storage, self.study, window))
         self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))

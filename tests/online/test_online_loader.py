@@ -538,6 +538,15 @@ def test_it_pickles_as_torch_s_does_and_starts_afresh_where_unpickled() -> None:
     assert [b.tolist() for b in again] == [b.tolist() for b in theirs]
 
 
+def test_loader_settings_set_before_the_first_epoch_are_read_as_torch_s_loader_reads_them():
+    def seeds(cls: Callable[..., Any]) -> set[int]:
+        loader = cls(Draws(), batch_size=5, num_workers=2, generator=seeded())
+        loader.num_workers = 0  # to debug in the training process, say
+        return {int(s) for _, epoch_seeds, _ in loader for s in epoch_seeds}
+
+    assert seeds(Manual) == seeds(torch.utils.data.DataLoader) == {-1}  # no worker's
+
+
 def test_lightning_s_end_of_fit_shuts_the_kept_workers_down() -> None:
     from lightning.pytorch.utilities.combined_loader import _shutdown_workers_and_reset_iterator
 
