@@ -46,6 +46,22 @@ def changed(before: Attributes, after: Attributes) -> list[str]:
     return sorted(n for n in names if before.get(n, _NONE) is not after.get(n, _NONE))
 
 
+class BetweenEpochs:
+    """The Dataset's attributes as the last epoch ended, against the next epoch's start."""
+
+    def __init__(self) -> None:
+        self._then: Attributes | None = None
+
+    def ended(self, dataset: Any) -> None:
+        self._then = attributes(dataset)
+
+    def changed(self, dataset: Any) -> list[str]:
+        """What the loop set on ``dataset`` since the last epoch ended (nothing where the
+        loop left its last epoch early: no end to compare with)."""
+        then, self._then = self._then, None
+        return changed(then, attributes(dataset)) if then is not None else []
+
+
 def renewed_note(names: list[str]) -> str:
     """What the run does about it, in one line."""
     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -24,7 +25,7 @@ import torch.utils.data
 
 from autotune.online import record
 from autotune.online.budget import setting_cap, shares
-from autotune.online.dataset_state import attributes, changed
+from autotune.online.dataset_state import BetweenEpochs
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer
 from autotune.online.meter import Meter
@@ -104,14 +105,14 @@ class DataLoader(torch.utils.data.DataLoader):
             _epoch_length=epoch_length,
             _unsized=epoch_length is None,
             _in_epoch=False,
-            _dataset_then=None,  # the Dataset's attributes as the last epoch ended
+            _between=BetweenEpochs(),  # what the loop sets on the Dataset between epochs
+            _pass=None,  # the pass begun last (weakly: the loop holds it)
             readings=[],  # each setting's rate on this run, as measured
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        """What torch's loader pickles: its arguments. The run's own state (its workers, its
-        tuning) stays in this process; unpickled, the loader starts afresh, as one made with
-        those arguments would."""
+        """What torch's loader pickles, its arguments: unpickled, it starts afresh (the run's
+        own state, its workers and tuning, stays in this process)."""
         run = self._fresh().keys()
         return {name: value for name, value in vars(self).items() if name not in run}
 
@@ -122,8 +123,7 @@ class DataLoader(torch.utils.data.DataLoader):
     @property
     def _iterator(self) -> Any:  # where torch's keeps it, and Lightning shuts its workers down
         """The kept loader's iterator, its workers alive between epochs (None: none kept)."""
-        inner = vars(self).get("_inner")
-        return inner.kept_iterator if inner is not None else None
+        return inner.kept_iterator if (inner := vars(self).get("_inner")) is not None else None
 
     @_iterator.setter
     def _iterator(self, value: Any) -> None:  # None: torch's __init__, or Lightning's end
@@ -131,8 +131,7 @@ class DataLoader(torch.utils.data.DataLoader):
             inner.release()
 
     def _set(self, **state: Any) -> None:
-        """Sets the loader's own state, never recorded by Lightning to be set again on a
-        loader it re-creates (not even where this one was iterated before)."""
+        """Sets the loader's own state past ``__setattr__``, which Lightning records."""
         vars(self).update(state)
 
     def _begin(self) -> Tuning:
@@ -197,17 +196,18 @@ class DataLoader(torch.utils.data.DataLoader):
         self._set(_in_epoch=True)
         (self.tuning or self._begin()).epoch_started(self)
         self._check_dataset()
-        return EpochPass(self, self._draw_epoch())
+        self._set(_pass=weakref.ref(epoch := EpochPass(self, self._draw_epoch())))
+        return epoch
+
+    @property
+    def current_pass(self) -> EpochPass | None:  # the pass begun last, while it lives
+        return self._pass() if self._pass is not None else None
 
     def _check_dataset(self) -> None:
         """Where the loop changed the Dataset since the last epoch ended (workers that do not
         persist asked): this epoch's start afresh, the tuning keeps none alive."""
-        then = self._dataset_then
-        self._set(_dataset_then=None)
-        if then is None or (self.persistent_workers and self.num_workers):  # as torch's: kept
-            return
-        names = changed(then, attributes(self.dataset))
-        if names:
+        names = self._between.changed(self.dataset)
+        if names and not (self.persistent_workers and self.num_workers):  # torch's: a copy kept
             self._inner.release()
             self._tuning.dataset_changed(names)
 
@@ -290,7 +290,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
         self._tuning.note_kept(self)  # before the loop's time between epochs starts
-        self._set(_dataset_then=attributes(self.dataset))  # what the loop may change next
+        self._between.ended(self.dataset)  # what the loop may set on it before the next
         meter = self._meter
         meter.epoch_ended()
         self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)

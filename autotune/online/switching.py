@@ -64,6 +64,18 @@ class Owner(Protocol):
 
     def failed(self, failure: Failure) -> None: ...  # the current settings' workers failed
 
+    @property
+    def current_pass(self) -> EpochPass | None: ...  # the pass begun last
+
+    @property
+    def _iterator(self) -> Any: ...  # the iterator of the workers kept alive, if any
+
+    @property
+    def persistent_workers(self) -> bool: ...  # the user's
+
+    @property
+    def num_workers(self) -> int: ...  # the user's
+
     def epoch_ended(self, delivered: int) -> None: ...  # between epochs: its batches
 
     def __len__(self) -> int: ...
@@ -95,6 +107,9 @@ class EpochPass:
         loader = self._loader
         if self._ended:
             raise StopIteration
+        kept = loader._iterator  # the iterator of the workers kept alive, if any
+        if kept is not None and self._it is kept and loader.current_pass is not self:
+            return self._as_torch_s_one_iterator()  # a pass begun since reset what it read
         if loader.switches_mid_epoch:
             loader.before_batch(self._delivered)
             requested = loader.take_request()
@@ -130,6 +145,24 @@ class EpochPass:
         if loader.meter.done:  # settled: keep the reading, go on measuring the same
             loader.measured()
         return batch
+
+    def _as_torch_s_one_iterator(self) -> Any:
+        """A pass begun while this one was live took the workers kept alive that this one
+        read. torch's loader, where you asked for workers that persist, hands both passes one
+        iterator: so does this one. Where you did not, torch's gives two passes apart, which
+        one set of workers cannot: that is said, not read wrong."""
+        loader, current = self._loader, self._loader.current_pass
+        if not (loader.persistent_workers and loader.num_workers) or current is None:
+            raise RuntimeError(
+                "autotune.DataLoader reads one pass at a time while it keeps workers alive: "
+                "this one was left when another began (iter() again); for two passes at once "
+                "(zip(loader, loader)), make a second loader"
+            )
+        try:
+            return next(current)
+        except StopIteration:
+            self._ended = True
+            raise
 
     def _open(self) -> None:
         """Opens the epoch's inner iterator, or replaces it with one of the next settings:

@@ -563,6 +563,32 @@ def test_lightning_s_end_of_fit_shuts_the_kept_workers_down() -> None:
     loader.release()
 
 
+def test_with_workers_you_keep_alive_two_passes_at_once_are_torch_s_one_iterator() -> None:
+    def two_passes(cls: Callable[..., Any]) -> list:
+        loader = cls(Indices(), batch_size=5, num_workers=2, persistent_workers=True)
+        first = iter(loader)
+        read = [next(first).tolist()]
+        second = iter(loader)  # before the first ended: torch resets its one iterator
+        read += [next(second).tolist(), [b.tolist() for b in first], [b.tolist() for b in second]]
+        read.append([b.tolist() for b in loader])  # and the next epoch is whole
+        del first, second, loader
+        return read
+
+    assert two_passes(Manual) == two_passes(torch.utils.data.DataLoader)
+
+
+def test_two_passes_at_once_over_workers_it_keeps_alive_for_you_are_refused_in_words() -> None:
+    loader = Manual(Indices(), batch_size=5)
+    loader.switch(settings(2, persistent=True))  # as the tuning keeps them
+    sum(1 for _ in loader)
+    with pytest.raises(RuntimeError, match="make a second loader"):
+        # torch's: two passes apart, which one set of workers cannot give
+        for _ in zip(loader, loader, strict=True):
+            pass
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))  # then on, whole
+    loader.release()
+
+
 def test_asked_again_after_its_end_a_pass_stays_ended() -> None:
     loader = Manual(Indices(), batch_size=25)
     it = iter(loader)
