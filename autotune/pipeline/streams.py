@@ -55,8 +55,12 @@ def asks_its_share(dataset: IterableDataset) -> bool | None:
     reads only its worker's share does (the docs' recipe, webdataset's and Hugging Face's
     streams): watched while it yields one sample here, which it then starts again for the
     loop. A cheap stand-in for ``epoch_length``'s two epochs, for a run that is training.
-    None where it cannot tell without taking a sample from the loop (each ``iter()`` returns
-    the same iterator) or where the stream fails to start (the loop will say why)."""
+    None where it cannot tell: a stream that is its own iterator (``__next__``), or whose
+    ``iter()`` returns the same one each time (reading would take a sample from the loop);
+    one that fails to start (the loop will say why); or where a profiler watches the process
+    (``cProfile``, ``torch.profiler``), whose own hook could not be put back."""
+    if hasattr(type(dataset), "__next__") or sys.getprofile() is not None:
+        return None
     asks = get_worker_info.__code__
     asked = False
 
@@ -64,7 +68,7 @@ def asks_its_share(dataset: IterableDataset) -> bool | None:
         nonlocal asked
         asked = asked or (event == "call" and frame.f_code is asks)
 
-    before, samples = sys.getprofile(), None
+    samples = None
     sys.setprofile(watch)
     try:
         samples = iter(dataset)
@@ -75,7 +79,7 @@ def asks_its_share(dataset: IterableDataset) -> bool | None:
     except Exception:  # noqa: BLE001 - the user's __iter__: it raises again in the loop
         return None
     finally:
-        sys.setprofile(before)
+        sys.setprofile(None)
         close = getattr(samples, "close", None)  # a generator's: its files closed now
         if callable(close):
             close()

@@ -3,6 +3,7 @@ workers, and the streams refused in one line (read once per worker, or never end
 
 from __future__ import annotations
 
+import cProfile
 import itertools
 import sys
 
@@ -76,16 +77,26 @@ class Broken(IterableDataset):
 
 
 def test_a_stream_that_asks_get_worker_info_as_it_starts_is_told_from_one_that_does_not() -> None:
-    def profiler(frame, event, arg) -> None:  # the user's own: in place after the check
-        return None
+    assert asks_its_share(Split(10)) is True
+    assert asks_its_share(Whole()) is False
+    assert sys.getprofile() is None  # its own watch taken down
 
-    sys.setprofile(profiler)
-    try:
-        assert asks_its_share(Split(10)) is True
-        assert asks_its_share(Whole()) is False
-        assert sys.getprofile() is profiler
-    finally:
-        sys.setprofile(None)
+
+class ItsOwnIterator(IterableDataset):
+    """A stream that is its own iterator, starting over at each ``iter()``."""
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def __iter__(self):
+        self.at = 0
+        return self
+
+    def __next__(self) -> int:
+        if self.at == 4:
+            raise StopIteration
+        self.at += 1
+        return self.at - 1
 
 
 def test_where_it_cannot_tell_without_taking_a_sample_from_the_loop_it_says_so() -> None:
@@ -93,3 +104,28 @@ def test_where_it_cannot_tell_without_taking_a_sample_from_the_loop_it_says_so()
     assert asks_its_share(one_shot) is None
     assert list(one_shot) == [0, 1, 2, 3]  # nothing taken from it
     assert asks_its_share(Broken()) is None  # the loop raises it, as torch's would
+    reading = ItsOwnIterator()
+    samples = iter(reading)
+    assert next(samples) == 0 and asks_its_share(reading) is None
+    assert [next(samples) for _ in range(3)] == [1, 2, 3]  # the loop's pass, not started over
+
+
+def _own_profile(frame, event, arg) -> None:  # a profile function of the user's
+    return None
+
+
+@pytest.mark.parametrize("profiler", ["cProfile", "a function"])
+def test_under_a_profiler_it_says_it_cannot_tell_and_leaves_the_profiler_in_place(profiler):
+    if profiler == "cProfile":  # its hook is no function sys.setprofile could put back
+        profile = cProfile.Profile()
+        start, stop = profile.enable, profile.disable
+    else:
+        profile = _own_profile
+        start, stop = (lambda: sys.setprofile(_own_profile)), (lambda: sys.setprofile(None))
+    start()
+    try:
+        assert asks_its_share(Split(10)) is None
+        watching = sys.getprofile()
+    finally:
+        stop()
+    assert watching is profile
