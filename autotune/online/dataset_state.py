@@ -10,8 +10,10 @@ relies on that, and ``autotune.DataLoader`` must not take it away by keeping wor
 What is compared: the Dataset's own attributes, and those of the Datasets it wraps
 (``Subset``, ``ConcatDataset``), each by identity, from an epoch's end to the next epoch's
 start: a value set again is another object. What the Dataset sets on itself while it reads
-(a file it opens at its first read) is set within an epoch and not counted; an in-place change
-to a list it holds is not seen.
+(a file it opens at its first read) is set within an epoch and not counted, except where the
+loop left that epoch early (``break``, Lightning's ``limit_train_batches``): there the epoch's
+start is compared, to miss nothing the loop set. An in-place change to a list it holds is not
+seen.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def changed(before: Attributes, after: Attributes) -> list[str]:
 
 
 class BetweenEpochs:
-    """The Dataset's attributes as the last epoch ended, against the next epoch's start."""
+    """The Dataset's attributes as the last epoch ended (or, where the loop left it early, as
+    it started), against the next epoch's start."""
 
     def __init__(self) -> None:
         self._then: Attributes | None = None
@@ -56,10 +59,10 @@ class BetweenEpochs:
         self._then = attributes(dataset)
 
     def changed(self, dataset: Any) -> list[str]:
-        """What the loop set on ``dataset`` since the last epoch ended (nothing where the
-        loop left its last epoch early: no end to compare with)."""
-        then, self._then = self._then, None
-        return changed(then, attributes(dataset)) if then is not None else []
+        """What was set on ``dataset`` since the last epoch ended, or since it started where
+        the loop left it early (what the Dataset set on itself as it read counts then too)."""
+        then, self._then = self._then, attributes(dataset)
+        return changed(then, self._then) if then is not None else []
 
 
 def renewed_note(names: list[str]) -> str:

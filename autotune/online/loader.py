@@ -106,7 +106,7 @@ class DataLoader(torch.utils.data.DataLoader):
             _unsized=epoch_length is None,
             _in_epoch=False,
             _between=BetweenEpochs(),  # what the loop sets on the Dataset between epochs
-            _pass=None,  # the pass begun last (weakly: the loop holds it)
+            _pass=None,  # the pass begun last (weakly, but where your workers persist)
             readings=[],  # each setting's rate on this run, as measured
         )
 
@@ -159,8 +159,7 @@ class DataLoader(torch.utils.data.DataLoader):
         return self.tuning.explorer if self.tuning is not None else None
 
     def switch(self, settings: PipelineConfig) -> None:
-        """Reads with ``settings``'s switchable settings from the next batch on (from the
-        next epoch where ``switches_mid_epoch`` is False)."""
+        """Reads with ``settings``' switchable ones from the next batch (or epoch: a stream)."""
         self._set(_requested=self._settings.switched_to(settings))
 
     def asked(self) -> PipelineConfig | None:
@@ -196,16 +195,17 @@ class DataLoader(torch.utils.data.DataLoader):
         self._set(_in_epoch=True)
         (self.tuning or self._begin()).epoch_started(self)
         self._check_dataset()
-        self._set(_pass=weakref.ref(epoch := EpochPass(self, self._draw_epoch())))
+        epoch = EpochPass(self, self._draw_epoch())
+        held = self.persistent_workers and self.num_workers  # as torch's holds its iterator
+        self._set(_pass=epoch if held else weakref.ref(epoch))
         return epoch
 
     @property
     def current_pass(self) -> EpochPass | None:  # the pass begun last, while it lives
-        return self._pass() if self._pass is not None else None
+        return self._pass() if isinstance(self._pass, weakref.ref) else self._pass
 
-    def _check_dataset(self) -> None:
-        """Where the loop changed the Dataset since the last epoch ended (workers that do not
-        persist asked): this epoch's start afresh, the tuning keeps none alive."""
+    def _check_dataset(self) -> None:  # its workers start afresh, none kept alive from here
+        """Where the loop changed the Dataset between epochs, with workers that do not persist."""
         names = self._between.changed(self.dataset)
         if names and not (self.persistent_workers and self.num_workers):  # torch's: a copy kept
             self._inner.release()

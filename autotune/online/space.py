@@ -76,7 +76,7 @@ def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:
         main_threads=torch.get_num_threads(),
         num_workers=workers,
         prefetch_factor=loader.prefetch_factor if workers else None,
-        persistent_workers=loader.persistent_workers,
+        persistent_workers=loader.persistent_workers and workers > 0,  # set on it since, too
         pin_memory=loader.pin_memory,
         batch_size=loader.batch_size or 1,
     )
