@@ -63,17 +63,23 @@ def charged(
     reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
 ) -> Reading:
     """``reading`` over whole epochs, by the tuner's rule (``tuner.metrics.startup_per_epoch``):
-    each epoch starts with an empty buffer (workers that do not persist start again, those
-    that do refill it), and pays, once an epoch, what its first batch waited beyond a batch's
-    time: at an epoch's start while it was read, or else after the switch to it (the most
-    seen of either, kept in ``restarts``). Spans timed within epochs never see it, and short
-    epochs of many workers would read as their bursts of ready batches."""
+    each epoch starts with an empty buffer, and pays, once an epoch, what its first batch
+    waited beyond a batch's time (kept in ``restarts``). Workers that do not persist start
+    again: the most seen of a start, the switch's or an epoch's. Workers that persist refill
+    their buffer: an epoch's start where one was read, and till then the switch's (their own
+    start too, which later epochs do not pay). Spans timed within epochs never see it, and
+    short epochs of many workers would read as their bursts of ready batches."""
     settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
     if not settings.num_workers or not batches_per_epoch:
         return reading
-    start = max(reading.first_batch_s, reading.epoch_start_s)
-    restart = max(restarts.get(settings, 0.0), start - per_batch)
-    restarts[settings] = restart
+    if not settings.persistent_workers:
+        seen = max(reading.first_batch_s, reading.epoch_start_s) - per_batch
+        restarts[settings] = max(restarts.get(settings, 0.0), seen)
+    elif reading.epoch_start_s:
+        restarts[settings] = reading.epoch_start_s - per_batch
+    elif settings not in restarts and reading.first_batch_s:
+        restarts[settings] = reading.first_batch_s - per_batch
+    restart = restarts.get(settings, 0.0)
     epoch_s = batches_per_epoch * per_batch
     rate = reading.samples_per_s * epoch_s / (epoch_s + max(0.0, restart))
     return dataclasses.replace(reading, samples_per_s=rate)

@@ -58,13 +58,15 @@ class Explorer:
         fewest_batches: Callable[[PipelineConfig], int] = lambda settings: 0,
         run_share: float = 0.0,
         study: optuna.Study | None = None,
+        persist_refused: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``batches_per_epoch``: None until known (a stream's, at its first epoch's end:
         ``epoch_ended``); ``whole_epochs``: a switch waits for the next epoch, so a proposal
         runs one; ``fewest_batches``: the fewest batches of an epoch that can time a setting
         (a proposal longer than an epoch is failed at once); ``study``: where each setting is
-        recorded (``record.open_record``); else kept in memory."""
+        recorded (``record.open_record``); else kept in memory; ``persist_refused``: the loop
+        changes its Dataset between epochs (``refuse_persistent``)."""
         self.space, self._clock = space, clock
         self.budget = Budget(
             share, run_share, whole_epochs, min_setting_s, batches_per_epoch, clock=clock
@@ -81,7 +83,7 @@ class Explorer:
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
         self._priors_due = False
-        self._persist_refused = False  # the loop changes its Dataset between epochs
+        self._persist_refused = persist_refused  # the loop changes its Dataset between epochs
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             self.proposals.queue(start_params)

@@ -214,6 +214,7 @@ class Tuning:
                 self._facts or detect(want_cuda=torch.cuda.is_available()), first,
                 batch_size=loader.batch_size or 1, ranks=self.ranks.local if self.ranks else 1,
                 window=self._window, workers=workers, share=self.share,
+                persist_refused=self._dataset_renewed,  # the loop changes its Dataset
                 run_share=self._run_share, batches_per_epoch=loader.epoch_length,
                 whole_epochs=not loader.switches_mid_epoch,
                 study=self.job.study if self.job else None,
@@ -222,8 +223,7 @@ class Tuning:
             record.not_recorded("the study's storage", exc)
             self.share = 0.0
             return False
-        # the loop left, the loader collected, the process ending (Ctrl-C; a rank process
-        # too, which skips atexit): the setting measured is recorded as interrupted
+        # the loop left, the loader collected, the process ending (Ctrl-C; a rank's, too)
         Finalize(loader, self.explorer.close, exitpriority=0)
         return True
 
