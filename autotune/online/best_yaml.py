@@ -3,7 +3,8 @@ read, written where the command writes a study's (``<the SQLite storage's folder
 so ``studies/`` by default; ``studies/`` under the working folder for a server's storage).
 
 The file is read as an offline study's is (``pipeline.best_file``): ``autotune.loader_kwargs``
-hands the kept setting to torch's own DataLoader, for a run that should not tune. Its figures
+hands the kept setting to torch's own DataLoader, for a run that should not tune (the batches'
+own arguments, ``drop_last`` and ``in_order``, stay the caller's). Its figures
 are readings of the run, each setting read once over spans of the loop; ``study.kept_by``
 says so, and ``mode=verify``, which repeats an offline study's claims in real epochs of its
 own job, refuses the file.
@@ -35,7 +36,7 @@ HEADER = (
     "# autotune.DataLoader: the DataLoader settings it kept on your training run, read there.\n"
     "# A later run of the same job starts at them by itself. For torch's own DataLoader:\n"
     "#   DataLoader(dataset, shuffle=True, **autotune.loader_kwargs(this_file))\n"
-    "# (your own sampler or shuffle, as the run had it).\n"
+    "# (your own sampler or shuffle, drop_last and in_order, as the run had them).\n"
     "# Settings per rank: `ranks` processes per node read them together.\n"
 )
 
@@ -60,7 +61,11 @@ def kept_on_run(
     facts: MachineFacts,
 ) -> Path | None:
     """``write`` for ``loader``'s run (``ranks`` of them on this node), its path logged; one
-    warning where it cannot be written, and the training goes on."""
+    warning where it cannot be written, and the training goes on. None written for a loader
+    that does not batch (``batch_size=None``): its kwargs would batch."""
+    if loader.batch_size is None:
+        log.info("autotune.DataLoader: kept %s (batch_size=None: no best.yaml)", kept.settings)
+        return None
     what = LoaderJob.of(loader)
     length = f" of {what.length} samples" if what.length is not None else ""
     device = "cuda" if trains_on_cuda() else "cpu"

@@ -39,7 +39,10 @@ def loader_kwargs(path: str | Path) -> dict[str, Any]:
     config = best_file.as_is_of(best, path)
     if config.main_threads:
         torch.set_num_threads(config.main_threads)
-    return config.loader_kwargs()
+    kwargs = config.loader_kwargs()
+    if best.study.kept_by:  # a training run's: what shapes its batches is the caller's own
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("drop_last", "in_order")}
+    return kwargs
 
 
 def build_loader(

@@ -83,6 +83,13 @@ def test_every_setting_with_workers_is_charged_an_epoch_s_start_once_an_epoch() 
     assert charged(read(True), kept_alive, 20).samples_per_s == refill.samples_per_s
     switched = charged(read(True, first_batch_s=0.3), {}, 20)
     assert switched.samples_per_s == pytest.approx(100.0 * 2.0 / 2.2)
+    # the switch's start (1 s beyond a batch: the workers' own) stands in only till an
+    # epoch's start is read; where workers start again, the most seen of either stays
+    for persistent, charge in ((True, 0.5), (False, 1.0)):
+        seen: dict = {}
+        charged(read(persistent, first_batch_s=1.1), seen, 20)
+        later = charged(read(persistent, epoch_start_s=0.6), seen, 20)
+        assert later.samples_per_s == pytest.approx(100.0 * 2.0 / (2.0 + charge))
     # and none without workers: the loop reads its batches itself, an epoch's first as any
     own = Reading(PipelineConfig(decoder=AS_IS), 100.0, 0.02, 0.9, 0.0, 10, 1.0, epoch_start_s=2)
     assert charged(own, {}, 20).samples_per_s == 100.0

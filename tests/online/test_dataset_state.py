@@ -83,6 +83,18 @@ def test_a_switch_to_workers_that_persist_reads_the_stage_the_loop_set() -> None
     loader.release()
 
 
+def test_a_loop_that_leaves_its_epochs_early_is_seen_changing_the_dataset_too() -> None:
+    loader = autotune.DataLoader(Staged(), batch_size=2, num_workers=1, tune=False)
+    loader.switch(PipelineConfig(decoder=AS_IS, num_workers=1, persistent_workers=True))
+    read = []
+    for epoch in range(3):  # as Lightning's limit_train_batches leaves them
+        loader.dataset.stage = epoch
+        first_three = zip(range(3), loader, strict=False)
+        read.append({int(s) for _, (_, stages) in first_three for s in stages})
+    assert read == [{0}, {1}, {2}]
+    loader.release()
+
+
 def test_where_the_user_asked_for_workers_that_persist_it_reads_as_torch_s() -> None:
     def stages(cls: type) -> list[set[int]]:
         loader = cls(Staged(), batch_size=4, num_workers=1, persistent_workers=True)

@@ -71,6 +71,19 @@ def test_with_budget_left_it_measures_each_point_once_and_keeps_the_fastest() ->
     assert explorer.current == max(tried, key=rate_of)
 
 
+def test_an_explorer_made_after_the_loop_changed_its_dataset_measures_no_kept_workers() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    clock = Clock()
+    explorer = Explorer(
+        space, START, share=1.0, batches_per_epoch=100_000, clock=clock, persist_refused=True
+    )
+    tried = explore(explorer, clock)
+    assert len(tried) > 2 and not any(s.persistent_workers for s in tried)
+    study = explorer.study
+    refused = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert refused and all(t.params.get("persistent_workers") for t in refused)
+
+
 def test_the_budget_ends_exploring_at_a_share_of_the_first_epoch() -> None:
     space = online_space(FACTS, batch_size=4, cuda=False)
     clock = Clock()

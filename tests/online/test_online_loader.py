@@ -277,9 +277,9 @@ def test_until_a_switch_changes_them_the_process_s_threads_are_left_as_the_user_
     before = torch.get_num_threads()
     loader = Manual(Indices(), batch_size=4, num_workers=workers)
     try:
-        torch.set_num_threads(1)  # after the loader was made, as torch's loader allows
-        for _ in range(2):
-            assert sum(1 for _ in loader) == len(loader) and torch.get_num_threads() == 1
+        for threads in (1, 3):  # after the loader was made, then between epochs
+            torch.set_num_threads(threads)
+            assert sum(1 for _ in loader) == len(loader) and torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
 
@@ -539,12 +539,16 @@ def test_it_pickles_as_torch_s_does_and_starts_afresh_where_unpickled() -> None:
 
 
 def test_loader_settings_set_before_the_first_epoch_are_read_as_torch_s_loader_reads_them():
-    def seeds(cls: Callable[..., Any]) -> set[int]:
-        loader = cls(Draws(), batch_size=5, num_workers=2, generator=seeded())
+    def seeds(cls: Callable[..., Any], persistent: bool) -> set[int]:
+        loader = cls(
+            Draws(), batch_size=5, num_workers=2, persistent_workers=persistent, generator=seeded()
+        )
         loader.num_workers = 0  # to debug in the training process, say
         return {int(s) for _, epoch_seeds, _ in loader for s in epoch_seeds}
 
-    assert seeds(Manual) == seeds(torch.utils.data.DataLoader) == {-1}  # no worker's
+    for persistent in (False, True):
+        theirs = seeds(torch.utils.data.DataLoader, persistent)
+        assert seeds(Manual, persistent) == theirs == {-1}  # no worker's
 
 
 def test_lightning_s_end_of_fit_shuts_the_kept_workers_down() -> None:
@@ -569,7 +573,8 @@ def test_with_workers_you_keep_alive_two_passes_at_once_are_torch_s_one_iterator
         first = iter(loader)
         read = [next(first).tolist()]
         second = iter(loader)  # before the first ended: torch resets its one iterator
-        read += [next(second).tolist(), [b.tolist() for b in first], [b.tolist() for b in second]]
+        read += [next(second).tolist(), next(iter(loader)).tolist()]  # and a peek
+        read += [[b.tolist() for b in first], [b.tolist() for b in second]]
         read.append([b.tolist() for b in loader])  # and the next epoch is whole
         del first, second, loader
         return read
