@@ -45,7 +45,8 @@ def folder(storage: str, study: str) -> Path:
     """Where the run's best.yaml goes: the study's folder beside an SQLite storage, else under
     ``studies/``."""
     database = study_storage.sqlite_file(storage)
-    return (database.parent if database is not None else Path("studies")) / study
+    on_disk = database is not None and database.name != ":memory:"
+    return (database.parent if on_disk else Path("studies")) / study  # type: ignore[union-attr]
 
 
 def kept_on_run(
@@ -104,6 +105,8 @@ def write(
         picked=f"trial {picked}" if picked is not None else None,
     )
     path = folder(storage, study.study_name) / "best.yaml"
+    if path.exists() and best_file.read(path).study.kept_by != KEPT_BY:
+        raise FileExistsError(f"{path} is the study's of python -m autotune: name another study=")
     path.parent.mkdir(parents=True, exist_ok=True)
     best = best_file.BestFile(
         config=kept.settings,

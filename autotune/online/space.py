@@ -121,7 +121,7 @@ def unsplit_note(dataset: object, workers: tuple[int, ...]) -> str:
     """Why a stream's workers stay at ``workers`` (``stream_workers``), in one line."""
     counts = " or ".join(map(str, workers))
     return (
-        f"{type(dataset).__name__} never asks get_worker_info() as it starts, so each worker "
-        f"would read all of it: num_workers stays {counts} (read only the worker's share in "
-        "__iter__ to have it tuned)"
+        f"{type(dataset).__name__} was not seen asking get_worker_info() as it starts, so each "
+        f"worker may read all of it: num_workers stays {counts} (read only the worker's share "
+        "in __iter__ to have it tuned; a worker_init_fn that splits it is not seen)"
     )

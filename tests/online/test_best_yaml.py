@@ -17,6 +17,7 @@ import autotune
 from autotune.machine import detect
 from autotune.online import best_yaml, record
 from autotune.pipeline import best_file
+from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
 from autotune.tuner.result import trial_counts
 from autotune.tuner.store import StudyKey
@@ -110,19 +111,32 @@ def test_a_run_that_keeps_a_setting_writes_it_with_its_rates_for_torch_s_own_loa
     assert path.read_text() == text
 
 
+def _in_its_way(path: Path, what: str) -> None:
+    """Where the run's best.yaml goes: a folder, or a best.yaml of python -m autotune's."""
+    if what == "a folder":
+        path.mkdir(parents=True)
+        return
+    path.parent.mkdir(parents=True)
+    best_file.write(path, best_file.BestFile(config=PipelineConfig()))  # kept_by none
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("what", ["a folder", "a study's best.yaml"])
 def test_a_best_yaml_that_cannot_be_written_is_one_warning_and_the_run_goes_on(
-    tmp_path, caplog
+    tmp_path, caplog, what
 ) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
     probe = autotune.DataLoader(Paced(), **BATCHES)  # the same job: its study's name
     job = record.job_fingerprint(probe, detect(want_cuda=torch.cuda.is_available()))
-    (tmp_path / record.study_name(probe, job) / "best.yaml").mkdir(parents=True)  # in its way
+    path = tmp_path / record.study_name(probe, job) / "best.yaml"
+    _in_its_way(path, what)
+    before = path.read_text() if path.is_file() else None
     with caplog.at_level(logging.WARNING, logger="autotune.online.loader"):
         loader = _explored(storage)
         sum(1 for _ in loader)  # the run goes on, at the kept setting
         loader.release()
     warned = [r for r in caplog.records if "best.yaml" in r.getMessage()]
     assert len(warned) == 1 and "not recorded: best.yaml failed" in warned[0].getMessage()
+    assert (path.read_text() if path.is_file() else None) == before  # never overwritten
     (summary,) = optuna.get_all_study_summaries(storage)
     assert summary.user_attrs[StudyKey.ONLINE_KEPT] == loader.settings.to_dict()  # recorded
