@@ -170,7 +170,7 @@ class InnerLoaders:
             else:
                 self.release()
                 inner = InnerLoader.build(outer, settings, batches, self._seed(seed))
-                if settings.persistent_workers and settings.num_workers:
+                if settings.workers_persist:
                     self._kept = inner
             self.workers_cpu.iterator = iterator = iter(inner.loader)
             return iterator

@@ -184,7 +184,7 @@ class Explorer:
         none measured is kept, none proposed is measured (failed as it is asked, costing
         nothing)."""
         self._persist_refused = True
-        for settings in [s for s in self._readings if s.persistent_workers and s.num_workers]:
+        for settings in [s for s in self._readings if s.workers_persist]:
             self._readings.pop(settings)
             self.proposals.never_again(settings)
 
@@ -258,7 +258,7 @@ class Explorer:
     def _refused(self, config: PipelineConfig) -> Failure | None:
         """Why ``config`` cannot run here, where it cannot (it is failed, costing nothing):
         no epoch can time it, or its workers persist where the loop changes its Dataset."""
-        if self._persist_refused and config.persistent_workers and config.num_workers:
+        if self._persist_refused and config.workers_persist:
             return record.RENEWED
         too_long = self._too_long(config)
         return record.untimeable(self.budget.batches_per_epoch or 0) if too_long else None

@@ -283,7 +283,7 @@ class Tuning:
         if self.explorer is not None:
             self.explorer.refuse_persistent()
         settings = self._loader.settings
-        if not (settings.persistent_workers and settings.num_workers):
+        if not settings.workers_persist:
             return
         if self.explorer is None and self.ranks is None:
             self._loader.switch(dataclasses.replace(settings, persistent_workers=False))

@@ -186,6 +186,11 @@ class PipelineConfig:
         return self.num_workers > 0 and not self.persistent_workers
 
     @property
+    def workers_persist(self) -> bool:
+        """Whether its workers live from one epoch to the next (``persistent_workers`` on)."""
+        return self.num_workers > 0 and self.persistent_workers
+
+    @property
     def buffered_batches(self) -> int:
         """Batches the loader holds ready once started: what a warm-up must drain."""
         if self.dali_prefetch_queue_depth is not None:
