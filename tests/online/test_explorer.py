@@ -470,28 +470,32 @@ def test_tune_true_pauses_on_the_best_and_explores_on_as_the_run_earns_the_time(
     assert explorer.best.settings == max(measured, key=rate_of)  # type: ignore[union-attr]
 
 
-@pytest.mark.slow  # real workers for each of the space's points: 3-5 s
+@pytest.mark.slow  # real workers for the points an epoch can time: seconds
 def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     tmp_path, monkeypatch
 ) -> None:
-    # no workers, one, or twelve: a sub-window of twelve, in whole rounds of them, is longer
-    # than an epoch of 10 batches
-    def many_workers(*args, **kwargs) -> SearchSpace:
+    # three points: no workers, one, or twelve (each kept alive, torch's prefetch, one
+    # thread); a sub-window of twelve, in whole rounds of them, is longer than an epoch of
+    # 10 batches. Exploring ends once each is told, whatever the sampler draws first
+    pinned = {
+        "num_workers": {"type": "choice", "choices": (0, 1, 12)},
+        "prefetch_factor": {"low": 2, "high": 2},
+        "persistent_workers": {"type": "choice", "choices": (True,)},
+        "main_threads": {"low": 1, "high": 1},
+    }
+
+    def three_points(*args, **kwargs) -> SearchSpace:
         space = online_space(*args, **kwargs)
-        knobs = tuple(
-            dataclasses.replace(k, type="choice", choices=(0, 1, 12))
-            if k.name == "num_workers"
-            else k
-            for k in space.knobs
-        )
+        knobs = tuple(dataclasses.replace(k, **pinned[k.name]) for k in space.knobs)
         return dataclasses.replace(space, knobs=knobs)
 
-    monkeypatch.setattr(explorer_module, "online_space", many_workers)
+    monkeypatch.setattr(explorer_module, "online_space", three_points)
     storage = f"sqlite:///{tmp_path}/autotune.db"
     data = torch.utils.data.Subset(Work(), range(40))
-    # a budget of 40 epochs' time: the space's six points are all proposed before it ends
-    kwargs = {"tune": 40.0, "window": BRIEF_WINDOW, "storage": storage}
+    # a budget far beyond the two settings it measures, however slow their workers start
+    kwargs = {"tune": 10_000.0, "window": BRIEF_WINDOW, "storage": storage}
     loader = autotune.DataLoader(data, batch_size=4, **kwargs)
+    assert len(three_points(detect(), batch_size=4, cuda=False).grid()) == 3
     for _ in range(60):
         sum(1 for _ in loader)
         if loader.explorer is not None and loader.explorer.done:
@@ -506,6 +510,8 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     assert {t.params["num_workers"] for t in failed} == {12}  # one worker fits: measured
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert any(t.params.get("num_workers") == 1 and t.value for t in complete)
+    assert {r.settings.num_workers for r in loader.readings} == {0, 1}
+    assert 12 not in {s.settings.num_workers for s in loader.switches}  # failed, never run
     sum(1 for _ in loader)  # the setting kept is read with from the next epoch
     assert loader.settings.num_workers in (0, 1)  # what an epoch could time: kept
 
