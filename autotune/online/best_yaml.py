@@ -45,7 +45,7 @@ def folder(storage: str, study: str) -> Path:
     """Where the run's best.yaml goes: the study's folder beside an SQLite storage, else under
     ``studies/``."""
     database = study_storage.sqlite_file(storage)
-    on_disk = database is not None and database.name != ":memory:"
+    on_disk = database is not None and not study_storage.in_memory(storage)
     return (database.parent if on_disk else Path("studies")) / study  # type: ignore[union-attr]
 
 

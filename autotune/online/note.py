@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.synthetic_images import default_cache_dir
-from autotune.tuner.storage import sqlite_file
+from autotune.tuner.storage import in_memory, sqlite_file
 
 log = logging.getLogger("autotune.online.loader")
 
@@ -61,7 +61,10 @@ def path(storage: str, name: str) -> Path:
 
 def read(storage: str, name: str, fingerprint: str) -> Kept | None:
     """The setting noted for this job; None where there is no note, or one of another job
-    (a study name given by hand, reused for another job) or unreadable."""
+    (a study name given by hand, reused for another job) or unreadable, or the storage is
+    in memory (what it kept ended with its process: no note of it is written or read)."""
+    if in_memory(storage):
+        return None
     try:
         found = json.loads(path(storage, name).read_text())
         if found["fingerprint"] != fingerprint:
@@ -74,6 +77,8 @@ def read(storage: str, name: str, fingerprint: str) -> Kept | None:
 def write(storage: str, name: str, fingerprint: str, kept: Kept) -> None:
     """Notes the kept setting (a note that cannot be written is no note: the next run reads
     the storage instead)."""
+    if in_memory(storage):
+        return
     where = path(storage, name)
     found = {"fingerprint": fingerprint, "kept": kept.settings.to_dict()}
     text = json.dumps({**found, "samples_per_s": kept.samples_per_s}, indent=1)

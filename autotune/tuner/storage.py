@@ -44,6 +44,11 @@ def sqlite_file(storage: str) -> Path | None:
     return Path(storage.removeprefix("sqlite:///")) if storage.startswith("sqlite:///") else None
 
 
+def in_memory(storage: str) -> bool:
+    """Whether ``storage`` is an SQLite database in memory, which ends with its process."""
+    return storage in ("sqlite://", "sqlite:///:memory:")
+
+
 def located(storage: str) -> str:
     """An SQLite storage URL by its absolute path (``sqlite:////home/me/studies/autotune.db``),
     so that a file naming it leads to it from any folder; a server's URL as it is."""

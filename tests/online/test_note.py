@@ -169,3 +169,21 @@ def test_a_pick_noted_without_a_rate_is_kept_at_the_run_s_first_reading_when_it_
     assert note.read(*job) == (pick, rate)
     study = record.open_record(*job, sampler())
     assert study is not None and record.kept(study) == (pick, rate)
+
+
+@pytest.mark.parametrize("storage", ["sqlite:///:memory:", "sqlite://"])
+def test_no_note_is_written_or_read_for_a_storage_in_memory(
+    storage, tmp_path, monkeypatch
+) -> None:
+    # what a storage in memory kept ends with its process: a note of it would start the next
+    # run at a setting its new, empty storage does not hold
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(note, "default_cache_dir", lambda: tmp_path / "cache")
+    job = record.Job(storage, "online-x", "f" * 12)
+    note.write(*job, note.Kept(PipelineConfig(num_workers=1), 100.0))
+    assert not list(tmp_path.rglob("*.json"))
+    note.path(storage, job.name).parent.mkdir(parents=True)
+    note.path(storage, job.name).write_text(
+        json.dumps({"fingerprint": job.fingerprint, "kept": PipelineConfig().to_dict()})
+    )
+    assert note.read(*job) is None
