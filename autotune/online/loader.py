@@ -52,6 +52,7 @@ class DataLoader(torch.utils.data.DataLoader):
     readings: list[Reading]
     epochs: int
     _settings: PipelineConfig
+    own: PipelineConfig  # your arguments' settings, as the first epoch read them
     _requested: PipelineConfig | None
     _epoch_length: int | None
     _window: WindowConfig  # the timing rules: ``window``'s, else a trial's
@@ -137,7 +138,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def _begin(self) -> Tuning:
         """As the first epoch starts: the run's tuning, from the arguments (loader settings
         set since it was made too, as torch's loader reads them), and the first meter."""
-        self._set(_settings=self._settings.switched_to(own_settings(self)))
+        own = self._settings.switched_to(own_settings(self))
+        self._set(_settings=own, own=own)
         window = self.window or WindowConfig()
         self._set(_window=window, tuning=Tuning(self, self.tune, self.storage, self.study, window))
         self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))
@@ -263,15 +265,13 @@ class DataLoader(torch.utils.data.DataLoader):
         """A meter for ``settings`` (``drain``: the run's first, its prefetch buffer drained);
         while exploring, capped at its share of the budget, and a proposal raced against the
         best so far."""
-        epoch, tuning = self._epoch_length, self._tuning
+        epoch, tuning, window = self._epoch_length, self._tuning, self._window
         exploring = epoch and tuning.exploring
-        cap_s = (
-            setting_cap(tuning.share, epoch, self._window, tuning.best_rate) if exploring else None
-        )
+        cap = setting_cap(tuning.share, epoch, window, tuning.best_rate) if exploring else None
         # a proposal's switch that waits for the next epoch runs it whole: nothing to save
         rival = tuning.rival(settings) if exploring and self.switches_mid_epoch else None
         return Meter(
-            settings, self._window, after_switch=after_switch, drain=drain, cap_s=cap_s,
+            settings, window, after_switch=after_switch, drain=drain, cap_s=cap,
             epoch_batches=epoch, whole_epoch=not self.switches_mid_epoch, rival=rival,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,

@@ -68,6 +68,9 @@ class Owner(Protocol):
     def current_pass(self) -> EpochPass | None: ...  # the pass begun last
 
     @property
+    def own(self) -> PipelineConfig: ...  # your arguments' settings: torch's loader's
+
+    @property
     def _iterator(self) -> Any: ...  # the iterator of the workers kept alive, if any
 
     @property
@@ -91,7 +94,10 @@ class EpochPass:
         self._index = loader.epochs
         self._it: Any = None  # opened at the first batch, where its failure can fall back
         self._next = loader.take_request()  # an epoch's start: any switch
-        self._fallback: PipelineConfig | None = None  # what worked before the last switch
+        # what worked before the last switch; till one, your own settings, where the run
+        # reads with others (an earlier run's kept setting, or what it explores)
+        own = loader.own
+        self._fallback = own if own != loader.settings else None
         self._falling_back = False
         self._switched = False  # a switch whose first batch is still to come
         self._delivered = 0  # batches the loop received this epoch

@@ -26,7 +26,7 @@ import torch
 import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
-from autotune.online import best_yaml, record
+from autotune.online import best_yaml, job_record, record
 from autotune.online.budget import charged, shares
 from autotune.online.dataset_state import renewed_note
 from autotune.online.drift import DriftWatch
@@ -68,20 +68,16 @@ class Tuning:
     """One loader's decisions, from its first epoch's start to the run's end."""
 
     def __init__(
-        self,
-        loader: Switchable,
-        tune: bool | float,
-        storage: str,
-        study: str | None,
+        self, loader: Switchable, tune: bool | float, storage: str, study: str | None,
         window: WindowConfig,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self._loader_ref = weakref.ref(loader)  # it holds this: no cycle keeps it alive
         self._window = window
         # 0: nothing explored (off, or the study's storage failed while exploring)
         self.share, self._run_share = shares(tune)
         # tune=False: torch's loader with these arguments, nothing read or recorded
         self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
-        self.job: record.JobRecord | None = None
+        self.job: job_record.JobRecord | None = None
         self._facts: MachineFacts | None = None
         self.explorer: Explorer | None = None  # None before the first setting is measured
         self.ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
@@ -102,9 +98,8 @@ class Tuning:
         return bool(self.share) and (self.explorer is None or not self.explorer.done)
 
     @property
-    def best_rate(self) -> float | None:
-        """The best rate measured so far, in batches/s: the budget's unit (None before the
-        explorer has one)."""
+    def best_rate(self) -> float | None:  # the budget's unit (None before the explorer has one)
+        """The best rate measured so far, in batches/s."""
         return self.explorer.budget.best_rate if self.explorer is not None else None
 
     def rival(self, settings: PipelineConfig) -> float | None:
@@ -115,9 +110,8 @@ class Tuning:
         if explorer is None or explorer.settled or self.ranks is not None:
             return None
         best = explorer.best
-        if settings != explorer.current or best is None or best.settings == settings:
-            return None
-        return best.samples_per_s
+        racing = settings == explorer.current and best is not None and best.settings != settings
+        return best.samples_per_s if racing else None  # type: ignore[union-attr]
 
     def epoch_started(self, loader: torch.utils.data.DataLoader) -> None:
         """An epoch starts (``loader``'s, before its batches are drawn): the first decides
@@ -144,9 +138,9 @@ class Tuning:
     def _resume(
         self, loader: torch.utils.data.DataLoader, storage: str, name: str | None, ranks: int
     ) -> None:
-        """The setting an earlier run of the job kept, from its record (``record.JobRecord``)."""
+        """The setting an earlier run of the job kept, from its record (``JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
-        self.job = record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
+        self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
         earlier = self.job.start()
         if earlier is not None:  # explored again only where its rate moves (``DriftWatch``)
             self._started_from = self.job.origin
@@ -248,10 +242,16 @@ class Tuning:
             self.fail(settings, failure)
 
     def fail(self, settings: PipelineConfig, failure: Failure | None) -> None:
-        """``settings`` failed: where they are the explorer's, it proposes the next."""
+        """``settings`` failed: where they are the explorer's, it proposes the next; where an
+        earlier run kept them (the loader fell back to your own), they are kept no more, and
+        the run explores from your own settings."""
         explorer = self.explorer
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
+        elif explorer is None and self._watch is not None and self.job is not None:
+            log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
+            self._watch, self._started_from = None, "your DataLoader arguments"
+            self.job.forget_kept()
 
     def note_kept(self, loader: torch.utils.data.DataLoader) -> None:
         """At an epoch's end: the setting kept, where one is, noted for the next run here,
@@ -262,7 +262,7 @@ class Tuning:
         if job.note_kept(explorer.current, explorer.best):
             self._write_best(loader, job, explorer)
 
-    def _write_best(self, loader: Loader, job: record.JobRecord, explorer: Explorer) -> None:
+    def _write_best(self, loader: Loader, job: job_record.JobRecord, explorer: Explorer) -> None:
         """The kept setting and its rate beside the starting one's, as best.yaml."""
         best = explorer.best
         if job.study is None or best is None or best.settings != explorer.current:

@@ -15,7 +15,7 @@ from helpers import BRIEF_WINDOW
 
 import autotune
 from autotune.machine import detect
-from autotune.online import best_yaml, record
+from autotune.online import best_yaml, job_record
 from autotune.pipeline import best_file
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
@@ -127,8 +127,8 @@ def test_a_best_yaml_that_cannot_be_written_is_one_warning_and_the_run_goes_on(
 ) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
     probe = autotune.DataLoader(Paced(), **BATCHES)  # the same job: its study's name
-    job = record.job_fingerprint(probe, detect(want_cuda=torch.cuda.is_available()))
-    path = tmp_path / record.study_name(probe, job) / "best.yaml"
+    job = job_record.job_fingerprint(probe, detect(want_cuda=torch.cuda.is_available()))
+    path = tmp_path / job_record.study_name(probe, job) / "best.yaml"
     _in_its_way(path, what)
     before = path.read_text() if path.is_file() else None
     with caplog.at_level(logging.WARNING, logger="autotune.online.loader"):

@@ -13,7 +13,7 @@ from helpers import BRIEF_WINDOW
 
 import autotune
 from autotune.machine import detect
-from autotune.online import note, record
+from autotune.online import job_record, note, record
 from autotune.online.proposals import sampler
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
@@ -26,13 +26,13 @@ def _loader(storage: str) -> autotune.DataLoader:
     return autotune.DataLoader(DATA, batch_size=4, storage=storage)
 
 
-def _job(storage: str) -> record.Job:
+def _job(storage: str) -> job_record.Job:
     loader = _loader(storage)
-    fingerprint = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
-    return record.Job(storage, record.study_name(loader, fingerprint), fingerprint)
+    fingerprint = job_record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
+    return job_record.Job(storage, job_record.study_name(loader, fingerprint), fingerprint)
 
 
-def _kept_in_storage(job: record.Job, kept: PipelineConfig | None, rate: object = 0.0) -> None:
+def _kept_in_storage(job: job_record.Job, kept: PipelineConfig | None, rate: object = 0.0) -> None:
     study = record.open_record(*job, sampler())
     assert study is not None
     store.set_study_attr(study, StudyKey.ONLINE_KEPT, kept.to_dict() if kept else None)
@@ -101,7 +101,7 @@ def test_the_storage_wins_over_a_note_it_does_not_back_from_the_next_run_on(tmp_
 
 def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
-    job = record.Job(storage, "online-x", "fingerprint-a")
+    job = job_record.Job(storage, "online-x", "fingerprint-a")
     note.write(*job, note.Kept(PipelineConfig(main_threads=1)))
     assert note.read(*job) == note.Kept(PipelineConfig(main_threads=1), None)
     assert note.read(storage, "online-x", "fingerprint-b") is None  # a name reused
@@ -119,7 +119,7 @@ def test_a_note_whose_rate_cannot_be_read_keeps_its_setting_with_no_rate(tmp_pat
     """As the study's: the note's setting stands, its rate none (the run's first reading of
     it is then its rate), and the note is not dropped for it."""
     storage = f"sqlite:///{tmp_path}/autotune.db"
-    job = record.Job(storage, "online-x", "fingerprint-a")
+    job = job_record.Job(storage, "online-x", "fingerprint-a")
     setting = PipelineConfig(main_threads=1)
     text = json.dumps({"fingerprint": "fingerprint-a", "kept": setting.to_dict()})
     note.path(*job[:2]).parent.mkdir(parents=True)
@@ -140,7 +140,7 @@ def test_where_no_note_says_the_run_starts_at_the_setting_and_rate_the_study_kep
     job = _job(storage)
     kept = PipelineConfig(main_threads=1)
     _kept_in_storage(job, kept, rate=stored)
-    assert record.JobRecord(job, sampler()).start() == (kept, rate)
+    assert job_record.JobRecord(job, sampler()).start() == (kept, rate)
     assert note.read(*job) == (kept, rate)  # noted for the next run
 
 
@@ -179,7 +179,7 @@ def test_no_note_is_written_or_read_for_a_storage_in_memory(
     # run at a setting its new, empty storage does not hold
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(note, "default_cache_dir", lambda: tmp_path / "cache")
-    job = record.Job(storage, "online-x", "f" * 12)
+    job = job_record.Job(storage, "online-x", "f" * 12)
     note.write(*job, note.Kept(PipelineConfig(num_workers=1), 100.0))
     assert not list(tmp_path.rglob("*.json"))
     note.path(storage, job.name).parent.mkdir(parents=True)

@@ -202,7 +202,7 @@ def test_a_stream_switches_at_the_next_epoch_and_reads_each_item_once() -> None:
 
 
 def test_a_stream_with_no_length_is_fingerprinted_for_its_record() -> None:
-    from autotune.online.record import job_fingerprint
+    from autotune.online.job_record import job_fingerprint
 
     loader = autotune.DataLoader(Stream(), batch_size=4)
     assert len(job_fingerprint(loader, detect(want_cuda=False))) == 12

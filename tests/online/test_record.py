@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from optuna.trial import TrialState
 
 import autotune
 from autotune.machine import detect
-from autotune.online import drift, note, record
+from autotune.online import drift, job_record, note, record
 from autotune.online.budget import charged
 from autotune.online.proposals import sampler
 from autotune.pipeline.config import PipelineConfig
@@ -67,8 +68,8 @@ def _epochs_until(loader: autotune.DataLoader, done: Callable[[], bool], epochs:
 
 def _note_kept(loader: autotune.DataLoader, storage: str, kept: note.Kept) -> None:
     """``kept``, noted for ``loader``'s job as an earlier run would have."""
-    job = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
-    note.write(storage, record.study_name(loader, job), job, kept)
+    job = job_record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
+    note.write(storage, job_record.study_name(loader, job), job, kept)
 
 
 def trials(storage: str) -> list[optuna.trial.FrozenTrial]:
@@ -152,7 +153,7 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
         return autotune.DataLoader(Paced(), batch_size=4, storage=storage, window=BRIEF_WINDOW)
 
     facts = detect(want_cuda=torch.cuda.is_available())
-    job = record.job_fingerprint(loader(), facts)
+    job = job_record.job_fingerprint(loader(), facts)
     pick = PipelineConfig(  # the pipeline as it is, of the loader's batch size
         decoder="as_is", batch_size=4, num_workers=1, prefetch_factor=3, persistent_workers=True
     )
@@ -211,8 +212,8 @@ def test_a_kept_setting_this_autotune_cannot_read_is_one_warning_and_the_run_exp
 ) -> None:
     storage = f"sqlite:///{tmp_path}/autotune.db"
     loader = autotune.DataLoader(DATA, batch_size=4, storage=storage)
-    job = record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
-    study = record.open_record(storage, record.study_name(loader, job), job, sampler())
+    job = job_record.job_fingerprint(loader, detect(want_cuda=torch.cuda.is_available()))
+    study = record.open_record(storage, job_record.study_name(loader, job), job, sampler())
     newer = PipelineConfig().to_dict()
     newer["loader"]["worker_affinity"] = "numa"  # a knob of a newer autotune's
     store.set_study_attr(study, StudyKey.ONLINE_KEPT, newer)
@@ -274,3 +275,47 @@ def test_a_run_far_off_the_rate_its_setting_was_kept_at_explores_again(tmp_path,
         again = run_from(f"sqlite:///{tmp_path}/b.db", rate, readings=drift.SUSTAINED * 2)
         assert again.explorer is None and len(again.readings) >= drift.SUSTAINED * 2
     assert "exploring" not in caplog.text
+
+
+class _DiesInWorkers(torch.utils.data.Dataset):
+    """Reads in the training process; a worker reading it really dies (as the OOM killer
+    takes it): a setting kept on another day, with more memory, that fails here."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor]:
+        if torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (torch.tensor(index),)
+
+
+@pytest.mark.parametrize("where", ["note", "study"])
+def test_a_kept_setting_whose_workers_fail_falls_back_to_yours_and_is_kept_no_more(
+    tmp_path, where
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+
+    def run() -> autotune.DataLoader:
+        return autotune.DataLoader(
+            _DiesInWorkers(), batch_size=4, window=BRIEF_WINDOW, storage=storage
+        )
+
+    first = run()
+    kept = dataclasses.replace(first.settings, num_workers=2, prefetch_factor=2)
+    fingerprint = job_record.job_fingerprint(first, detect(want_cuda=torch.cuda.is_available()))
+    job = job_record.Job(storage, job_record.study_name(first, fingerprint), fingerprint)
+    if where == "note":
+        _note_kept(first, storage, note.Kept(kept, 500.0))
+    study = record.open_record(*job, sampler())
+    store.set_study_attr(study, StudyKey.ONLINE_KEPT, kept.to_dict())
+    store.set_study_attr(study, StudyKey.ONLINE_KEPT_RATE, 500.0)
+    # torch's loader with your arguments (no workers) reads every epoch: so does this run
+    _epochs_until(first, lambda: first.explorer is not None, epochs=5)
+    assert first.switches and first.switches[-1].settings == first.own  # fell back
+    assert first.switches[-1].fell_back and first.tuning._started_from.startswith("your")
+    noted, stored = note.read(*job), record.kept(record.open_record(*job, sampler()))
+    assert kept not in {noted and noted.settings, stored and stored.settings}
+    again = run()  # starts where this run left: never at the setting that failed
+    sum(1 for _ in again)
+    assert not any(s.settings == kept for s in again.switches)

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import ImageFolder
 
 import autotune
-from autotune.online import record
+from autotune.online import job_record
 from autotune.pipeline import sources
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.user_data import UserData
@@ -30,7 +30,7 @@ def _offered_job(session, as_is: PipelineConfig = AS_IS) -> str:
 
 
 def _online_job(loader: DataLoader, session) -> str:
-    return record.job_fingerprint(loader, session.facts, session.ranks)
+    return job_record.job_fingerprint(loader, session.facts, session.ranks)
 
 
 def test_over_a_folder_the_job_is_imagefolder_read_with_the_pick_s_loader_kwargs() -> None:
