@@ -66,9 +66,13 @@ def charged(
     each epoch starts with an empty buffer, and pays, once an epoch, what its first batch
     waited beyond a batch's time (kept in ``restarts``). Workers that do not persist start
     again: the most seen of a start, the switch's or an epoch's. Workers that persist refill
-    their buffer: an epoch's start where one was read, and till then the switch's (their own
-    start too, which later epochs do not pay). Spans timed within epochs never see it, and
-    short epochs of many workers would read as their bursts of ready batches."""
+    their buffer: an epoch's start where one was read; till then the switch's, but no more
+    than a worker's batch where the workers keep pace with the loop (as many of the loop's
+    batches as there are workers): their own start, a ``worker_init_fn`` that loads a
+    tokenizer, is paid once a run, and charging it would read the setting slower until an
+    epoch's start was read, and then faster, a drift of a steady machine. Spans timed within
+    epochs never see any of it, and short epochs of many workers would read as their bursts
+    of ready batches."""
     settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
     if not settings.num_workers or not batches_per_epoch:
         return reading
@@ -78,7 +82,8 @@ def charged(
     elif reading.epoch_start_s:
         restarts[settings] = reading.epoch_start_s - per_batch
     elif settings not in restarts and reading.first_batch_s:
-        restarts[settings] = reading.first_batch_s - per_batch
+        refill = min(reading.first_batch_s, settings.num_workers * per_batch)
+        restarts[settings] = refill - per_batch
     restart = restarts.get(settings, 0.0)
     epoch_s = batches_per_epoch * per_batch
     rate = reading.samples_per_s * epoch_s / (epoch_s + max(0.0, restart))

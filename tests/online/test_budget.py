@@ -81,10 +81,14 @@ def test_every_setting_with_workers_is_charged_an_epoch_s_start_once_an_epoch() 
     refill = charged(read(True, first_batch_s=0.3, epoch_start_s=0.6), kept_alive, 20)
     assert refill.samples_per_s == pytest.approx(100.0 * 2.0 / 2.5)
     assert charged(read(True), kept_alive, 20).samples_per_s == refill.samples_per_s
-    switched = charged(read(True, first_batch_s=0.3), {}, 20)
-    assert switched.samples_per_s == pytest.approx(100.0 * 2.0 / 2.2)
-    # the switch's start (1 s beyond a batch: the workers' own) stands in only till an
-    # epoch's start is read; where workers start again, the most seen of either stays
+    # till then the switch's, no more than a worker's batch (2 workers: 0.2 s, 0.1 s beyond
+    # a batch's time); their own start, paid once a run, is not an epoch's
+    switched = charged(read(True, first_batch_s=0.15), {}, 20)
+    assert switched.samples_per_s == pytest.approx(100.0 * 2.0 / 2.05)
+    started_slowly = charged(read(True, first_batch_s=1.1), {}, 20)  # a worker_init_fn of 1 s
+    assert started_slowly.samples_per_s == pytest.approx(100.0 * 2.0 / 2.1)
+    # the switch's stands in only till an epoch's start is read; where workers start again,
+    # the most seen of either stays
     for persistent, charge in ((True, 0.5), (False, 1.0)):
         seen: dict = {}
         charged(read(persistent, first_batch_s=1.1), seen, 20)
