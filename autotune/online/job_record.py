@@ -17,11 +17,17 @@ from autotune.machine import MachineFacts
 from autotune.online import note
 from autotune.online.note import Kept
 from autotune.online.reading import Reading
-from autotune.online.record import as_stored, kept, not_recorded, open_record, record_kept
+from autotune.online.record import (
+    as_stored,
+    drop_kept,
+    kept,
+    not_recorded,
+    open_record,
+    record_kept,
+)
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader_job import LoaderJob
-from autotune.tuner import online_start, store
-from autotune.tuner.store import StudyKey
+from autotune.tuner import online_start
 
 
 def job_fingerprint(
@@ -101,8 +107,7 @@ class JobRecord:
         if self.study is None:  # the storage failed: one warning said so
             return
         try:
-            for key in (StudyKey.ONLINE_KEPT, StudyKey.ONLINE_KEPT_RATE):
-                store.set_study_attr(self.study, key, None)
+            drop_kept(self.study)
         except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
             not_recorded(self.job.name, exc)
 

@@ -78,7 +78,7 @@ def open_record(
                 sampler=sampler,
                 load_if_exists=True,
             )
-        store.set_study_attr(study, StudyKey.FINGERPRINT, fingerprint)
+        _claim(study, fingerprint)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if is_gone(store.trial_attr(trial, TrialKey.HOST, "")):
                 study_storage.mark_failed(study, trial._trial_id, STOPPED)
@@ -90,6 +90,26 @@ def open_record(
     except Exception as exc:  # noqa: BLE001 - the training goes on, unrecorded
         not_recorded(storage, exc)
         return None
+
+
+def _claim(study: optuna.Study, fingerprint: str) -> None:
+    """The study is this job's: a setting another job kept in it (a ``study=`` name given to
+    two jobs) is no start for this one, and is dropped with one warning."""
+    earlier = store.study_attr(study, StudyKey.FINGERPRINT)
+    if earlier not in (None, fingerprint) and store.study_attr(study, StudyKey.ONLINE_KEPT):
+        log.warning(
+            "autotune.DataLoader: study %s held another job's setting (fingerprint %s, this "
+            "job's %s): explored afresh; give each job a study= of its own",
+            study.study_name, earlier, fingerprint,
+        )  # fmt: skip
+        drop_kept(study)
+    store.set_study_attr(study, StudyKey.FINGERPRINT, fingerprint)
+
+
+def drop_kept(study: optuna.Study) -> None:
+    """No setting kept in ``study`` from here: the next run of its job explores."""
+    for key in (StudyKey.ONLINE_KEPT, StudyKey.ONLINE_KEPT_RATE):
+        store.set_study_attr(study, key, None)
 
 
 def kept(study: optuna.Study | None) -> Kept | None:

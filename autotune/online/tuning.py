@@ -36,10 +36,12 @@ from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
 from autotune.online.space import stream_workers, unsplit_note
 from autotune.pipeline.config import PipelineConfig
-from autotune.runtime.failures import Failure
+from autotune.runtime.failures import Failure, FailureKind
 from autotune.schema import WindowConfig
 
 log = logging.getLogger("autotune.online.loader")
+# a setting's workers failed: no longer a start (not one no epoch here can time, say)
+WORKERS_FAILED = set(FailureKind) - {FailureKind.UNTIMEABLE, FailureKind.INVALID_CONFIG}
 Loader = torch.utils.data.DataLoader
 
 
@@ -248,7 +250,7 @@ class Tuning:
         explorer = self.explorer
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
-        elif explorer is None and self._watch is not None and self.job is not None:
+        elif self._watch is not None and self.job and failure and failure.kind in WORKERS_FAILED:
             log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
             self._watch, self._started_from = None, "your DataLoader arguments"
             self.job.forget_kept()
@@ -283,11 +285,9 @@ class Tuning:
         if self.explorer is not None:
             self.explorer.refuse_persistent()
         settings = self._loader.settings
-        if not settings.workers_persist:
-            return
-        if self.explorer is None and self.ranks is None:
+        if settings.workers_persist and self.explorer is None and self.ranks is None:
             self._loader.switch(dataclasses.replace(settings, persistent_workers=False))
-        else:
+        elif settings.workers_persist:
             self.failed(settings, record.RENEWED)
 
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:

@@ -24,6 +24,7 @@ from autotune.machine import detect
 from autotune.online import drift, job_record, note, record
 from autotune.online.budget import charged
 from autotune.online.proposals import sampler
+from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.report import markdown
 from autotune.runtime.failures import FailureKind
@@ -155,7 +156,7 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     facts = detect(want_cuda=torch.cuda.is_available())
     job = job_record.job_fingerprint(loader(), facts)
     pick = PipelineConfig(  # the pipeline as it is, of the loader's batch size
-        decoder="as_is", batch_size=4, num_workers=1, prefetch_factor=3, persistent_workers=True
+        decoder="as_is", batch_size=4, num_workers=2, prefetch_factor=3, persistent_workers=True
     )
     for name, offered_job, settings, at in (
         ("older", job, PipelineConfig(num_workers=2), "2026-12-01T10:00:00+00:00"),
@@ -169,7 +170,7 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
         assert sorted(i for (batch,) in first for i in batch.tolist()) == list(range(64))
     starts_at = first.settings
-    assert starts_at.num_workers == 1 and starts_at.prefetch_factor == 3
+    assert starts_at.num_workers == 2 and starts_at.prefetch_factor == 3
     assert starts_at.persistent_workers
     assert first.switches == [] and first.explorer is None  # it explores nothing
     assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
@@ -178,7 +179,7 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     _epochs_until(first, lambda: bool(first.readings), epochs=20)  # the run has read the pick
     assert first.explorer is None and not first.switches
     # then kept at the rate this run read it at, over whole epochs (each epoch's start
-    # charged): a later run far off it is another job
+    # charged: till one is read, a worker's batch): a later run far off it is another job
     rate = round(charged(first.readings[0], {}, len(first)).samples_per_s, 2)
     assert rate < round(first.readings[0].samples_per_s, 2)
     study = optuna.load_study(study_name=first.tuning.job.job.name, storage=storage)
@@ -319,3 +320,17 @@ def test_a_kept_setting_whose_workers_fail_falls_back_to_yours_and_is_kept_no_mo
     again = run()  # starts where this run left: never at the setting that failed
     sum(1 for _ in again)
     assert not any(s.settings == kept for s in again.switches)
+
+
+def test_a_study_name_given_to_two_jobs_never_starts_one_at_the_other_s_setting(
+    tmp_path, caplog
+) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    first = record.open_record(storage, "mine", "job-a", sampler())
+    assert first is not None
+    record.record_kept(first, Reading(PipelineConfig(num_workers=2), 500.0, 0.0, 0.0, 0.0, 1, 1.0))
+    assert record.kept(record.open_record(storage, "mine", "job-a", sampler())) is not None
+    with caplog.at_level(logging.WARNING, logger="autotune.online.loader"):
+        other = record.open_record(storage, "mine", "job-b", sampler())
+    assert record.kept(other) is None  # job b explores afresh
+    assert "held another job's setting" in caplog.text and "study= of its own" in caplog.text
