@@ -197,6 +197,7 @@ class Tuning:
             return
         if reading.settings == self.explorer.current:  # type: ignore[union-attr]
             self._follow(lambda explorer: explorer.measured(reading))
+            self.note_kept(self._loader)  # type: ignore[arg-type]  # a loop may leave mid-epoch
 
     def _explore_from(self, first: Reading) -> bool:
         """The explorer, from the ``first`` reading; False where the storage failed (the run
@@ -255,9 +256,9 @@ class Tuning:
             self._watch, self._started_from = None, "your DataLoader arguments"
             self.job.forget_kept()
 
-    def note_kept(self, loader: torch.utils.data.DataLoader) -> None:
-        """At an epoch's end: the setting kept, where one is, noted for the next run here,
-        and the study's best.yaml written where it is news."""
+    def note_kept(self, loader: Loader) -> None:
+        """The setting kept, where one is, noted for the next run here, and the study's
+        best.yaml written, where it is news (as exploring settles, and at an epoch's end)."""
         job, explorer = self.job, self.explorer
         if explorer is None or not explorer.settled or job is None:
             return
@@ -293,8 +294,7 @@ class Tuning:
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
         could time): that setting failed; where the budget has grown, the next proposed."""
-        explorer = self.explorer
         if untimeable is not None:
             self.failed(untimeable, record.untimeable(delivered))
-        elif explorer is not None and self.share and not explorer.done:
+        elif self.explorer is not None and self.share and not self.explorer.done:
             self._follow(lambda explorer: explorer.epoch_ended(delivered))

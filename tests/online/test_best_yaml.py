@@ -15,7 +15,7 @@ from helpers import BRIEF_WINDOW
 
 import autotune
 from autotune.machine import detect
-from autotune.online import best_yaml, job_record
+from autotune.online import best_yaml, job_record, note
 from autotune.pipeline import best_file
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
@@ -46,6 +46,29 @@ def _explored(storage: str, epochs: int = 30) -> autotune.DataLoader:
         if loader.explorer is not None and loader.explorer.done:
             return loader
     raise AssertionError(f"nothing kept in {epochs} epochs")
+
+
+@pytest.mark.slow
+def test_a_loop_that_leaves_before_its_epoch_ends_still_has_the_setting_kept_written(
+    tmp_path,
+) -> None:
+    # a loop of max_steps: it leaves its one long epoch once exploring settles
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    data = torch.utils.data.Subset(Paced(), [i % 64 for i in range(4000)])
+    run = {"tune": 2.0, "window": BRIEF_WINDOW, "storage": storage}
+    loader = autotune.DataLoader(data, batch_size=4, **run)
+    steps = 0
+    for _ in loader:
+        steps += 1
+        if loader.explorer is not None and loader.explorer.settled:
+            break
+    assert steps < len(loader)  # its epoch never ended
+    kept = loader.explorer.current
+    study = loader.explorer.study.study_name
+    written = best_file.read(tmp_path / study / "best.yaml")
+    assert written.as_is == kept
+    assert loader.tuning.job is not None
+    assert note.read(*loader.tuning.job.job).settings == kept  # the next run starts there
 
 
 def test_the_folder_is_the_study_s_beside_an_sqlite_storage_else_under_studies() -> None:
