@@ -284,15 +284,14 @@ class DataLoader(torch.utils.data.DataLoader):
     def epoch_ended(self, delivered: int) -> None:
         """Between epochs (``delivered`` batches): a settled reading kept; the tuning told,
         with the setting no whole epoch could time, if any."""
-        self._set(_in_epoch=False)
-        if self._unsized:
-            self._set(_epoch_length=delivered)
+        self._set(_in_epoch=False, _epoch_length=delivered if self._unsized else self.epoch_length)
+        end_s = self._meter.waiting_s()  # the setting's: its workers shut down where not kept
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
         self._tuning.note_kept(self)  # before the loop's time between epochs starts
         self._between.ended(self.dataset)  # what the loop may set on it before the next
         meter = self._meter
-        meter.epoch_ended()
+        meter.epoch_ended(end_s)
         self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)
 
     def release(self) -> None:

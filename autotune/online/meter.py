@@ -114,8 +114,9 @@ class Meter:
         # whether the epoch under way began with this meter (a switch's first batch as its
         # first: the switch came as the last epoch ended)
         self._epoch_whole, self._spans_then = False, 0
-        # the longest wait for the first batch of an epoch begun while it is read
-        self.epoch_start_s, self._epoch_head = 0.0, False
+        # the longest wait at an epoch's boundary while it is read: the last epoch's end (the
+        # workers that do not persist shut down in it) and the next one's first batch
+        self.epoch_start_s, self._epoch_head, self._end_s = 0.0, False, 0.0
         # the run's first (``drain``): the prefetch buffer, filled while its first steps ran
         self._restart_warmup(settings.buffered_batches if drain else 0)
 
@@ -146,7 +147,8 @@ class Meter:
             self.first_batch_s, self._epoch_head = waited, False
             return
         if self._epoch_head:
-            self.epoch_start_s, self._epoch_head = max(self.epoch_start_s, waited), False
+            boundary = waited + self._end_s
+            self.epoch_start_s, self._epoch_head = max(self.epoch_start_s, boundary), False
         if self._warmup_left:
             self._warmup_left -= 1
             if self._warmup_left < self._window.warmup_extra_batches:  # past the buffer
@@ -161,8 +163,13 @@ class Meter:
             cpu += self._thread_cpu() - self._asked_cpu
             self._span = (batches + 1, samples + self._count(batch), span_waited + waited, cpu)
 
-    def epoch_ended(self) -> None:
-        """The epoch is over: what the loop does now is not the loader's; warm up again."""
+    def waiting_s(self) -> float:
+        """How long the batch asked for last has been waited for."""
+        return self._clock() - self._asked
+
+    def epoch_ended(self, end_s: float = 0.0) -> None:
+        """The epoch is over (its end waited ``end_s``: workers that do not persist shut down
+        in it): what the loop does now is not the loader's; warm up again."""
         closed = len(self.tally.spans) - self._spans_then
         if self._epoch_whole and not closed and not self.done:  # a whole epoch, no span
             self.untimeable = True
@@ -172,12 +179,13 @@ class Meter:
         self._restart_warmup(0 if self._after_switch and self.first_batch_s is None else 1)
         self._epoch_head = True
         self._ended_at = self._clock()  # the loop validates, saves: its time, not the loader's
+        self._end_s = end_s
 
     def epoch_left(self) -> None:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;
         warm up again (an epoch that did not end counts for no setting's timing)."""
         self._restart_warmup(1)
-        self._epoch_head = True
+        self._epoch_head, self._end_s = True, 0.0
 
     def cut(self) -> bool:
         """At an epoch's end: whether the reading is done, taken as it stands where the

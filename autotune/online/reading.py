@@ -29,6 +29,7 @@ class Reading:
     between_epochs_s: float = 0.0  # the loop's own time between epochs while it was read
     # sub-windows timed where it read clearly below the best so far and stopped (0: in full)
     beaten_after: int = 0
-    # the longest wait for an epoch's first batch while it was read (0: no epoch began): a
-    # new epoch starts with an empty buffer, the workers' first round to fill
+    # the longest wait at an epoch's boundary while it was read (0: no epoch began): the last
+    # epoch's end (workers that do not persist shut down in it) and the next one's first
+    # batch (its workers started, where they do not persist; an empty buffer to fill)
     epoch_start_s: float = 0.0

@@ -122,14 +122,16 @@ class EpochPass:
             if requested is not None and requested != loader.settings:
                 self._next = requested
         while True:
+            opens = self._it is None or self._next is not None
             try:
-                if self._it is None or self._next is not None:
-                    self._open()
+                if opens:
+                    self._open()  # asks for the batch as it builds the iterator
             except Exception as exc:
                 self._recover(exc)
                 continue
             try:
-                loader.meter.requested()
+                if not opens:
+                    loader.meter.requested()
                 batch = next(self._it)
                 break
             except StopIteration:
@@ -190,6 +192,9 @@ class EpochPass:
             )
             self._falling_back = False
             self._switched = True
+        # the batch is asked for before its iterator starts its workers (forked, or spawned
+        # with the Dataset pickled to each): an epoch's start and a switch's pay for them
+        loader.meter.requested()
         self._it = loader.inner(settings, self._batches)
 
     def _recover(self, exc: Exception, *, read: bool = False) -> None:

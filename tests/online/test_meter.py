@@ -130,6 +130,22 @@ def test_an_epoch_s_start_is_told_from_the_switch_s_that_came_with_it() -> None:
     assert (reading.first_batch_s, reading.epoch_start_s) == pytest.approx((3.0, 0.7))
 
 
+def test_an_epoch_s_end_its_workers_shut_down_in_is_part_of_its_boundary() -> None:
+    """Workers that do not persist shut down as the last ``next()`` raises StopIteration:
+    that wait, then the next epoch's first batch (its workers started), is what each epoch
+    pays at its boundary."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    loop = Loop(Meter(settings, WINDOW, after_switch=False))
+    loop.meter.requested()
+    loop.now += 0.3  # the last next(): the workers shut down, then StopIteration
+    loop.meter.epoch_ended(end_s=loop.meter.waiting_s())
+    loop.now += 60.0  # the loop validates: its own time
+    loop.batch(wait=0.5, step=0.1)  # the next epoch's first: its workers started
+    reading = loop.until_read(wait=0.1, step=0.1)
+    assert reading.epoch_start_s == pytest.approx(0.8)
+    assert reading.between_epochs_s == pytest.approx(60.0)
+
+
 def test_an_epoch_end_is_never_timed() -> None:
     loop = Loop(Meter(PipelineConfig(decoder=AS_IS), WINDOW, after_switch=False))
     for _ in range(2 + 2 + 1):  # warm-up (no workers: the extra batches), one batch of a span
@@ -159,6 +175,28 @@ def test_a_loop_that_breaks_out_of_its_epochs_is_timed_on_its_batches_alone() ->
                 break
         time.sleep(0.2)  # the loop's validation, after it left the epoch: never timed
     assert loader.readings and all(r.seconds < 0.2 for r in loader.readings)
+
+
+class _SlowToDraw(torch.utils.data.BatchSampler):
+    """Takes 0.3 s to draw an epoch's order (reading an index of files, say): torch's loader
+    with workers draws its first batches as its iterator starts them, inside ``iter()``."""
+
+    def __iter__(self):
+        time.sleep(0.3)
+        yield from super().__iter__()
+
+
+@pytest.mark.slow  # real workers, started each epoch: seconds
+def test_what_an_epoch_s_iterator_takes_to_start_is_paid_at_its_start() -> None:
+    draws = _SlowToDraw(torch.utils.data.SequentialSampler(range(96)), 4, drop_last=False)
+    once = dataclasses.replace(WINDOW, target_spread=0.0)
+    loader = Manual(torch.zeros(96, 1), batch_sampler=draws, num_workers=2, window=once)
+    for _ in range(3):
+        for _ in loader:
+            pass
+    begun = [r for r in loader.readings if r.epoch_start_s]
+    assert begun and all(r.epoch_start_s > 0.3 for r in begun)
+    assert all(r.between_epochs_s < 0.3 for r in loader.readings)  # never the loop's time
 
 
 def test_uneven_spans_are_grouped_until_they_agree() -> None:
