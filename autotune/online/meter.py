@@ -114,8 +114,7 @@ class Meter:
         # whether the epoch under way began with this meter (a switch's first batch as its
         # first: the switch came as the last epoch ended)
         self._epoch_whole, self._spans_then = False, 0
-        # the longest wait at an epoch's boundary while it is read: the last epoch's end (the
-        # workers that do not persist shut down in it) and the next one's first batch
+        # the longest wait at an epoch's boundary: the last one's end, the next one's first batch
         self.epoch_start_s, self._epoch_head, self._end_s = 0.0, False, 0.0
         # the run's first (``drain``): the prefetch buffer, filled while its first steps ran
         self._restart_warmup(settings.buffered_batches if drain else 0)
