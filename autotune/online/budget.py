@@ -63,9 +63,10 @@ def charged(
     reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
 ) -> Reading:
     """``reading`` over whole epochs, by the tuner's rule (``tuner.metrics.startup_per_epoch``):
-    each epoch starts with an empty buffer, and pays, once an epoch, what its first batch
-    waited beyond a batch's time (kept in ``restarts``). Workers that do not persist start
-    again: the most seen of a start, the switch's or an epoch's. Workers that persist refill
+    each epoch starts with an empty buffer, and pays, once an epoch, what its boundary (the
+    last epoch's end, its first batch: ``epoch_start_s``) waited beyond a batch's time (kept
+    in ``restarts``). Workers that do not persist shut down and start again: the most seen
+    of a start, the switch's or an epoch's. Workers that persist refill
     their buffer: an epoch's start where one was read; till then the switch's, but no more
     than a worker's batch where the workers keep pace with the loop (as many of the loop's
     batches as there are workers): their own start, a ``worker_init_fn`` that loads a
