@@ -20,6 +20,8 @@ import optuna
 import torch
 
 from autotune.machine import MachineFacts
+from autotune.online.explorer import Explorer
+from autotune.online.job_record import JobRecord
 from autotune.online.reading import Reading
 from autotune.online.record import not_recorded
 from autotune.online.space import trains_on_cuda
@@ -51,19 +53,20 @@ def folder(storage: str, study: str) -> Path:
 
 def kept_on_run(
     loader: torch.utils.data.DataLoader,
-    study: optuna.Study,
-    storage: str,
+    explorer: Explorer,
+    job: JobRecord,
     *,
-    kept: Reading,
-    start: Reading | None,
-    picked: int | None,
     started_from: str,
     ranks: int,
     facts: MachineFacts,
 ) -> Path | None:
-    """``write`` for ``loader``'s run (``ranks`` of them on this node), its path logged; one
-    warning where it cannot be written, and the training goes on. None written for a loader
-    that does not batch (``batch_size=None``): its kwargs would batch."""
+    """``write`` for ``loader``'s run (``ranks`` of them on this node): the setting the
+    ``explorer`` kept, where it is the fastest it measured, in ``job``'s study; its path
+    logged; one warning where it cannot be written, and the training goes on. None written
+    for a loader that does not batch (``batch_size=None``): its kwargs would batch."""
+    kept, study = explorer.best, job.study
+    if study is None or kept is None or kept.settings != explorer.current:
+        return None
     if loader.batch_size is None:
         log.info("autotune.DataLoader: kept %s (batch_size=None: no best.yaml)", kept.settings)
         return None
@@ -75,7 +78,8 @@ def kept_on_run(
     )
     try:
         path = write(
-            study, storage, kept=kept, start=start, started_from=started_from, picked=picked,
+            study, job.job.storage, kept=kept, start=explorer.start_reading,
+            started_from=started_from, picked=explorer.proposals.trial_of(kept.settings),
             workload=workload, facts=facts,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the training goes on, its best.yaml unwritten

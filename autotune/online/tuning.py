@@ -262,20 +262,12 @@ class Tuning:
         job, explorer = self.job, self.explorer
         if explorer is None or not explorer.settled or job is None:
             return
-        if job.note_kept(explorer.current, explorer.best):
-            self._write_best(loader, job, explorer)
-
-    def _write_best(self, loader: Loader, job: job_record.JobRecord, explorer: Explorer) -> None:
-        """The kept setting and its rate beside the starting one's, as best.yaml."""
-        best = explorer.best
-        if job.study is None or best is None or best.settings != explorer.current:
-            return
-        best_yaml.kept_on_run(
-            loader, job.study, job.job.storage, kept=best, start=explorer.start_reading,
-            picked=explorer.proposals.trial_of(best.settings), started_from=self._started_from,
-            ranks=self.ranks.local if self.ranks else 1,
-            facts=self._facts or detect(want_cuda=torch.cuda.is_available()),
-        )  # fmt: skip
+        if job.note_kept(explorer.current, explorer.best):  # and best.yaml beside its study
+            best_yaml.kept_on_run(
+                loader, explorer, job, started_from=self._started_from,
+                ranks=self.ranks.local if self.ranks else 1,
+                facts=self._facts or detect(want_cuda=torch.cuda.is_available()),
+            )  # fmt: skip
 
     def dataset_changed(self, names: list[str]) -> None:
         """The loop changed its Dataset between epochs (``names``; ``dataset_state``): no
