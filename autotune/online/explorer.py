@@ -140,11 +140,14 @@ class Explorer:
                 return own
         return top
 
-    def measured(self, reading: Reading) -> PipelineConfig:
-        """Takes the current setting's reading (``charged``); returns the setting to run next."""
+    def measured(self, reading: Reading, batches_a_pass: int | None = None) -> PipelineConfig:
+        """Takes the current setting's reading (``charged``, each pass's start over
+        ``batches_a_pass``: an epoch's unless the loop leaves its epochs early); returns the
+        setting to run next."""
         if self.budget.started is None:
             self.budget.first_reading(reading)
-        reading = charged(reading, self._restarts, self.budget.batches_per_epoch)
+        pass_length = batches_a_pass or self.budget.batches_per_epoch
+        reading = charged(reading, self._restarts, pass_length)
         if reading.settings == self._start and self.start_reading is None:
             self.start_reading = reading
         if self.settled:  # the kept setting read again: has its rate moved?

@@ -87,6 +87,7 @@ class Tuning:
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then
         self._started_from = "your DataLoader arguments"  # else an earlier run's, a study's
         self._dataset_renewed = False  # the loop changes its Dataset between epochs
+        self._asked, self._left_after = 0, 0  # batches asked this epoch; read of one left early
 
     @property
     def _loader(self) -> Switchable:
@@ -98,6 +99,11 @@ class Tuning:
     def exploring(self) -> bool:
         """Whether settings are explored yet (each one's timing capped by the budget)."""
         return bool(self.share) and (self.explorer is None or not self.explorer.done)
+
+    @property
+    def _pass_length(self) -> int | None:  # an epoch's batches, or a pass's the loop left
+        epoch = self._loader.epoch_length
+        return min(self._left_after, epoch or self._left_after) if self._left_after else epoch
 
     @property
     def best_rate(self) -> float | None:  # the budget's unit (None before the explorer has one)
@@ -118,6 +124,8 @@ class Tuning:
     def epoch_started(self, loader: torch.utils.data.DataLoader) -> None:
         """An epoch starts (``loader``'s, before its batches are drawn): the first decides
         where the run starts; while the ranks tune, each is a sync."""
+        if self._asked:  # the last epoch did not end (an ended one is reset): it was left
+            self._left_after, self._asked = self._asked + 1, 0
         if self._record_at is not None:
             self._start(loader, *self._record_at)
         elif self.ranks is not None and self.ranks.syncing:  # an epoch's start: agreed
@@ -137,9 +145,7 @@ class Tuning:
             if not ranks.leader:
                 self._start_at(start.settings or tuned.settings, start.share)
 
-    def _resume(
-        self, loader: torch.utils.data.DataLoader, storage: str, name: str | None, ranks: int
-    ) -> None:
+    def _resume(self, loader: Loader, storage: str, name: str | None, ranks: int) -> None:
         """The setting an earlier run of the job kept, from its record (``JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
@@ -159,6 +165,7 @@ class Tuning:
 
     def before_batch(self, delivered: int) -> None:
         """Several ranks: where a sync is due before batch ``delivered``, they agree there."""
+        self._asked = delivered
         if self.ranks is not None and self.ranks.due(delivered):
             self.ranks.sync(self)
 
@@ -185,7 +192,7 @@ class Tuning:
         if not self.share:  # off
             return
         if (watch := self._watch) is not None and self.job is not None:  # started at a kept
-            whole = charged(reading, watch.restarts, self._loader.epoch_length)  # as it was kept
+            whole = charged(reading, watch.restarts, self._pass_length)  # as it was kept
             if watch.kept is None:  # the run's first reading of it: its rate, where none was kept
                 self.job.started_at(whole)
             if not watch.drifted(whole):
@@ -196,7 +203,7 @@ class Tuning:
         if self.explorer is None and not self._explore_from(reading):
             return
         if reading.settings == self.explorer.current:  # type: ignore[union-attr]
-            self._follow(lambda explorer: explorer.measured(reading))
+            self._follow(lambda explorer: explorer.measured(reading, self._pass_length))
             self.note_kept(self._loader)  # type: ignore[arg-type]  # a loop may leave mid-epoch
 
     def _explore_from(self, first: Reading) -> bool:
@@ -286,6 +293,7 @@ class Tuning:
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
         could time): that setting failed; where the budget has grown, the next proposed."""
+        self._asked = self._left_after = 0  # a whole epoch: each pass pays its start over one
         if untimeable is not None:
             self.failed(untimeable, record.untimeable(delivered))
         elif self.explorer is not None and self.share and not self.explorer.done:

@@ -655,3 +655,17 @@ def test_a_point_an_earlier_run_queued_outside_this_run_s_space_is_failed_and_sk
     assert failed.params["num_workers"] == 64
     assert "outside this run's space" in failed.user_attrs[TrialKey.FAILURE]["message"]
     assert not [w for w in recwarn if "Fixed parameter" in str(w.message)]
+
+
+def test_a_setting_is_charged_each_pass_s_start_over_the_batches_a_pass_reads() -> None:
+    # workers started each pass (1 s beyond a batch of 0.1 s): over an epoch of 100 batches
+    # that is a tenth more; over passes of 10 a loop leaves its epochs after, twice the time
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    rates = []
+    start = dataclasses.replace(START, num_workers=2, prefetch_factor=2)
+    for batches_a_pass in (None, 10):
+        explorer = Explorer(space, start, share=1.0, batches_per_epoch=100, clock=Clock())
+        read = Reading(start, 40.0, 0.02, 0.1, 1.1, batches=10, seconds=1.0)
+        explorer.measured(read, batches_a_pass)
+        rates.append(explorer.start_reading.samples_per_s)  # type: ignore[union-attr]
+    assert rates == pytest.approx([40.0 * 10 / 11, 40.0 * 1 / 2])

@@ -384,3 +384,15 @@ def test_the_loop_s_time_between_epochs_is_read_apart() -> None:
     loop.now += 60.0  # the loop validates
     loop.batch(wait=0.0, step=0.1)
     assert loop.meter.reading().between_epochs_s == pytest.approx(60.0)
+
+
+def test_a_loop_that_leaves_its_epochs_early_pays_each_pass_s_start_over_its_own_batches() -> None:
+    # 16 batches an epoch; the loop reads 5 of each, as a loop of steps per epoch does
+    loader = Manual(torch.zeros(64, 1), batch_size=4, window=WINDOW)
+    for _ in range(3):
+        for index, _ in enumerate(loader):
+            if index == 4:
+                break
+    assert loader.tuning._pass_length == 5
+    sum(1 for _ in loader)  # a whole epoch: an epoch's batches from here
+    assert loader.tuning._pass_length == 16
