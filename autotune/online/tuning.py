@@ -164,7 +164,7 @@ class Tuning:
         self._loader.start_at(settings)
 
     def before_batch(self, delivered: int) -> None:
-        """Several ranks: where a sync is due before batch ``delivered``, they agree there."""
+        """Before the epoch's batch ``delivered`` (counted): several ranks agree, if due."""
         self._asked = delivered
         if self.ranks is not None and self.ranks.due(delivered):
             self.ranks.sync(self)
