@@ -288,7 +288,6 @@ class DataLoader(torch.utils.data.DataLoader):
         end_s = self._meter.waiting_s()  # the setting's: its workers shut down where not kept
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
-        self._tuning.note_kept(self)  # before the loop's time between epochs starts
         self._between.ended(self.dataset)  # what the loop may set on it before the next
         meter = self._meter
         meter.epoch_ended(end_s)

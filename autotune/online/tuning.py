@@ -204,7 +204,6 @@ class Tuning:
             return
         if reading.settings == self.explorer.current:  # type: ignore[union-attr]
             self._follow(lambda explorer: explorer.measured(reading, self._pass_length))
-            self.note_kept(self._loader)  # type: ignore[arg-type]  # a loop may leave mid-epoch
 
     def _explore_from(self, first: Reading) -> bool:
         """The explorer, from the ``first`` reading; False where the storage failed (the run
@@ -232,8 +231,8 @@ class Tuning:
         return True
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
-        """Switches to what the explorer ``propose``s; where the study's storage fails, to
-        the best so far, exploring no more (the run goes on)."""
+        """Switches to what the explorer ``propose``s (each of its decisions), the setting kept
+        noted; where the study's storage fails, to the best so far, exploring no more."""
         explorer: Explorer = self.explorer  # type: ignore[assignment]
         try:
             self._loader.switch(propose(explorer))
@@ -242,6 +241,8 @@ class Tuning:
             explorer.done, self.share = True, 0.0
             best = explorer.best
             self._loader.switch(best.settings if best is not None else self._loader.settings)
+        else:  # noted where the explorer keeps a setting
+            self._note_kept(self._loader)  # type: ignore[arg-type]
 
     def failed(self, settings: PipelineConfig, failure: Failure | None) -> None:
         """``settings`` failed here (their workers, and the loader fell back; or no epoch
@@ -252,9 +253,8 @@ class Tuning:
             self.fail(settings, failure)
 
     def fail(self, settings: PipelineConfig, failure: Failure | None) -> None:
-        """``settings`` failed: where they are the explorer's, it proposes the next; where an
-        earlier run kept them (the loader fell back to your own), they are kept no more, and
-        the run explores from your own settings."""
+        """``settings`` failed: the explorer's, it proposes the next; an earlier run's kept one
+        (the loader fell back to yours) is kept no more, and the run explores from yours."""
         explorer = self.explorer
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
@@ -263,9 +263,9 @@ class Tuning:
             self._watch, self._started_from = None, "your DataLoader arguments"
             self.job.forget_kept()
 
-    def note_kept(self, loader: Loader) -> None:
-        """The setting kept, where one is, noted for the next run here, and the study's
-        best.yaml written, where it is news (as exploring settles, and at an epoch's end)."""
+    def _note_kept(self, loader: Loader) -> None:
+        """The setting kept, where one is, noted for the next run here and as the study's
+        best.yaml, where it is news (at once: a loop may leave before its epoch ends)."""
         job, explorer = self.job, self.explorer
         if explorer is None or not explorer.settled or job is None:
             return
