@@ -9,10 +9,11 @@ short, the best so far runs and is kept (recorded), until the run has earned ano
 A proposal already measured is told its rate, not run again: three in a row, or every point
 measured, end it; one no epoch can time is failed at once (``proposals``: the study's ask
 and tell). The run's own settings are kept unless another measured faster by more than half
-the two readings' spreads. A setting whose workers failed is recorded as failed and never
-kept (a kept one: the next fastest in its place). Once settled, where the kept setting's
-rate moves (``drift``), the runners-up and then the kept setting are measured again, then
-the sampler, with a fresh start's budget.
+the two readings' spreads; where the fastest other read faster within that noise, both are
+measured once more, and each one's two readings pooled, before one is kept. A setting whose
+workers failed is recorded as failed and never kept (a kept one: the next fastest in its
+place). Once settled, where the kept setting's rate moves (``drift``), the runners-up and then
+the kept setting are measured again, then the sampler, with a fresh start's budget.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
 from autotune.online.meter import fewest_batches
 from autotune.online.proposals import Proposals
-from autotune.online.reading import Reading
+from autotune.online.reading import Reading, pooled
 from autotune.online.space import online_space, priors, trains_on_cuda
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -76,6 +77,8 @@ class Explorer:
         self._asked_at = 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
         self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
+        self._looks_due: list[PipelineConfig] = []  # measured once more, in this order
+        self._looked_again: set[PipelineConfig] = set()  # the contenders given a second look
         self.start_reading: Reading | None = None  # the first of ``start``, charged as they are
         self._restarts: dict[PipelineConfig, float] = {}  # workers started again each epoch
         self._current = start
@@ -156,7 +159,12 @@ class Explorer:
             elif self.done:
                 return self._current
             return self._next()  # paused: is a proposal due yet?
-        self._readings[reading.settings] = reading
+        earlier = self._readings.get(settings := reading.settings)
+        if settings in self._looks_due[:1] and earlier is not None:
+            self._looks_due.pop(0)
+            look, reading = reading, pooled(earlier, reading)  # both readings count
+            self.proposals.looked_again(look, reading.samples_per_s)
+        self._readings[settings] = reading
         self.budget.unit_at(self.best or reading)
         if self.proposals.asked:  # else the run's own settings, outside the space
             self.proposals.tell(self._current, reading)
@@ -173,10 +181,12 @@ class Explorer:
         """The current setting failed (its workers, or no epoch could time it: ``failure``
         says why); returns the setting to run next: where it was the one kept, the next
         fastest measured, kept in its place (never the failed one again)."""
-        if not self.proposals.asked and self.settled:
+        looking = self._current in self._looks_due[:1]  # a second look's: no more looks
+        if looking or (not self.proposals.asked and self.settled):
             self.proposals.never_again(self._current)
             self._readings.pop(self._current, None)
-            return self._keep_best(self._start)
+            self._looks_due = []
+            return self._next() if looking else self._keep_best(self._start)
         if self.proposals.asked:
             self.proposals.tell(self._current, None, failure)
             self._charge()
@@ -207,12 +217,17 @@ class Explorer:
         return self.done or self.paused
 
     def _next(self) -> PipelineConfig:
+        if self._looks_due:  # a second look
+            self._current, self.done, self.paused = self._looks_due[0], False, False
+            return self._current
         short = self.budget.short
         if short and self.paused:
             return self._current
         if not short and self._ask():
             self.paused = False
             return self._current
+        if self._second_look():
+            return self._next()
         # the budget spent (for now, where it grows), or nothing left to try
         self.done = not (short and self.budget.grows)
         self.paused = not self.done
@@ -228,6 +243,22 @@ class Explorer:
             self.proposals.kept(best)
         return self._current
 
+    def _second_look(self) -> bool:
+        """Whether the start would be kept only because the fastest other setting read faster
+        within the two readings' noise: then both are measured once more (once a contender),
+        and each one's two readings pooled. A neighbour's burst during one reading decides
+        nothing. The budget pays for none of it: the start costs nothing, and the other read
+        faster than the setting it would run in its place."""
+        own, best = self._readings.get(self._start), self.best
+        if own is None or best is not own:
+            return False
+        top = max(self._readings.values(), key=lambda r: r.samples_per_s)
+        if top is own or top.settings in self._looked_again:
+            return False
+        self._looked_again.add(top.settings)
+        self._looks_due = [top.settings, own.settings]
+        return True
+
     def _recheck(self, reading: Reading) -> None:
         """The kept setting's rate moved (``drift``): what was measured before no longer
         holds. The runners-up are measured again, then the kept setting (its new reading
@@ -235,6 +266,7 @@ class Explorer:
         held against it), ahead of the sampler's proposals, with a fresh start's budget."""
         earlier = sorted(self._readings.values(), key=lambda r: r.samples_per_s, reverse=True)
         self._readings = {reading.settings: reading}
+        self._looks_due, self._looked_again = [], set()
         for other in [*earlier[:RECHECKED], reading]:
             params = self.space.params_of(other.settings)
             if params is not None and (other is reading or other.settings != reading.settings):

@@ -32,6 +32,9 @@ class _Told(NamedTuple):
 
     samples_per_s: float  # 0.0 where its workers failed: never proposed again, never kept
     trial_number: int
+    # the point, as the trial that measured it was asked: a second look is recorded as it
+    params: dict[str, Any] | None = None
+    distributions: dict[str, optuna.distributions.BaseDistribution] | None = None
 
 
 def sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
@@ -111,7 +114,20 @@ class Proposals:
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 self.study.tell(trial, reading.samples_per_s)
-        self._told[settings] = _Told(reading.samples_per_s if reading else 0.0, trial.number)
+        rate = reading.samples_per_s if reading else 0.0
+        self._told[settings] = _Told(rate, trial.number, trial.params, trial.distributions)
+
+    def looked_again(self, look: Reading, samples_per_s: float) -> None:
+        """``look``: a setting measured once more (a second look), recorded as a trial of
+        its own beside its first; ``samples_per_s``: the two readings' pooled rate, what a
+        repeat of it is told from here."""
+        told = self._told.get(look.settings)
+        if told is None or told.params is None or told.distributions is None:
+            return  # the run's own settings, outside the space: measured with no trial
+        trial = record.look_trial(look, told.params, told.distributions, told.trial_number)
+        with record.quiet():
+            self.study.add_trial(trial)
+        self._told[look.settings] = told._replace(samples_per_s=samples_per_s)
 
     def never_again(self, settings: PipelineConfig) -> None:
         """``settings`` failed after they were measured (kept, their workers died): never

@@ -1,10 +1,12 @@
 """What ``autotune.DataLoader`` read of one setting on the run (``meter.Meter`` measures it):
 the result every part of the online tuning passes on, combines (several ranks), charges
-(``budget``), compares (``drift``) and records (``record``).
+(``budget``), compares (``drift``), pools (``pooled``: two looks at one setting) and
+records (``record``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from autotune.pipeline.config import PipelineConfig
@@ -33,3 +35,24 @@ class Reading:
     # epoch's end (workers that do not persist shut down in it) and the next one's first
     # batch (its workers started, where they do not persist; an empty buffer to fill)
     epoch_start_s: float = 0.0
+
+
+def pooled(first: Reading, second: Reading) -> Reading:
+    """Two readings of one setting, taken apart, as one: their rate over both (samples over
+    seconds), and as spread the closer-agreeing reading's, or how far the two rates are
+    apart where that is more. A neighbour's burst only slows a reading: the two looks tell
+    it from the setting's own noise."""
+    seconds = first.seconds + second.seconds
+    if not seconds:
+        return second
+    rate = (first.samples_per_s * first.seconds + second.samples_per_s * second.seconds) / seconds
+    apart = abs(first.samples_per_s - second.samples_per_s) / rate if rate else 0.0
+    return dataclasses.replace(
+        second,
+        samples_per_s=rate,
+        spread=max(min(first.spread, second.spread), apart),
+        data_wait=(first.data_wait * first.seconds + second.data_wait * second.seconds) / seconds,
+        batches=first.batches + second.batches,
+        seconds=seconds,
+        epoch_start_s=max(first.epoch_start_s, second.epoch_start_s),
+    )

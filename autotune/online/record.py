@@ -14,9 +14,10 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.online import note
 from autotune.online.note import Kept
@@ -147,18 +148,35 @@ def record_stopped(study: optuna.Study, trial: optuna.Trial) -> None:
 
 def record_trial(trial: optuna.Trial, reading: Reading) -> None:
     """A setting explored, with the tuner's names for what was measured."""
-    for key, value in (
-        (TrialKey.CONFIG, reading.settings.short()),
-        (TrialKey.PIPELINE, reading.settings.to_dict()),
-        (TrialKey.SPREAD, round(reading.spread, 4)),
-        (TrialKey.DATA_WAIT, round(reading.data_wait, 4)),
-        (TrialKey.TIME_TO_FIRST_BATCH, round(reading.first_batch_s, 4)),
-    ):
+    for key, value in _measured(reading).items():
         store.set_trial_attr(trial, key, value)
+
+
+def look_trial(
+    look: Reading, params: dict[str, Any], distributions: dict[str, Any], first: int
+) -> FrozenTrial:
+    """A setting measured once more (a second look) as a trial of its own: the point its
+    first trial (number ``first``) was, and what this look measured."""
+    attrs = {**_measured(look), TrialKey.HOST: this_process(), TrialKey.LOOK_OF: first}
+    return optuna.trial.create_trial(
+        params=params, distributions=distributions, value=look.samples_per_s, user_attrs=attrs
+    )
+
+
+def _measured(reading: Reading) -> dict[str, Any]:
+    """What a reading measured, by the tuner's names."""
+    attrs: dict[str, Any] = {
+        TrialKey.CONFIG: reading.settings.short(),
+        TrialKey.PIPELINE: reading.settings.to_dict(),
+        TrialKey.SPREAD: round(reading.spread, 4),
+        TrialKey.DATA_WAIT: round(reading.data_wait, 4),
+        TrialKey.TIME_TO_FIRST_BATCH: round(reading.first_batch_s, 4),
+    }
     if reading.epoch_start_s:  # an epoch began while it was read: its first batch's wait
-        store.set_trial_attr(trial, TrialKey.EPOCH_START, round(reading.epoch_start_s, 4))
+        attrs[TrialKey.EPOCH_START] = round(reading.epoch_start_s, 4)
     if reading.beaten_after:  # clearly below the best so far, as the study prunes a trial
-        store.set_trial_attr(trial, TrialKey.PRUNED_AFTER, reading.beaten_after)
+        attrs[TrialKey.PRUNED_AFTER] = reading.beaten_after
+    return attrs
 
 
 def record_repeat(trial: optuna.Trial, config: PipelineConfig, earlier: int) -> None:

@@ -63,9 +63,9 @@ class TrialKey:
     SKIPPED = "skipped"  # why it was not run (it would not fit in memory; predicted to lose)
     PREDICTED_TO_LOSE = "predicted_to_lose"  # skipped as the rate model said (``prospects``)
     CONSTRAINT = "constraint"  # > 0: over study.memory_budget_gb by this many GB
-    # the config of an earlier finished trial, suggested again: not measured twice, it
-    # takes that trial's outcome (its number here) and costs none of the budget
-    REPEAT_OF = "repeat_of"
+    # an earlier finished trial's config (its number here): suggested again, not measured
+    # twice, its outcome taken at no cost; or measured again (online), too close to call
+    REPEAT_OF, LOOK_OF = "repeat_of", "second_look_of"
 
 
 class StudyKey:

@@ -669,3 +669,53 @@ def test_a_setting_is_charged_each_pass_s_start_over_the_batches_a_pass_reads() 
         explorer.measured(read, batches_a_pass)
         rates.append(explorer.start_reading.samples_per_s)  # type: ignore[union-attr]
     assert rates == pytest.approx([40.0 * 10 / 11, 40.0 * 1 / 2])
+
+
+@pytest.mark.parametrize(("second", "kept"), [(150.0, "faster"), (100.0, "own")])
+def test_a_setting_faster_within_the_noise_is_measured_again_with_the_run_s_own(
+    second, kept
+) -> None:
+    """The proposal's first reading ran into a neighbour's burst (118 ± 0.4 against the run's
+    own 100 ± 0.02): neither is kept on it. Both are measured once more, costing no budget,
+    and the two readings of each decide."""
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
+    clock = Clock()
+    # an epoch of 15 batches at 10 batches/s: 1.5 s of budget; 1 s a setting
+    explorer = Explorer(
+        space, own, share=1.0, batches_per_epoch=15, min_setting_s=1.0, clock=clock
+    )
+    explorer.measured(Reading(own, 100.0, 0.02, 0.5, 0.0, batches=10, seconds=1.0))
+    other = explorer.current
+    clock.now += 1.0
+    explorer.measured(Reading(other, 118.0, 0.4, 0.5, 0.0, batches=12, seconds=1.0))
+    spent, looked = explorer.budget.spent_s, []
+    while not explorer.done and len(looked) < 10:
+        looked.append(settings := explorer.current)
+        clock.now += 1.0
+        rate = {own: 100.0, other: second}[settings]
+        explorer.measured(Reading(settings, rate, 0.02, 0.5, 0.0, batches=10, seconds=1.0))
+    assert looked == [other, own] and explorer.budget.spent_s == spent  # once more, free
+    best = explorer.best
+    assert best is not None and best.settings == (other if kept == "faster" else own)
+    assert best.batches == (22 if kept == "faster" else 20)  # both readings pooled
+    assert explorer.current == best.settings
+    looks = [t for t in explorer.study.trials if TrialKey.LOOK_OF in t.user_attrs]
+    assert [store.pipeline_of(t) for t in looks] == [other, own]  # each a trial of its own
+    assert [t.value for t in looks] == [second, 100.0]
+
+
+def test_a_setting_whose_workers_fail_on_its_second_look_is_never_kept() -> None:
+    space = online_space(FACTS, batch_size=4, cuda=False)
+    own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)
+    clock = Clock()
+    explorer = Explorer(
+        space, own, share=1.0, batches_per_epoch=15, min_setting_s=1.0, clock=clock
+    )
+    explorer.measured(Reading(own, 100.0, 0.02, 0.5, 0.0, batches=10, seconds=1.0))
+    other = explorer.current
+    clock.now += 1.0
+    explorer.measured(Reading(other, 118.0, 0.4, 0.5, 0.0, batches=12, seconds=1.0))
+    assert explorer.current == other and not explorer.settled  # its second look
+    assert explorer.failed() == own and explorer.settled  # no more looks: the run's own kept
+    assert explorer.best is not None and explorer.best.settings == own
