@@ -5,7 +5,8 @@ so ``studies/`` by default; ``studies/`` under the working folder for a server's
 The file is read as an offline study's is (``pipeline.best_file``): ``autotune.loader_kwargs``
 hands the kept setting to torch's own DataLoader, for a run that should not tune (the batches'
 own arguments, ``drop_last`` and ``in_order``, stay the caller's). Its figures
-are readings of the run, each setting read once over spans of the loop; ``study.kept_by``
+are readings of the run, each setting read once over spans of the loop (twice, pooled, where
+one was too close to call: its second look); ``study.kept_by``
 says so, and ``mode=verify``, which repeats an offline study's claims in real epochs of its
 own job, refuses the file.
 """
@@ -154,7 +155,8 @@ def _notes(kept: Reading, start: Reading | None) -> list[str]:
     notes = [
         "read by autotune.DataLoader on the training run itself: samples/s of the loop (your "
         "step inside) over spans between epochs' ends, after a warm-up; each setting read "
-        "once, on its share of the run, with no confirmation rounds"
+        "once, on its share of the run (twice, pooled, where the first was too close to "
+        "call), with no confirmation rounds"
     ]
     waits = f"the loop waited for data {kept.data_wait:.0%} of its time with the kept setting"
     if start is not None and start.settings != kept.settings:

@@ -79,7 +79,7 @@ class Explorer:
         self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
         self._looks_due: list[PipelineConfig] = []  # measured once more, in this order
         self._looked_again: set[PipelineConfig] = set()  # the contenders given a second look
-        self.start_reading: Reading | None = None  # the first of ``start``, charged as they are
+        self.start_reading: Reading | None = None  # ``start``'s, charged as they are
         self._restarts: dict[PipelineConfig, float] = {}  # workers started again each epoch
         self._current = start
         self.done = False
@@ -164,6 +164,8 @@ class Explorer:
             self._looks_due.pop(0)
             look, reading = reading, pooled(earlier, reading)  # both readings count
             self.proposals.looked_again(look, reading.samples_per_s)
+            if settings == self._start:  # best.yaml's baseline: its pooled rate
+                self.start_reading = reading
         self._readings[settings] = reading
         self.budget.unit_at(self.best or reading)
         if self.proposals.asked:  # else the run's own settings, outside the space
@@ -244,11 +246,10 @@ class Explorer:
         return self._current
 
     def _second_look(self) -> bool:
-        """Whether the start would be kept only because the fastest other setting read faster
-        within the two readings' noise: then both are measured once more (once a contender),
-        and each one's two readings pooled. A neighbour's burst during one reading decides
-        nothing. The budget pays for none of it: the start costs nothing, and the other read
-        faster than the setting it would run in its place."""
+        """Whether the start would be kept only as the fastest other read faster within their
+        noise: then both are measured once more (once a contender), each one's readings pooled,
+        so that a neighbour's burst decides nothing. Free: the start costs nothing, and the
+        other read faster than the setting it would run in place of."""
         own, best = self._readings.get(self._start), self.best
         if own is None or best is not own:
             return False

@@ -700,6 +700,8 @@ def test_a_setting_faster_within_the_noise_is_measured_again_with_the_run_s_own(
     assert best is not None and best.settings == (other if kept == "faster" else own)
     assert best.batches == (22 if kept == "faster" else 20)  # both readings pooled
     assert explorer.current == best.settings
+    start = explorer.start_reading  # best.yaml's baseline: the run's own, both readings
+    assert start is not None and start.batches == 20
     looks = [t for t in explorer.study.trials if TrialKey.LOOK_OF in t.user_attrs]
     assert [store.pipeline_of(t) for t in looks] == [other, own]  # each a trial of its own
     assert [t.value for t in looks] == [second, 100.0]
