@@ -1,12 +1,16 @@
 """The study's side of exploring on a run: each setting measured is a trial of the run's study,
 asked of its sampler (Optuna's TPE, ask and tell) and told the samples/s it read, with the
-tuner's trial attributes (``record``).
+tuner's trial attributes (``record``). The points the run queues (its own settings, the
+guides', a second look, the runners-up after a drift) come first, kept in the run and added
+to the study as trials once read: two runs of one job share its study, and Optuna's queue
+would hand one's points to the other.
 
-A point already measured is told its rate again without running (a repeat, costing nothing):
-``REPEATS_TO_STOP`` of them in a row, or every point measured, and the sampler has nothing
-new. A point queued outside the run's space, or one no epoch can time, is failed with why
-before it runs. A trial asked and not told when the run stops is recorded as interrupted.
-What to measure when, and what to keep, is the explorer's (``explorer``).
+A point the sampler proposes again is told its rate without running (a repeat, costing
+nothing): ``REPEATS_TO_STOP`` of them in a row, or every point measured, and the sampler has
+nothing new. A point queued outside the run's space (by an earlier build's run), or one no
+epoch can time, is failed with why before it runs. A setting asked or being measured when
+the run stops is recorded as interrupted. What to measure when, and what to keep, is the
+explorer's (``explorer``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.session.space import SearchSpace
-from autotune.tuner import store
+from autotune.tuner import storage as study_storage
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
 
@@ -32,9 +36,7 @@ class _Told(NamedTuple):
 
     samples_per_s: float  # 0.0 where its workers failed: never proposed again, never kept
     trial_number: int
-    # the point, as the trial that measured it was asked: a second look is recorded as it
-    params: dict[str, Any] | None = None
-    distributions: dict[str, optuna.distributions.BaseDistribution] | None = None
+    params: dict[str, Any] | None = None  # its point (a second look is recorded at it)
 
 
 def sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
@@ -57,29 +59,44 @@ class Proposals:
         self._points = len(space.grid())
         self._told: dict[PipelineConfig, _Told] = {}  # by the sampler's points
         self._trial: optuna.Trial | None = None  # asked, not told yet
+        # the run's own points, measured before the sampler's, each a trial once read: kept
+        # here, not in the study's queue, where a run of the same job beside this one (a
+        # sweep's seeds) would be handed them by Optuna, and its start measured as another
+        self._queued: list[dict[str, Any]] = []
+        self._point: dict[str, Any] | None = None  # one of them, being measured
 
     @property
     def asked(self) -> bool:
-        """Whether a trial is asked and not told yet (the run's own settings, outside the
+        """Whether a setting is asked and not told yet (the run's own settings, outside the
         space, are measured with none)."""
-        return self._trial is not None
+        return self._trial is not None or self._point is not None
 
     def queue(self, params: dict[str, Any], *, anew: PipelineConfig | None = None) -> None:
         """``params`` asked next, ahead of the sampler's own; ``anew``: their settings,
         measured before, to be measured again (not told their earlier rate)."""
         if anew is not None:
             self._told.pop(anew, None)
-        store.enqueue(self.study, params, {})
+        self._queued.append(params)
 
     def ask(self, untimeable: Callable[[PipelineConfig], Failure | None]) -> PipelineConfig | None:
-        """The next setting not measured yet, its trial asked; None where none is left. One
-        an epoch cannot time (``untimeable`` says why) is failed, costing nothing."""
+        """The next setting not measured yet: a queued one, else the sampler's, its trial
+        asked; None where none is left. One an epoch cannot time (``untimeable`` says why)
+        is failed, costing nothing."""
+        while self._queued:
+            params = self._queued.pop(0)
+            config = self.space.config_at(params)
+            if config in self._told:  # measured already: nothing to do
+                continue
+            self._point = params
+            if (why := untimeable(config)) is None:
+                return config
+            self.tell(config, None, why)
         repeats = 0
         while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
             trial = self._trial = self.study.ask()  # from here, a stop records it (``close``)
             if self._recorded:
                 record.record_asked(trial)
-            with warnings.catch_warnings():  # a queued point out of range: failed below
+            with warnings.catch_warnings():  # a point queued by an earlier build: failed below
                 warnings.filterwarnings("ignore", message="Fixed parameter")
                 config = self.space.suggest(trial)
             if self.space.params_of(config) is None:  # queued by a run of another space
@@ -101,8 +118,14 @@ class Proposals:
     def tell(
         self, settings: PipelineConfig, reading: Reading | None, failure: Failure | None = None
     ) -> None:
-        """The asked trial measured ``settings``: its ``reading``, recorded; or None, its
+        """The asked setting measured ``settings``: its ``reading``, recorded; or None, its
         workers failed (``failure`` says why, where known)."""
+        rate = reading.samples_per_s if reading else 0.0
+        if self._point is not None:
+            params, self._point = self._point, None
+            number = self._add(record.unasked_trial(params, self._of(params), reading, failure))
+            self._told[settings] = _Told(rate, number, params)
+            return
         assert self._trial is not None
         trial, self._trial = self._trial, None
         if self._recorded and reading is not None:
@@ -114,20 +137,25 @@ class Proposals:
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 self.study.tell(trial, reading.samples_per_s)
-        rate = reading.samples_per_s if reading else 0.0
-        self._told[settings] = _Told(rate, trial.number, trial.params, trial.distributions)
+        self._told[settings] = _Told(rate, trial.number, trial.params)
 
     def looked_again(self, look: Reading, samples_per_s: float) -> None:
         """``look``: a setting measured once more (a second look), recorded as a trial of
         its own beside its first; ``samples_per_s``: the two readings' pooled rate, what a
         repeat of it is told from here."""
         told = self._told.get(look.settings)
-        if told is None or told.params is None or told.distributions is None:
-            return  # the run's own settings, outside the space: measured with no trial
-        trial = record.look_trial(look, told.params, told.distributions, told.trial_number)
-        with record.quiet():
-            self.study.add_trial(trial)
+        if told is None or told.params is None:  # the run's own outside the space: no trial
+            return
+        first, params = told.trial_number, told.params
+        self._add(record.unasked_trial(params, self._of(params), look, look_of=first))
         self._told[look.settings] = told._replace(samples_per_s=samples_per_s)
+
+    def _of(self, params: dict[str, Any]) -> dict[str, Any]:  # as ``suggest`` records them
+        return self.space.distributions(params)
+
+    def _add(self, trial: optuna.trial.FrozenTrial) -> int:
+        with record.quiet():
+            return study_storage.add_trial(self.study, trial)
 
     def never_again(self, settings: PipelineConfig) -> None:
         """``settings`` failed after they were measured (kept, their workers died): never
@@ -147,6 +175,12 @@ class Proposals:
 
     def close(self) -> None:
         """The run stopped while a setting was asked or measured: its trial interrupted."""
+        if self._point is not None and self._recorded:  # recorded as stopped, as an asked one
+            params, self._point = self._point, None
+            try:
+                self._add(record.unasked_trial(params, self._of(params), None, record.STOPPED))
+            except Exception as exc:  # noqa: BLE001 - at exit: one warning, never a traceback
+                record.not_recorded(self.study.study_name, exc)
         trial, self._trial = self._trial, None
         if trial is not None and self._recorded:
             record.record_stopped(self.study, trial)

@@ -83,8 +83,8 @@ def open_record(
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if is_gone(store.trial_attr(trial, TrialKey.HOST, "")):
                 study_storage.mark_failed(study, trial._trial_id, STOPPED)
-        # queued by an earlier run (its priors, its runners-up after a drift): never this
-        # run's first ask, which Optuna would take them for
+        # queued by an earlier build's run (this one queues its points in the run): never
+        # this run's first ask, which Optuna would take them for
         for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             study_storage.mark_failed(study, trial._trial_id, UNASKED)
         return study
@@ -152,15 +152,25 @@ def record_trial(trial: optuna.Trial, reading: Reading) -> None:
         store.set_trial_attr(trial, key, value)
 
 
-def look_trial(
-    look: Reading, params: dict[str, Any], distributions: dict[str, Any], first: int
+def unasked_trial(
+    params: dict[str, Any],
+    distributions: dict[str, Any],
+    reading: Reading | None,
+    failure: Failure | None = None,
+    look_of: int | None = None,
 ) -> FrozenTrial:
-    """A setting measured once more (a second look) as a trial of its own: the point its
-    first trial (number ``first``) was, and what this look measured."""
-    attrs = {**_measured(look), TrialKey.HOST: this_process(), TrialKey.LOOK_OF: first}
+    """A point the run measured without asking the sampler (its own queue: its start, the
+    guides', a second look of trial ``look_of``), as a trial once it is read: what it
+    measured, or why it failed."""
+    attrs: dict[str, Any] = {TrialKey.HOST: this_process()}
+    attrs.update(_measured(reading) if reading is not None else {})
+    attrs.update({TrialKey.FAILURE: failure.to_dict()} if failure is not None else {})
+    attrs.update({TrialKey.LOOK_OF: look_of} if look_of is not None else {})
     return optuna.trial.create_trial(
-        params=params, distributions=distributions, value=look.samples_per_s, user_attrs=attrs
-    )
+        params=params, distributions=distributions, user_attrs=attrs,
+        state=TrialState.COMPLETE if reading is not None else TrialState.FAIL,
+        value=reading.samples_per_s if reading is not None else None,
+    )  # fmt: skip
 
 
 def _measured(reading: Reading) -> dict[str, Any]:

@@ -89,6 +89,17 @@ class Knob:
             return trial.suggest_categorical(self.name, [False, True])
         return trial.suggest_categorical(self.name, list(self.choices))
 
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        """What ``suggest`` draws from: a trial of a point measured unasked is recorded with
+        it (``optuna.trial.create_trial``)."""
+        if self.type == "int":
+            assert self.low is not None and self.high is not None
+            return optuna.distributions.IntDistribution(
+                self.low, self.high, step=self.step, log=self.log
+            )
+        choices = [False, True] if self.type == "bool" else list(self.choices)
+        return optuna.distributions.CategoricalDistribution(choices)
+
     def values(self) -> list[Any]:
         """Every value this knob can take (for grids and baselines)."""
         if self.type == "fixed":

@@ -207,6 +207,10 @@ class SearchSpace:
         same = self._config(lambda knob: params.get(knob.name, knob.value)) == config
         return params if same else None
 
+    def distributions(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The Optuna distributions of ``params``' knobs, as ``suggest`` would record them."""
+        return {k.name: k.distribution() for k in self.knobs if k.name in params}
+
     def choices(self, name: str) -> list[Any]:
         """Every value the knob ``name`` takes here; [] where the space has no such knob."""
         knob = next((k for k in self.knobs if k.name == name), None)

@@ -181,6 +181,12 @@ def _refuse_another_kind_of_host(study: optuna.Study, where: str, facts: Machine
         )
 
 
+def add_trial(study: optuna.Study, trial: FrozenTrial) -> int:
+    """``study.add_trial(trial)``, and the number the study gave it (Optuna's says none)."""
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=trial)
+    return study._storage.get_trial_number_from_id(trial_id)
+
+
 def mark_failed(study: optuna.Study, trial_id: int, failure: Failure) -> bool:
     """Records ``failure`` on a running trial and fails it; False where another process got
     there first."""

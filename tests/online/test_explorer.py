@@ -26,6 +26,7 @@ from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.failures import FailureKind
 from autotune.session.space import SearchSpace
+from autotune.tuner import storage as study_storage
 from autotune.tuner import store
 from autotune.tuner.store import StudyKey, TrialKey
 
@@ -343,20 +344,20 @@ def test_a_storage_that_cannot_be_opened_is_one_warning_and_the_run_goes_on(capl
 def test_a_storage_that_fails_as_exploring_starts_is_one_warning_and_the_run_goes_on(
     tmp_path, monkeypatch, caplog
 ) -> None:
-    """The storage opened, then locked by another writer (forced: the write that queues
-    the run's own settings fails as a locked SQLite file fails it)."""
+    """The storage opened, then locked by another writer (forced: the write that records
+    the run's own settings' reading fails as a locked SQLite file fails it)."""
 
     def locked(*args: object, **kwargs: object) -> None:
         raise optuna.exceptions.StorageInternalError("database is locked")
 
-    monkeypatch.setattr(store, "enqueue", locked)
+    monkeypatch.setattr(study_storage, "add_trial", locked)
     storage = f"sqlite:///{tmp_path}/autotune.db"
     loader = autotune.DataLoader(Work(), batch_size=4, window=BRIEF_WINDOW, storage=storage)
     with caplog.at_level(logging.WARNING, logger="autotune"):
         for _ in range(2):
             assert sum(len(b) for b in loader) == len(Work())
     assert caplog.text.count("not recorded") == 1 and "database is locked" in caplog.text
-    assert loader.explorer is None and not loader.switches  # its own settings, unexplored
+    assert loader.explorer.done and not loader.switches  # type: ignore[union-attr] # its own
 
 
 def test_a_run_stopped_while_a_setting_is_asked_leaves_no_trial_running(
@@ -649,8 +650,10 @@ def test_a_point_an_earlier_run_queued_outside_this_run_s_space_is_failed_and_sk
     own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
     wide = {**space.params_of(own), "num_workers": 64}  # type: ignore[arg-type]
     study.enqueue_trial({**wide, "prefetch_factor": 2, "persistent_workers": True})
-    explorer = Explorer(space, own, share=1.0, batches_per_epoch=100_000, study=study)
-    assert explorer.current.num_workers <= FACTS.usable_cpus  # the queued point skipped
+    clock = Clock()
+    explorer = Explorer(space, own, share=1.0, batches_per_epoch=100_000, study=study, clock=clock)
+    tried = explore(explorer, clock, limit=6)  # its own points, then the sampler's
+    assert all(s.num_workers <= FACTS.usable_cpus for s in tried)  # the queued point skipped
     (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed.params["num_workers"] == 64
     assert "outside this run's space" in failed.user_attrs[TrialKey.FAILURE]["message"]

@@ -41,8 +41,8 @@ def test_a_point_measured_before_is_told_its_rate_and_repeats_in_a_row_end_the_a
     proposals.queue(params)
     assert proposals.ask(always) == OWN and proposals.asked
     proposals.tell(OWN, reading(OWN, 100.0))
-    for _ in range(REPEATS_TO_STOP):
-        proposals.queue(params)
+    for _ in range(REPEATS_TO_STOP):  # the sampler proposes it again (forced)
+        proposals.study.enqueue_trial(params)
     assert proposals.ask(always) is None and not proposals.asked  # nothing new to measure
     first, *repeats = proposals.study.trials
     assert first.value == 100.0 and first.user_attrs[TrialKey.CONFIG] == OWN.short()
@@ -68,7 +68,7 @@ def test_a_setting_whose_workers_failed_is_told_so_and_never_measured_again(prop
     proposals.ask(always)
     proposals.tell(OWN, reading(OWN, 100.0))
     proposals.never_again(OWN)  # kept, then its workers died
-    proposals.queue(params)
+    proposals.study.enqueue_trial(params)  # the sampler proposes it again (forced)
     proposals.ask(always)  # told 0 samples/s, not measured
     assert proposals.study.trials[1].value == 0.0
     assert proposals.study.trials[1].user_attrs[TrialKey.REPEAT_OF] == 0
@@ -82,3 +82,26 @@ def test_a_trial_asked_when_the_run_stops_is_recorded_interrupted(proposals) -> 
     assert trial.user_attrs[TrialKey.FAILURE]["kind"] == FailureKind.INTERRUPTED.value
     proposals.close()  # once
     assert len(proposals.study.trials) == 1
+
+
+def test_a_point_a_run_queues_is_never_handed_to_another_run_of_the_job(tmp_path) -> None:
+    """Two runs of one job at once (a sweep's seeds on one host) share its study: each
+    measures the points it queued (its own settings first), and each is a trial once read."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    runs = [
+        Proposals(SPACE, optuna.create_study(
+            study_name="job", storage=storage, direction="maximize", load_if_exists=True
+        ))
+        for _ in range(2)
+    ]  # fmt: skip
+    other = SPACE.config_at(next(p for p in SPACE.grid() if SPACE.config_at(p) != OWN))
+    for run, point in zip(runs, (OWN, other), strict=True):
+        run.queue(SPACE.params_of(point))  # type: ignore[arg-type]
+    study = runs[0].study
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))  # none shared
+    assert runs[1].ask(always) == other and runs[0].ask(always) == OWN
+    runs[0].tell(OWN, reading(OWN, 100.0))
+    runs[1].tell(other, reading(other, 150.0))
+    measured = {t.user_attrs[TrialKey.CONFIG]: t.value for t in study.trials}
+    assert measured == {OWN.short(): 100.0, other.short(): 150.0}
+    assert [t.params for t in study.trials] == [SPACE.params_of(OWN), SPACE.params_of(other)]

@@ -87,12 +87,13 @@ def test_a_run_stopped_while_measuring_leaves_no_trial_running(tmp_path) -> None
     batches = iter(loader)
     while loader.explorer is None:  # the run's own settings measured: the next one asked
         next(batches)
-    (running,) = [t for t in trials(storage) if t.state == TrialState.RUNNING]
+    asked = loader.explorer.current  # the guides' setting, queued by the run: being measured
     del batches, loader  # the loop left (as at Ctrl-C): the loader is collected
     gc.collect()
-    stopped = trials(storage)[running.number]
-    assert stopped.state == TrialState.FAIL
+    assert not [t for t in trials(storage) if t.state == TrialState.RUNNING]
+    (stopped,) = [t for t in trials(storage) if t.state == TrialState.FAIL]
     assert store.failure_kind(stopped) == FailureKind.INTERRUPTED
+    assert store.setting_of(stopped, "num_workers") == asked.num_workers
 
 
 def test_a_trial_left_running_by_a_killed_run_is_failed_at_the_next_open(tmp_path) -> None:
