@@ -103,7 +103,8 @@ def _summary_markdown(summary: Summary) -> str:
         rate = f" at {result.online_kept_rate:.1f} {UNIT}" if result.online_kept_rate else ""
         how = (
             "the run's own settings first, then each setting the sampler proposed, timed "
-            "once on its share of the run (no confirmation rounds)"
+            "once on its share of the run (no confirmation rounds; twice, pooled, where a "
+            "setting read faster than the run's own within their noise)"
             if any(result.counts.values())
             else "the setting the run started at (its own, or an offline study's pick), "
             "nothing else tried"

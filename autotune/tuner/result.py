@@ -20,7 +20,7 @@ from autotune.pipeline.best_file import MachineSection, WorkloadSection
 from autotune.pipeline.config import PipelineConfig
 from autotune.tuner import store
 from autotune.tuner.metrics import speedup
-from autotune.tuner.store import BASELINE, StudyKey, role_of
+from autotune.tuner.store import BASELINE, StudyKey, TrialKey, role_of
 
 # a study's phases, in the order they run: the reference points (ceiling, stage profile), the
 # search (TPE and polish), the confirmation of the finalists, the worth table
@@ -132,13 +132,15 @@ class StudyResult:
         stored = attrs.get(StudyKey.WORKLOAD)
         workload = WorkloadSection.from_dict(stored) if stored else None
         kept = attrs.get(StudyKey.ONLINE_KEPT)
+        if trial is None and kept is not None:  # an online study's: the setting it kept
+            trial = next((t for t in reversed(trials) if _of_kept(t, kept)), None)
         return cls(
             study_name=study.study_name,
             storage=storage,
             confirmed=confirmed,
             winner_label=winner,
             as_is_label=attrs.get(StudyKey.AS_IS_WINNER),
-            best=store.pipeline_of(trial) if trial and _recorded(trial) else None,
+            best=store.pipeline_of(trial) if row and trial and _recorded(trial) else None,
             best_params=trial.params if trial else None,
             baseline_text=attrs.get(StudyKey.BASELINE),
             ceiling=attrs.get(StudyKey.CEILING),
@@ -154,6 +156,12 @@ class StudyResult:
             online_kept=PipelineConfig.from_dict(kept) if kept else None,
             online_kept_rate=attrs.get(StudyKey.ONLINE_KEPT_RATE),
         )
+
+
+def _of_kept(trial: FrozenTrial, kept: dict[str, Any]) -> bool:
+    """Whether ``trial`` measured the setting an online run kept (``kept``, as stored)."""
+    measured = trial.state == TrialState.COMPLETE
+    return measured and store.trial_attr(trial, TrialKey.PIPELINE) == kept
 
 
 def _recorded(trial: FrozenTrial) -> bool:

@@ -29,6 +29,7 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.report import markdown
 from autotune.runtime.failures import FailureKind
 from autotune.tuner import store
+from autotune.tuner.result import StudyResult
 from autotune.tuner.store import StudyKey, TrialKey
 
 # each runs a real loop into a real study, one kills a process: seconds each
@@ -139,6 +140,10 @@ def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
     kept = loader.explorer.current  # read with from the next batch, or the next epoch
     assert f"`autotune.DataLoader` kept `{kept.short()}` at " in text
     assert "stopped before naming a best config" not in text
+    study = loader.explorer.study
+    result = StudyResult.load(study, storage=storage)  # the settings that mattered: the kept's
+    assert result.best_params == study.trials[loader.explorer.proposals.trial_of(kept)].params
+    assert result.best_params and result.best is None  # no confirmed winner: none named one
     # and noted on this host, where the next run starts before its first batch
     # with the rate it was kept at: a next run far off it is not this job (``DriftWatch``)
     rate = store.study_attr(loader.explorer.study, StudyKey.ONLINE_KEPT_RATE)
