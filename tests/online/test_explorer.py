@@ -674,13 +674,9 @@ def test_a_setting_is_charged_each_pass_s_start_over_the_batches_a_pass_reads() 
     assert rates == pytest.approx([40.0 * 10 / 11, 40.0 * 1 / 2])
 
 
-@pytest.mark.parametrize(("second", "kept"), [(150.0, "faster"), (100.0, "own")])
-def test_a_setting_faster_within_the_noise_is_measured_again_with_the_run_s_own(
-    second, kept
-) -> None:
-    """The proposal's first reading ran into a neighbour's burst (118 ± 0.4 against the run's
-    own 100 ± 0.02): neither is kept on it. Both are measured once more, costing no budget,
-    and the two readings of each decide."""
+def too_close_to_call() -> tuple[Explorer, Clock, PipelineConfig, PipelineConfig]:
+    """An explorer whose proposal's first reading ran into a neighbour's burst: 118 ± 0.4
+    against the run's own 100 ± 0.02 (the explorer, its clock, the run's own, the proposal)."""
     space = online_space(FACTS, batch_size=4, cuda=False)
     own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
     clock = Clock()
@@ -692,6 +688,17 @@ def test_a_setting_faster_within_the_noise_is_measured_again_with_the_run_s_own(
     other = explorer.current
     clock.now += 1.0
     explorer.measured(Reading(other, 118.0, 0.4, 0.5, 0.0, batches=12, seconds=1.0))
+    return explorer, clock, own, other
+
+
+@pytest.mark.parametrize(("second", "kept"), [(150.0, "faster"), (100.0, "own")])
+def test_a_setting_faster_within_the_noise_is_measured_again_with_the_run_s_own(
+    second, kept
+) -> None:
+    """The proposal's first reading ran into a neighbour's burst (118 ± 0.4 against the run's
+    own 100 ± 0.02): neither is kept on it. Both are measured once more, costing no budget,
+    and the two readings of each decide."""
+    explorer, clock, own, other = too_close_to_call()
     spent, looked = explorer.budget.spent_s, []
     while not explorer.done and len(looked) < 10:
         looked.append(settings := explorer.current)
@@ -711,16 +718,7 @@ def test_a_setting_faster_within_the_noise_is_measured_again_with_the_run_s_own(
 
 
 def test_a_setting_whose_workers_fail_on_its_second_look_is_never_kept() -> None:
-    space = online_space(FACTS, batch_size=4, cuda=False)
-    own = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)
-    clock = Clock()
-    explorer = Explorer(
-        space, own, share=1.0, batches_per_epoch=15, min_setting_s=1.0, clock=clock
-    )
-    explorer.measured(Reading(own, 100.0, 0.02, 0.5, 0.0, batches=10, seconds=1.0))
-    other = explorer.current
-    clock.now += 1.0
-    explorer.measured(Reading(other, 118.0, 0.4, 0.5, 0.0, batches=12, seconds=1.0))
+    explorer, clock, own, other = too_close_to_call()
     assert explorer.current == other and not explorer.settled  # its second look
     assert explorer.failed() == own and explorer.settled  # no more looks: the run's own kept
     assert explorer.best is not None and explorer.best.settings == own
