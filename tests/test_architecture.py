@@ -435,13 +435,23 @@ def find_long_functions(
 
 
 def find_attribute_access_past_the_store(package: Package, store: str = STORE) -> list[str]:
+    """Each ``.user_attrs`` (and the rest of the door) read or called, and each
+    ``user_attrs=`` passed (a trial made with its attributes) outside the store."""
     return sorted(
-        f"{package.relpath(m.name)}:{node.lineno}: .{node.attr}"
+        f"{package.relpath(m.name)}:{node.lineno}: {name}"
         for m in package.modules.values()
         if m.name != store
         for node in ast.walk(m.tree)
-        if isinstance(node, ast.Attribute) and node.attr in STORE_DOOR
+        for name in _door_names(node)
     )
+
+
+def _door_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Attribute) and node.attr in STORE_DOOR:
+        return [f".{node.attr}"]
+    if isinstance(node, ast.keyword) and node.arg in STORE_DOOR:
+        return [f"{node.arg}="]
+    return []
 
 
 def _check(what: str, offenders: list[str]) -> None:
@@ -597,9 +607,11 @@ def test_detector_finds_attribute_access_past_the_store(tmp_path: Path) -> None:
         {
             "tuner/store.py": "def kind(t):\n    return t.user_attrs.get('kind')\n",
             "report/plots.py": "def wait(t, s):\n    s.set_user_attr('x', t.system_attrs)\n",
+            "online/record.py": "def made(c, a):\n    return c(user_attrs=a)\n",
         },
     )
     assert find_attribute_access_past_the_store(package) == [
+        "autotune/online/record.py:2: user_attrs=",
         "autotune/report/plots.py:2: .set_user_attr",
         "autotune/report/plots.py:2: .system_attrs",
     ]

@@ -166,11 +166,8 @@ def unasked_trial(
     attrs.update(_measured(reading) if reading is not None else {})
     attrs.update({TrialKey.FAILURE: failure.to_dict()} if failure is not None else {})
     attrs.update({TrialKey.LOOK_OF: look_of} if look_of is not None else {})
-    return optuna.trial.create_trial(
-        params=params, distributions=distributions, user_attrs=attrs,
-        state=TrialState.COMPLETE if reading is not None else TrialState.FAIL,
-        value=reading.samples_per_s if reading is not None else None,
-    )  # fmt: skip
+    value = reading.samples_per_s if reading is not None else None
+    return store.finished_trial(params, distributions, attrs, value)
 
 
 def _measured(reading: Reading) -> dict[str, Any]:

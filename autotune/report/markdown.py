@@ -16,7 +16,7 @@ from autotune.report import dashboard, importances, plots
 from autotune.report.summary import UNIT, WORTH_HEADER, Summary
 from autotune.runtime.failures import FailureKind
 from autotune.schema import AutotuneConfig
-from autotune.tuner import rate_model, store
+from autotune.tuner import rate_model, store, study_trials
 from autotune.tuner.result import StudyResult
 from autotune.tuner.storage import sqlite_file
 from autotune.tuner.store import StudyKey, TrialKey
@@ -165,7 +165,7 @@ def _worth_markdown(summary: Summary) -> str:
 
 
 def _counts_line(trials: list[optuna.trial.FrozenTrial]) -> str:
-    own = store.measured(trials)
+    own = study_trials.measured(trials)
     counts = Counter(t.state for t in own)
     losing = sum(1 for t in own if store.is_predicted_to_lose(t))
     too_big = sum(1 for t in own if store.is_skipped(t)) - losing
@@ -194,7 +194,7 @@ def _counts_line(trials: list[optuna.trial.FrozenTrial]) -> str:
 
 def _failures_markdown(trials: list[optuna.trial.FrozenTrial]) -> str:
     by_kind: dict[str, list[optuna.trial.FrozenTrial]] = {}
-    trials = store.measured(trials)
+    trials = study_trials.measured(trials)
     for t in trials:
         if t.state == TrialState.FAIL:
             kind = store.failure_kind(t)

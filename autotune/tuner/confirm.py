@@ -15,7 +15,7 @@ from autotune.runtime.failures import FailureKind
 from autotune.runtime.trial import TrialOutcome, run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import racing, store
+from autotune.tuner import racing, store, study_trials
 from autotune.tuner.metrics import Confirmed, epoch_rate, feasible_complete, startup_per_epoch
 from autotune.tuner.store import TrialKey
 
@@ -189,7 +189,7 @@ def from_search(
     for label, number, config in picked:
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         # a repeat holds its earlier trial's value and no measurement of its own
-        trials = [t for t in store.measured(complete) if store.pipeline_of(t) == config]
+        trials = [t for t in study_trials.measured(complete) if store.pipeline_of(t) == config]
         values = [v for t in trials for v in store.trial_attr(t, TrialKey.SUB_WINDOWS, [])]
         if not values:
             continue

@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotune.tuner import storage, store
+from autotune.tuner import storage, store, study_trials
 from autotune.tuner.lease import Leases
 from autotune.tuner.store import StudyKey
 
@@ -27,7 +27,7 @@ POLL_S = 1.0
 def confirmation(study: optuna.Study) -> str:
     """The confirmation's lease: one per trial count, so a study resumed with more trials
     is confirmed again, and a finished one is not."""
-    return f"confirmation after {store.finished_count(study)} trials"
+    return f"confirmation after {study_trials.finished_count(study)} trials"
 
 
 @contextmanager

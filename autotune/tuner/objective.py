@@ -16,7 +16,7 @@ from autotune.pipeline.user_data import UserData
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import prospects, rate_model, store
+from autotune.tuner import prospects, rate_model, store, study_trials
 from autotune.tuner.metrics import epoch_rate, startup_per_epoch
 from autotune.tuner.progress import best_so_far
 from autotune.tuner.store import TrialKey
@@ -122,7 +122,7 @@ class Objective:
         is measured."""
         config = self.session.space.suggest(trial)
         if not isinstance(trial, optuna.trial.FixedTrial):
-            earlier = store.earlier_run(trial.study, config)
+            earlier = study_trials.earlier_run(trial.study, config)
             if earlier is not None:
                 return self._repeat(trial, config, earlier)
         measuring()
@@ -250,6 +250,6 @@ class Objective:
     def _head(self, trial: optuna.Trial, config: PipelineConfig) -> str:
         if isinstance(trial, optuna.trial.FixedTrial):
             return f"trial {config.short()}"
-        done = store.finished_count(trial.study) + 1
+        done = study_trials.finished_count(trial.study) + 1
         n_trials = self.session.conf.study.n_trials
         return f"[{done:>2}/{n_trials}] trial {trial.number:<3} {config.short():<38}"

@@ -10,7 +10,7 @@ import optuna
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from autotune.tuner.store import best_value, finished_count
+from autotune.tuner.study_trials import best_value, finished_count
 
 
 def best_so_far(trial: optuna.Trial, value: float | None = None) -> str:

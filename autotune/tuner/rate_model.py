@@ -34,7 +34,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline.config import PipelineConfig
-from autotune.tuner import store
+from autotune.tuner import store, study_trials
 from autotune.tuner.store import StudyKey, TrialKey
 
 
@@ -144,7 +144,7 @@ def for_study(
 
 def predicted_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """The complete, measured ``trials`` that carry a prediction and their steady rate."""
-    complete = store.measured([t for t in trials if t.state == TrialState.COMPLETE])
+    complete = study_trials.measured([t for t in trials if t.state == TrialState.COMPLETE])
     keys = (TrialKey.PREDICTED, TrialKey.PREDICTED_BOUND, TrialKey.STEADY)
     return [t for t in complete if all(store.trial_attr(t, key) for key in keys)]
 

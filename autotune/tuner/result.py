@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.pipeline.best_file import MachineSection, WorkloadSection
 from autotune.pipeline.config import PipelineConfig
-from autotune.tuner import store
+from autotune.tuner import store, study_trials
 from autotune.tuner.metrics import speedup
 from autotune.tuner.store import BASELINE, StudyKey, TrialKey, role_of
 
@@ -188,7 +188,7 @@ def trial_of_row(study: optuna.Study, row: Row) -> FrozenTrial | None:
 
 def trial_counts(trials: list[FrozenTrial]) -> dict[str, int]:
     """Measured trials by state (complete, pruned, fail), and the repeats beside them."""
-    own = store.measured(trials)
+    own = study_trials.measured(trials)
     counts = Counter(t.state.name.lower() for t in own if t.state.is_finished())
     repeated = sum(t.state.is_finished() for t in trials) - counts.total()
     return {**counts, "repeated": repeated} if repeated else dict(counts)
@@ -199,7 +199,7 @@ def failure_counts(trials: list[FrozenTrial]) -> dict[str, int]:
     return dict(
         Counter(
             store.failure_kind(t).value
-            for t in store.measured(trials)
+            for t in study_trials.measured(trials)
             if t.state == TrialState.FAIL and store.has_failure(t)
         )
     )

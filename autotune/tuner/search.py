@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from autotune.pipeline.config import PipelineConfig
 from autotune.schema import StudyConfig
 from autotune.session import SearchSpace
-from autotune.tuner import prospects, storage, store
+from autotune.tuner import prospects, storage, store, study_trials
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective, TrialFailed
 from autotune.tuner.polish import enqueue_instead_of_repeat, enqueue_polish_step
@@ -58,7 +58,9 @@ def search(
     queue_tpe = functools.partial(_queue_tpe, study, space, both_ways, study_conf.as_is_share)
     queue_polish = functools.partial(_queue_polish, study, space, both_ways)
     quiet = objective.session.conf.quiet
-    with StudyProgress(study_conf.n_trials, store.finished_count(study), quiet=quiet) as progress:
+    with StudyProgress(
+        study_conf.n_trials, study_trials.finished_count(study), quiet=quiet
+    ) as progress:
 
         def run_one(until: int, queue: Callable[[], bool]) -> bool:
             left = time_left()
@@ -75,7 +77,7 @@ def search(
         if binds is not None:
             log.info("%s", binds)
             if not modelled:  # ended early: the polish's share from here, not the rest
-                spent = store.spent(study, free=study_conf.n_trials)
+                spent = study_trials.spent(study, free=study_conf.n_trials)
                 polish_until = min(polish_until, spent + polish)
         # the model judged the knobs it sees: the polish moves the others, until none is left
         while run_one(polish_until, functools.partial(queue_polish, unseen_only=modelled)):
@@ -112,7 +114,7 @@ def _queue_tpe(study: optuna.Study, space: SearchSpace, both_ways: bool, share: 
         )
     ):
         return True
-    if both_ways and as_is_is_due(store.measured(finished), share):
+    if both_ways and as_is_is_due(study_trials.measured(finished), share):
         ask_for_as_is(study)
     return True
 
@@ -132,7 +134,7 @@ def step_binds(study: optuna.Study, study_conf: StudyConfig) -> str | None:
     or buffers give it little, as the loader already keeps up."""
     threshold = study_conf.step_bound_wait
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    measured = store.measured(complete)
+    measured = study_trials.measured(complete)
     if threshold <= 0 or len(measured) <= study_conf.n_startup_trials:
         return None
     best = max(measured, key=lambda t: t.value or 0.0)
@@ -163,7 +165,7 @@ def _run_one(
     it is released."""
     with leases.one_at_a_time(NEXT_TRIAL):
         n_trials = objective.session.conf.study.n_trials
-        if stop.is_set() or store.spent(study, free=n_trials) >= until:
+        if stop.is_set() or study_trials.spent(study, free=n_trials) >= until:
             return False  # (a dead host's running trial counts: spent, failed or not)
         if not queue():
             return False

@@ -208,6 +208,20 @@ def record_skipped(trial: optuna.Trial, config: PipelineConfig, reason: str) -> 
     trial.set_user_attr(TrialKey.SKIPPED, reason)
 
 
+def finished_trial(
+    params: dict[str, Any],
+    distributions: dict[str, Any],
+    attrs: dict[str, Any],
+    value: float | None,
+) -> FrozenTrial:
+    """A trial measured without the sampler's asking (``study.add_trial`` takes it): complete
+    with ``value``, or failed where it has none; ``attrs`` are ``TrialKey``'s."""
+    return optuna.trial.create_trial(
+        params=params, distributions=distributions, user_attrs=attrs,
+        state=TrialState.COMPLETE if value is not None else TrialState.FAIL, value=value,
+    )  # fmt: skip
+
+
 # --- trials: read -------------------------------------------------------------------------
 
 
@@ -250,51 +264,3 @@ def is_repeat(trial: FrozenTrial) -> bool:
 def is_interrupted(trial: FrozenTrial) -> bool:
     """Whether a stop (Ctrl-C, SIGTERM) ended the trial: it measured nothing."""
     return has_failure(trial) and failure_kind(trial) is FailureKind.INTERRUPTED
-
-
-def measured(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials that took a measurement of their own, or are taking it: not the repeats,
-    nor those queued for a later run (the worth table's variant that beat the winner)."""
-    return [t for t in trials if t.state != TrialState.WAITING and not is_repeat(t)]
-
-
-def earlier_run(study: optuna.Study, config: PipelineConfig) -> FrozenTrial | None:
-    """The finished trial that already ran ``config`` (on any host), if one did; one that
-    Ctrl-C interrupted measured nothing and does not count."""
-    wanted = config.to_dict()
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
-        if is_repeat(t) or t.user_attrs.get(TrialKey.PIPELINE) != wanted:
-            continue
-        if not is_interrupted(t):
-            return t
-    return None
-
-
-def spent(study: optuna.Study, *, free: int) -> int:
-    """The budget the trials started on any host have spent: a repeat, or a point the rate
-    model skipped, costs nothing while there have been no more than ``free`` of them (the
-    sampler must still come to an end); nor does a trial a stop interrupted (resumed, the
-    run measures the study's whole count)."""
-    started = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
-    started = [t for t in started if not is_interrupted(t)]
-    costless = sum(is_repeat(t) or is_predicted_to_lose(t) for t in started)
-    return len(started) - costless + max(0, costless - free)
-
-
-def finished_count(study: optuna.Study) -> int:
-    """The finished trials that took a measurement (repeats, points the model skipped and
-    interrupted trials took none)."""
-    finished = study.get_trials(deepcopy=False, states=FINISHED)
-    return sum(
-        not (is_repeat(t) or is_predicted_to_lose(t) or is_interrupted(t)) for t in finished
-    )
-
-
-def best_value(study: optuna.Study) -> float | None:
-    """The best objective of the complete trials so far (None before the first)."""
-    values = [
-        t.value
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.value is not None
-    ]
-    return max(values) if values else None

@@ -22,7 +22,7 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.trial import run_trial
 from autotune.session import Session
 from autotune.session.session import Run
-from autotune.tuner import store
+from autotune.tuner import store, study_trials
 from autotune.tuner.confirm import confirm
 from autotune.tuner.metrics import Confirmed, overlaps
 from autotune.tuner.polish import Step, enqueue_step
@@ -253,7 +253,7 @@ def _queue_the_fastest(
         return None
     variant, row = max(faster, key=lambda pair: pair[1]["ratio"])
     # the objective would take a queued config the search ran as a repeat of that trial
-    searched = store.earlier_run(study, variant.config)
+    searched = study_trials.earlier_run(study, variant.config)
     if searched is not None:
         return {"label": variant.label, "searched_as": searched.number}
     params = session.space.params_of(variant.config)
@@ -263,5 +263,5 @@ def _queue_the_fastest(
     if not any(store.enqueued_params(t) == params for t in waiting):
         step = Step(params, variant.knob, winner.trial_number)
         enqueue_step(study, step, store.POLISH, as_is=variant.config.as_is)
-    n_trials = store.spent(study, free=session.conf.study.n_trials) + 1
+    n_trials = study_trials.spent(study, free=session.conf.study.n_trials) + 1
     return {"label": variant.label, "n_trials": n_trials}

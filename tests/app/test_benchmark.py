@@ -13,7 +13,7 @@ from helpers import BENCHMARK_TINY, run_benchmark
 from optuna.trial import TrialState
 
 from autotune.app import benchmark
-from autotune.tuner import store
+from autotune.tuner import study_trials
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_the_grid_measures_every_config_in_full(tiny_run: Path) -> None:
     assert len(configs) == 6  # every point once
     tuner = optuna.load_study(study_name=results["studies"]["tuner"], storage=storage)
     complete = tuner.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    assert len(store.measured(complete)) <= 2  # its budget; a repeat is not measured
+    assert len(study_trials.measured(complete)) <= 2  # its budget; a repeat is not measured
 
 
 def test_gpu_scenario_skips_without_cuda(

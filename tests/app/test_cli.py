@@ -15,7 +15,7 @@ import yaml
 from helpers import QUICK, SUB_WINDOWS, run_cli
 
 from autotune.app import cli
-from autotune.tuner import store
+from autotune.tuner import store, study_trials
 from autotune.tuner.result import StudyResult
 
 
@@ -75,7 +75,7 @@ def test_trials_carry_their_measurements(quick_study):
     study = optuna.load_study(
         study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
     )
-    trials = store.measured(study.get_trials())  # a repeat measured nothing
+    trials = study_trials.measured(study.get_trials())  # a repeat measured nothing
     # the rate model may end the search once 3 of its predictions were measured
     assert len(trials) in (3, 4)
     baseline = trials[0]
@@ -148,7 +148,7 @@ def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm
     shutil.copytree(quick_study[0], cwd)
     storage = f"sqlite:///{cwd}/studies/autotune.db"
     study = optuna.load_study(study_name="synthetic-tiny", storage=storage)
-    before = len(store.measured(study.trials))
+    before = len(study_trials.measured(study.trials))
     # a trial queued in the study (as the worth table queues a variant that beat the winner)
     # is what the resumed search measures first
     queued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
@@ -165,7 +165,7 @@ def test_resume_continues_refuses_a_changed_workload_and_a_new_study_starts_warm
     again = run_cli([*QUICK, f"study.n_trials={before + 1}", "study.confirm_top_k=0"], cwd)
     assert again.returncode == 0, again.stderr[-2000:]
     resumed = optuna.load_study(study_name="synthetic-tiny", storage=storage)
-    measured = store.measured(resumed.trials)
+    measured = study_trials.measured(resumed.trials)
     assert len(measured) == before + 1  # resumed, not restarted
     fixed = queued[0].system_attrs["fixed_params"]
     assert measured[-1].number == queued[0].number and measured[-1].params == fixed
@@ -216,7 +216,9 @@ def test_a_study_over_many_epochs_charges_each_prepared_copy_once(tmp_path):
         study_name="synthetic-tiny", storage=f"sqlite:///{tmp_path}/studies/autotune.db"
     )
     tuned = [
-        t for t in store.measured(study.trials) if t.params.get("decoder") not in (None, "as_is")
+        t
+        for t in study_trials.measured(study.trials)
+        if t.params.get("decoder") not in (None, "as_is")
     ]
     assert tuned, [t.params for t in study.trials]
     for t in tuned:  # its share of the preparation, in the value of every trial that used it
@@ -411,7 +413,7 @@ def test_a_progress_line_per_trial_and_no_bar_when_output_is_not_a_terminal(quic
     study = optuna.load_study(
         study_name="synthetic-tiny", storage=f"sqlite:///{cwd}/studies/autotune.db"
     )
-    ran = len(store.measured(study.get_trials()))
+    ran = len(study_trials.measured(study.get_trials()))
     lines = [line for line in result.stdout.splitlines() if PROGRESS_LINE.search(line)]
     assert [PROGRESS_LINE.search(line).groups() for line in lines] == [
         (str(n), "4") for n in range(1, ran + 1)

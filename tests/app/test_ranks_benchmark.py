@@ -10,7 +10,7 @@ import pytest
 from helpers import BENCHMARK_TINY, run_benchmark
 from optuna.trial import TrialState
 
-from autotune.tuner import store
+from autotune.tuner import study_trials
 
 
 @pytest.mark.slow
@@ -43,6 +43,6 @@ def test_the_ranks_scenario_tunes_both_ways_and_measures_them_at_two_ranks(
     names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage))
     assert [n.rsplit("-", 2)[0] for n in names] == ["ranks-1", "ranks-2"]
     two = optuna.load_study(study_name=names[1], storage=storage)
-    done = store.measured(two.get_trials(states=(TrialState.COMPLETE,)))
+    done = study_trials.measured(two.get_trials(states=(TrialState.COMPLETE,)))
     assert done and all(len(t.user_attrs["samples_per_s_ranks"]) == 2 for t in done)
     assert "against ranks 1 pick copied" in (folder / "results.md").read_text()

@@ -16,7 +16,7 @@ from helpers import QUICK, dashboard_serving, get_json, run_cli, start_cli
 from optuna.trial import TrialState
 from zygote import Command
 
-from autotune.tuner import store
+from autotune.tuner import study_trials
 
 # the whole budget shared between hosts is what these tests count: no early end by the model
 SHARED = [*QUICK, "study.n_trials=6", "study.heartbeat_s=1", "study.stop_when_nothing_left=false"]
@@ -53,7 +53,7 @@ def test_three_hosts_share_the_budget_one_confirmation_and_one_best_yaml(three_h
     for _, code, _, err in hosts:
         assert code == 0, err[-2000:]
     everything = _study(url).get_trials()
-    trials = store.measured(everything)  # a repeat of a measured config measures nothing
+    trials = study_trials.measured(everything)  # a repeat of a measured config measures nothing
     # the budget between them: none lost, none twice, none left running
     assert len(trials) == 6 and len({t.number for t in everything}) == len(everything)
     # complete, or pruned: a clear loser of its way stops after two sub-windows
@@ -133,7 +133,7 @@ def test_a_host_that_dies_mid_trial_leaves_a_failed_trial_and_the_study_goes_on(
     (tmp_path / "survivor").mkdir()
     survivor = run_cli(args, tmp_path / "survivor")
     assert survivor.returncode == 0, survivor.stderr[-2000:]
-    trials = store.measured(_study(postgres_url).get_trials())
+    trials = study_trials.measured(_study(postgres_url).get_trials())
     assert len(trials) == 4 and not [t for t in trials if t.state == TrialState.RUNNING]
     (lost,) = [t for t in trials if t.state == TrialState.FAIL]
     assert lost.user_attrs["failure"]["kind"] == "host_lost"

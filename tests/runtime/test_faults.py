@@ -14,7 +14,7 @@ from helpers import QUICK, interrupt_cli, run_cli, zygote_pid
 from PIL import Image
 
 from autotune.runtime.lock import host_lock
-from autotune.tuner import store
+from autotune.tuner import store, study_trials
 
 
 def _folder_with_bad_files(root: Path) -> Path:
@@ -83,7 +83,7 @@ def test_ctrl_c_keeps_the_study_and_a_rerun_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     study = optuna.load_study(study_name="interrupted", storage=storage)
     # resumed up to n_trials, not restarted; a trial the stop interrupted cost nothing
-    measured = [t for t in store.measured(study.trials) if not store.is_interrupted(t)]
+    measured = [t for t in study_trials.measured(study.trials) if not store.is_interrupted(t)]
     assert len(measured) == 3
     assert study.trials[0].params["num_workers"] == 0  # the baseline, from the first run
 

@@ -20,7 +20,7 @@ from autotune import machine
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
-from autotune.tuner import prospects, storage, store
+from autotune.tuner import prospects, storage, store, study_trials
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective
 from autotune.tuner.polish import next_step
@@ -220,14 +220,16 @@ def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
     assert ended is not None and ended.startswith("nothing left to win"), ended
     trials = study.get_trials()
     skipped = [t for t in trials if store.is_predicted_to_lose(t)]
-    measured = [t for t in store.measured(trials) if not store.is_predicted_to_lose(t)]
+    measured = [t for t in study_trials.measured(trials) if not store.is_predicted_to_lose(t)]
     assert len(measured) < n_trials  # it ended before its ceiling
     assert all(t.state == TrialState.PRUNED for t in skipped)
     assert all(store.trial_attr(t, TrialKey.PREDICTED) for t in skipped)
     assert len([r for r in caplog.messages if "skipped: the rate model predicts" in r]) == len(
         skipped
     )
-    assert store.spent(study, free=n_trials) == len(store.measured(trials)) - len(skipped)
+    assert study_trials.spent(study, free=n_trials) == len(study_trials.measured(trials)) - len(
+        skipped
+    )
     best = max(store.trial_attr(t, TrialKey.STEADY) or 0 for t in measured)
     space = make_session([], facts=dataclasses.replace(FACTS, usable_cpus=CPUS)).space
     predictions = [MODEL.predict(p) for p in prospects.model_points(space)]
@@ -240,7 +242,7 @@ def test_the_search_skips_what_loses_and_ends_when_nothing_is_left_to_win(
     resumed, again = _search(tmp_path, "prospects", f"study.n_trials={2 * n_trials}")
     assert again == ended and len(resumed.get_trials()) == len(trials)
     # turned off, the same search spends the whole of a budget it ended before
-    budget = len(store.measured(trials)) - len(skipped) + 3
+    budget = len(study_trials.measured(trials)) - len(skipped) + 3
     off = ("study.stop_when_nothing_left=false", f"study.n_trials={budget}")
     study, ended = _search(tmp_path, "prospects-off", *off)
-    assert ended is None and store.spent(study, free=budget) == budget
+    assert ended is None and study_trials.spent(study, free=budget) == budget

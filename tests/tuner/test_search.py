@@ -14,7 +14,7 @@ from helpers import env_with_tests, make_session, start_python
 from autotune.runtime.measurement import Measurement
 from autotune.runtime.trial import TrialOutcome
 from autotune.session import Session
-from autotune.tuner import storage, store
+from autotune.tuner import storage, store, study_trials
 from autotune.tuner.lease import Leases
 from autotune.tuner.objective import Objective
 from autotune.tuner.search import search
@@ -54,7 +54,7 @@ def test_the_search_spends_its_share_on_the_pipeline_as_it_is_and_polishes_both_
     )
     study = storage.open_study(session.conf.study, session.fingerprint)
     search(study, Objective(session, run=_fake_run), threading.Event(), _leases(session))
-    trials = store.measured(study.get_trials())  # a repeat took no measurement
+    trials = study_trials.measured(study.get_trials())  # a repeat took no measurement
     assert len(trials) == 16
     searched = [t for t in trials if store.role_of(t) != store.POLISH]
     assert sum(is_as_is(t.params) for t in searched) >= 0.3 * len(searched) - 1
@@ -90,7 +90,7 @@ def test_a_step_that_binds_ends_the_search_after_the_random_start_and_a_polish(
     study = storage.open_study(session.conf.study, session.fingerprint)
     run = _binding_step_run
     said = search(study, Objective(session, run=run), threading.Event(), _leases(session))
-    trials = store.measured(study.get_trials())
+    trials = study_trials.measured(study.get_trials())
     polish = [t for t in trials if store.role_of(t) == store.POLISH]
     # the baseline and the random start (4 > 3), then the polish's 4: not the 16
     assert (len(trials), len(polish)) == (8, 4)
@@ -110,7 +110,7 @@ def test_a_step_that_binds_ends_the_search_after_the_random_start_and_a_polish(
     )
     study = storage.open_study(off.conf.study, off.fingerprint)
     assert search(study, Objective(off, run=run), threading.Event(), _leases(off)) is None
-    assert len(store.measured(study.get_trials())) == 6
+    assert len(study_trials.measured(study.get_trials())) == 6
 
 
 def test_a_stopped_search_starts_no_trial(tmp_path) -> None:
@@ -137,7 +137,7 @@ def test_three_hosts_share_one_study_on_postgresql_without_losing_or_repeating_a
         assert started.returncode == 0, err[-2000:]
     study = optuna.load_study(study_name="shared", storage=postgres_url)
     everything = study.get_trials()
-    trials = store.measured(everything)  # a repeat of a measured config measures nothing
+    trials = study_trials.measured(everything)  # a repeat of a measured config measures nothing
     assert len(trials) == 16
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in everything)
     polish = [t for t in trials if store.role_of(t) == store.POLISH]
@@ -185,4 +185,4 @@ def test_a_config_suggested_again_is_not_measured_again_and_the_search_still_end
         earlier = study.trials[t.user_attrs[store.TrialKey.REPEAT_OF]]
         assert t.user_attrs["config"] == earlier.user_attrs["config"]
         assert t.value == earlier.value
-    assert store.finished_count(study) == 6
+    assert study_trials.finished_count(study) == 6

@@ -71,34 +71,16 @@ def test_a_study_resumes_only_with_its_own_fingerprint_and_format(tmp_path) -> N
         storage.open_study(older, "abc")
 
 
-def test_a_queued_trial_and_a_repeat_measured_nothing() -> None:
+def test_a_trial_made_without_asking_keeps_its_record_and_fails_without_a_value() -> None:
     study = optuna.create_study(direction="maximize")
     dist = {"num_workers": IntDistribution(0, 2)}
-    for value, attrs in ((1.0, {}), (1.0, {TrialKey.REPEAT_OF: 0})):
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={"num_workers": 1}, distributions=dist, value=value, user_attrs=attrs
-            )
-        )
-    study.enqueue_trial({"num_workers": 2})  # the worth table's variant, for the next run
-    assert [t.number for t in store.measured(study.get_trials())] == [0]
-
-
-def test_a_trial_a_stop_interrupted_costs_no_budget() -> None:
-    study = optuna.create_study(direction="maximize")
-    dist = {"num_workers": IntDistribution(0, 2)}
-    study.add_trial(
-        optuna.trial.create_trial(params={"num_workers": 1}, distributions=dist, value=1.0)
+    attrs = {TrialKey.CONFIG: CONFIG.short()}
+    for value in (12.5, None):
+        study.add_trial(store.finished_trial({"num_workers": 2}, dist, attrs, value))
+    done, failed = study.trials
+    assert (done.state, done.value, store.trial_attr(done, TrialKey.CONFIG)) == (
+        optuna.trial.TrialState.COMPLETE,
+        12.5,
+        CONFIG.short(),
     )
-    interrupted = optuna.trial.FixedTrial({})
-    store.record_outcome(
-        interrupted, CONFIG, TrialOutcome("failed", failure=Failure("interrupted", "stopped"))
-    )
-    study.add_trial(
-        optuna.trial.create_trial(
-            state=optuna.trial.TrialState.FAIL, user_attrs=interrupted.user_attrs
-        )
-    )
-    assert store.is_interrupted(study.trials[1])
-    assert store.spent(study, free=4) == 1  # the run resumed measures the rest
-    assert store.finished_count(study) == 1
+    assert failed.state is optuna.trial.TrialState.FAIL and failed.params == {"num_workers": 2}
