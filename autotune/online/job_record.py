@@ -29,6 +29,8 @@ from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.loader_job import LoaderJob
 from autotune.tuner import online_start
 
+YOURS = "your DataLoader arguments"  # where a run starts with no earlier setting to start at
+
 
 def job_fingerprint(
     loader: torch.utils.data.DataLoader, facts: MachineFacts, ranks: int = 1

@@ -85,7 +85,7 @@ class Tuning:
         self.ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
         self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then
-        self._started_from = "your DataLoader arguments"  # else an earlier run's, a study's
+        self._started_from = job_record.YOURS  # else an earlier run's, a study's
         self._dataset_renewed = False  # the loop changes its Dataset between epochs
         self._asked, self._left_after = 0, 0  # batches asked this epoch; read of one left early
 
@@ -134,34 +134,34 @@ class Tuning:
             self.ranks.epoch_started()
 
     def _start(self, loader: torch.utils.data.DataLoader, storage: str, name: str | None) -> None:
-        """Where the run starts: the setting an earlier run kept (rank 0 reads it for all)."""
+        """Where the run starts: the setting an earlier run kept, else as it is (rank 0 reads
+        it, and the budget, for all)."""
         self._record_at = None
         self.ranks = ranks = Ranks.joined(loader)
+        start = None
         if ranks is None or ranks.leader:
-            self._resume(loader, storage, name, ranks.world if ranks else 1)
+            start = self._resume(loader, storage, name, ranks.world if ranks else 1)
         if ranks is not None:
-            tuned = self._loader
-            start = ranks.start(tuned.epoch_length, lambda: Decision(tuned.settings, self.share))
-            if not ranks.leader:
-                self._start_at(start.settings or tuned.settings, start.share)
+            first = ranks.start(self._loader.epoch_length, lambda: Decision(start, self.share))
+            start, self.share = first.settings, first.share
+        if start is not None:
+            self._loader.start_at(start)
 
-    def _resume(self, loader: Loader, storage: str, name: str | None, ranks: int) -> None:
+    def _resume(
+        self, loader: Loader, storage: str, name: str | None, ranks: int
+    ) -> PipelineConfig | None:
         """The setting an earlier run of the job kept, from its record (``JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
         earlier = self.job.start()
-        if earlier is not None:  # explored again only where its rate moves (``DriftWatch``)
-            self._started_from = self.job.origin
-            self._start_at(earlier.settings, self.share)
-            self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
-            settings = self._loader.settings.short()
-            log.info("autotune.DataLoader: %s, as %s", settings, self.job.origin)
         if self.job.deferred:  # the note's: checked against the storage when the run ends
             self._check_at_end = Finalize(loader, self.job.check_deferred, exitpriority=0)
-
-    def _start_at(self, settings: PipelineConfig, share: float) -> None:
-        self.share = share
-        self._loader.start_at(settings)
+        if earlier is None:
+            return None
+        self._started_from = self.job.origin  # explored again only where its rate moves:
+        self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
+        log.info("autotune.DataLoader: %s, as %s", earlier.settings.short(), self.job.origin)
+        return earlier.settings
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered`` (counted): several ranks agree, if due."""
@@ -260,7 +260,7 @@ class Tuning:
             self._follow(lambda explorer: explorer.failed(failure))
         elif self._watch is not None and self.job and failure and failure.kind in WORKERS_FAILED:
             log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
-            self._watch, self._started_from = None, "your DataLoader arguments"
+            self._watch, self._started_from = None, job_record.YOURS
             self.job.forget_kept()
 
     def _note_kept(self, loader: Loader) -> None:
