@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -174,6 +175,20 @@ class InnerLoaders:
                     self._kept = inner
             self.workers_cpu.iterator = iterator = iter(inner.loader)
             return iterator
+
+    def apart(
+        self,
+        outer: torch.utils.data.DataLoader,
+        settings: PipelineConfig,
+        batches: EpochBatches,
+        seed: int,
+    ) -> Any:
+        """An iterator of its own over ``batches``, with ``settings``' workers not kept alive:
+        for a pass read beside the one the kept workers serve (``zip(loader, loader)``)."""
+        settings = dataclasses.replace(settings, persistent_workers=False)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            return iter(InnerLoader.build(outer, settings, batches, self._seed(seed)).loader)
 
     @property
     def kept_iterator(self) -> Any:

@@ -242,13 +242,15 @@ class DataLoader(torch.utils.data.DataLoader):
         """The meter settled: its reading kept, the same settings timed on."""
         self._measure(self._settings, after_switch=False)
 
-    def inner(self, settings: PipelineConfig, batches: EpochBatches | None) -> Any:
-        """An iterator over the rest of the epoch with ``settings``: the kept loader when its
-        workers persist with these settings, else a new torch DataLoader."""
+    def inner(
+        self, settings: PipelineConfig, batches: EpochBatches | None, *, apart: bool = False
+    ) -> Any:
+        """The rest of the epoch with ``settings``: the kept workers', else a new loader's."""
         if settings.main_threads != self._threads_applied:
             torch.set_num_threads(settings.main_threads or self._threads)
             self._set(_threads_applied=settings.main_threads)
-        return self._inner.open(self, settings, batches, seed=self._base_seed)
+        read = self._inner.apart if apart else self._inner.open
+        return read(self, settings, batches, seed=self._base_seed)
 
     def _measure(self, settings: PipelineConfig, *, after_switch: bool) -> None:
         """Keeps the last meter's reading (to the tuning where settled); times ``settings``."""

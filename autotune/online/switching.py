@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from autotune.online.epoch_batches import EpochBatches, shut_down
+from autotune.online.epoch_batches import EpochBatches, HandedSampler, shut_down
 from autotune.online.meter import Meter
+from autotune.online.torch_raised import loader_failure, moved_past
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure, classify, first_line
 
@@ -58,7 +59,9 @@ class Owner(Protocol):
 
     def measured(self) -> None: ...  # the meter settled: its reading kept
 
-    def inner(self, settings: PipelineConfig, batches: EpochBatches | None) -> Iterator[Any]: ...
+    def inner(
+        self, settings: PipelineConfig, batches: EpochBatches | None, *, apart: bool = False
+    ) -> Iterator[Any]: ...
 
     def release(self) -> None: ...  # a kept loader's persistent workers shut down
 
@@ -102,6 +105,8 @@ class EpochPass:
         self._switched = False  # a switch whose first batch is still to come
         self._delivered = 0  # batches the loop received this epoch
         self._ended = False  # StopIteration raised: the epoch's end is not ended again
+        self._on_kept = False  # read by the workers kept alive (another pass may take them)
+        self._apart: PipelineConfig | None = None  # read apart from them, with these settings
 
     def __iter__(self) -> EpochPass:
         return self
@@ -113,9 +118,10 @@ class EpochPass:
         loader = self._loader
         if self._ended:
             raise StopIteration
-        kept = loader._iterator  # the iterator of the workers kept alive, if any
-        if kept is not None and self._it is kept and loader.current_pass is not self:
-            return self._as_torch_s_one_iterator()  # a pass begun since reset what it read
+        if self._apart:
+            return self._read_apart()
+        if self._on_kept and self._taken(loader._iterator):
+            return self._left_for_another()  # another pass reset what it read
         if loader.switches_mid_epoch:
             loader.before_batch(self._delivered)
             requested = loader.take_request()
@@ -154,23 +160,61 @@ class EpochPass:
             loader.measured()
         return batch
 
-    def _as_torch_s_one_iterator(self) -> Any:
+    def _taken(self, kept: Any) -> bool:
+        """Whether another pass took the workers kept alive that this one read (``kept``: the
+        kept ones now): shut down, or serving its batches (torch's iterator keeps its loader's
+        sampler); where your workers persist, or for a stream, whether a pass began since."""
+        loader, handed = self._loader, getattr(kept, "_index_sampler", None)
+        if (
+            kept is self._it
+            and isinstance(handed, HandedSampler)
+            and not loader.persistent_workers
+        ):
+            return handed.batches is not self._batches
+        return kept is not self._it or loader.current_pass is not self
+
+    def _left_for_another(self) -> Any:
         """A pass begun while this one was live took the workers kept alive that this one
         read. torch's loader, where you asked for workers that persist, hands both passes one
-        iterator: so does this one. Where you did not, torch's gives two passes apart, which
-        one set of workers cannot: that is said, not read wrong."""
+        iterator: so does this one. Where you did not, torch's gives two passes apart: this
+        one reads on apart, with workers of its own that do not persist (``_read_apart``)."""
         loader, current = self._loader, self._loader.current_pass
-        if not (loader.persistent_workers and loader.num_workers) or current is None:
-            raise RuntimeError(
-                "autotune.DataLoader reads one pass at a time while it keeps workers alive: "
-                "this one was left when another began (iter() again); for two passes at once "
-                "(zip(loader, loader)), make a second loader"
+        if loader.persistent_workers and loader.num_workers and current is not None:
+            try:
+                return next(current)
+            except StopIteration:
+                self._ended = True
+                raise
+        if self._batches is None or not loader.switches_mid_epoch:
+            raise RuntimeError(  # a stream, or batches delivered as they finish: not resumed
+                "autotune.DataLoader reads one pass of a stream (or in_order=False) at a time "
+                "while it keeps workers alive: this one was left when another began; for two "
+                "passes at once (zip(loader, loader)), make a second loader"
             )
+        self._batches.take_back()  # what the kept workers held of this pass, read again
+        self._apart, self._on_kept = loader.settings, False  # its twin that does not persist
+        self._it = loader.inner(self._apart, self._batches, apart=True)
+        return self._read_apart()
+
+    def _read_apart(self) -> Any:
+        """The next batch of a pass read apart: untimed (the loop's rate is timed on the pass
+        the tuning follows) and never switched, raising what torch's raises."""
+        assert self._batches is not None and self._apart is not None
         try:
-            return next(current)
+            batch = next(self._it)
         except StopIteration:
             self._ended = True
+            self._end()
             raise
+        except Exception as exc:
+            workers = self._apart.num_workers > 0
+            own = loader_failure(exc, workers=workers)
+            if moved_past(exc, own=own, workers=workers):
+                self._batches.delivered()
+            raise
+        self._batches.delivered()
+        self._delivered += 1
+        return batch
 
     def _open(self) -> None:
         """Opens the epoch's inner iterator, or replaces it with one of the next settings:
@@ -196,6 +240,7 @@ class EpochPass:
         # with the Dataset pickled to each): an epoch's start and a switch's pay for them
         loader.meter.requested()
         self._it = loader.inner(settings, self._batches)
+        self._on_kept = self._it is loader._iterator
 
     def _recover(self, exc: Exception, *, read: bool = False) -> None:
         """After a failure (``read``: reading a batch, not opening the loader): back to the
@@ -207,9 +252,9 @@ class EpochPass:
         restartable = loader.switches_mid_epoch or self._delivered == 0
         # opening, the loader's own: its workers could not start (nothing of the Dataset read)
         workers = loader.settings.num_workers > 0
-        own = not read or _loader_failure(exc, workers=workers)
+        own = not read or loader_failure(exc, workers=workers)
         if fallback is None or not restartable or not own:
-            if read and self._batches is not None and _moved_past(exc, own=own, workers=workers):
+            if read and self._batches is not None and moved_past(exc, own=own, workers=workers):
                 self._batches.delivered()
             raise exc
         why = first_line(exc)
@@ -228,34 +273,3 @@ class EpochPass:
                 f"autotune.DataLoader: {self._batches.outstanding} batches of the epoch were "
                 "handed out and never delivered"
             )
-
-
-def _loader_failure(exc: BaseException, *, workers: bool) -> bool:
-    """Whether ``exc`` is the loader's own failure (a worker killed, out of memory, or
-    unable to start), not the user's Dataset raising, which torch re-raises with its own type
-    as caught in a worker (without workers, an ``OSError`` is the Dataset's own read). A
-    worker killed as its batch crosses over closes the connection the batch's shared memory
-    is fetched through: an ``OSError`` or an ``EOFError`` as it is read."""
-    if isinstance(exc, MemoryError):
-        return True
-    text = str(exc)
-    if "in DataLoader worker process" in text:
-        return False
-    return (workers and isinstance(exc, (OSError, EOFError))) or (
-        isinstance(exc, RuntimeError) and "DataLoader worker" in text
-    )
-
-
-def _moved_past(exc: BaseException, *, own: bool, workers: bool) -> bool:
-    """Whether torch's iterator, raising ``exc``, moved past the batch it was reading: the
-    Dataset's own error, any error read without workers (the index was drawn, then the read
-    raised) or one a worker answered its batch with; not a worker's death, nor a timeout (the
-    batch is still to come)."""
-    if _timed_out(exc):
-        return False
-    return not own or not workers or "in DataLoader worker process" in str(exc)
-
-
-def _timed_out(exc: BaseException) -> bool:
-    """torch's ``timeout`` passed: the batch is still to come, read again at the next call."""
-    return isinstance(exc, RuntimeError) and "DataLoader timed out" in str(exc)

@@ -30,7 +30,6 @@ from torch.utils.data import (
 
 import autotune
 from autotune.machine import detect
-from autotune.online import switching
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
@@ -344,25 +343,6 @@ def _epoch_switched_after_one_batch(loader: autotune.DataLoader, to: PipelineCon
         pass
 
 
-@pytest.mark.parametrize(
-    ("exc", "workers", "own"),
-    [
-        (RuntimeError("DataLoader worker (pid 7) is killed by signal: Killed."), True, True),
-        (ConnectionResetError(104, "Connection reset by peer"), True, True),
-        (EOFError(), True, True),  # killed as its batch's shared memory was fetched
-        (EOFError(), False, False),  # no workers: the Dataset's own
-        (OSError("No such file"), False, False),
-        (EOFError("Caught EOFError in DataLoader worker process 0."), True, False),
-        (MemoryError(), False, True),
-    ],
-)
-def test_a_worker_s_death_is_told_from_the_dataset_s_own_error(exc, workers, own) -> None:
-    """What falls back to the last good settings (the loader's own failure) and what is
-    raised as torch raises it (the Dataset's): a worker killed as its batch crosses over is
-    read as a connection reset or closed, whatever torch's machinery raised."""
-    assert switching._loader_failure(exc, workers=workers) is own
-
-
 @pytest.mark.slow  # torch's workers then take 5 s to be collected, as with torch's own loader
 def test_the_datasets_own_error_is_raised_as_torch_raises_it() -> None:
     class Broken(Indices):
@@ -582,15 +562,71 @@ def test_with_workers_you_keep_alive_two_passes_at_once_are_torch_s_one_iterator
     assert two_passes(Manual) == two_passes(torch.utils.data.DataLoader)
 
 
-def test_two_passes_at_once_over_workers_it_keeps_alive_for_you_are_refused_in_words() -> None:
-    loader = Manual(Indices(), batch_size=5)
-    loader.switch(settings(2, persistent=True))  # as the tuning keeps them
+Passes = list[list[list[int]]]  # each pass's batches, as lists of indices
+
+
+def _zipped(loader: Any) -> Passes:
+    pairs = [(a.tolist(), b.tolist()) for a, b in zip(loader, loader, strict=True)]
+    return [[a for a, _ in pairs], [b for _, b in pairs]]
+
+
+def _nested(loader: Any) -> Passes:  # each batch of the outer pass, then a whole inner pass
+    outer, inner = [], []
+    for a in loader:
+        outer.append(a.tolist())
+        inner.append([b.tolist() for b in loader])
+    return [outer, *inner]
+
+
+def _opened_late(loader: Any) -> Passes:  # the first pass opens its workers after the second
+    first, second = iter(loader), iter(loader)
+    read_first, read_second = [next(first).tolist()], [next(second).tolist()]
+    read_first.append(next(first).tolist())
+    return [read_first + [b.tolist() for b in first], read_second + [b.tolist() for b in second]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("two_passes", [_zipped, _nested, _opened_late])
+def test_two_passes_at_once_over_workers_it_keeps_alive_for_you_are_torch_s_two_passes(
+    two_passes: Callable[[Any], Passes], shuffle: bool
+) -> None:
+    """torch's loader, without workers that persist, gives each pass its own: so does this
+    one where the tuning keeps its workers alive, a pass they were taken from reading on with
+    workers of its own. Shuffled, each pass is whole (which permutation a pass draws from a
+    generator the passes share depends, in torch's too, on how far ahead each reads)."""
+
+    def read(cls: Callable[..., Any], switch: bool) -> Passes:
+        generator = torch.Generator().manual_seed(3)
+        loader = cls(Indices(), batch_size=5, shuffle=shuffle, generator=generator)
+        if switch:
+            loader.switch(settings(2, persistent=True))  # as the tuning keeps them
+        passes = [[b.tolist() for b in loader]]  # an epoch: its workers kept alive
+        passes += [*two_passes(loader), [b.tolist() for b in loader]]  # and the next, whole
+        if switch:
+            assert loader._iterator is not None  # the kept workers served the last pass
+            loader.release()
+        return passes
+
+    ours = read(Manual, switch=True)
+    assert all(sorted(i for b in one for i in b) == list(range(N)) for one in ours)
+    if not shuffle:
+        assert ours == read(torch.utils.data.DataLoader, switch=False)
+
+
+@pytest.mark.parametrize("dataset", [Stream(), Indices()], ids=["stream", "in_order=False"])
+def test_two_passes_at_once_of_a_stream_over_workers_it_keeps_alive_are_refused_in_words(
+    dataset: Dataset,
+) -> None:
+    """A stream's pass (or one whose batches come as they are read) cannot go on apart from
+    where the kept workers stood: said, not read wrong; then on, whole."""
+    in_order = isinstance(dataset, Stream)
+    loader = Manual(dataset, batch_size=5, in_order=in_order)
+    loader.switch(settings(2, persistent=True))  # as the tuning keeps them, at the next epoch
     sum(1 for _ in loader)
     with pytest.raises(RuntimeError, match="make a second loader"):
-        # torch's: two passes apart, which one set of workers cannot give
         for _ in zip(loader, loader, strict=True):
             pass
-    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))  # then on, whole
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))
     loader.release()
 
 
