@@ -30,6 +30,7 @@ from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer
 from autotune.online.meter import Meter
 from autotune.online.reading import Reading
+from autotune.online.run_state import RunState
 from autotune.online.space import own_settings
 from autotune.online.switching import EpochPass, Switch
 from autotune.online.tuning import Tuning
@@ -39,7 +40,7 @@ from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
 
 
-class DataLoader(torch.utils.data.DataLoader):
+class DataLoader(RunState):
     """A drop-in for ``torch.utils.data.DataLoader``: the same arguments, refused the same
     way, and the same batches of indices in the same order for the same ``generator``; its
     loader settings (``num_workers``, ``prefetch_factor``, ``persistent_workers``,
@@ -76,11 +77,8 @@ class DataLoader(torch.utils.data.DataLoader):
         ``studies/autotune.db`` by default), and where a later run of the job starts."""
         super().__init__(*args, **kwargs)
         shares(tune)  # refused here, as torch refuses its own arguments
-        # Lightning re-creates a loader to put a DistributedSampler in: from its arguments,
-        # passed again or read from the attributes of their names (as torch keeps its own),
-        # and then sets on the new loader what was set through ``__setattr__`` on the old.
-        # So the arguments are attributes, read as the first epoch starts (``_begin``), and
-        # the loader's own state is set past ``__setattr__`` (``_set``).
+        # attributes, as torch keeps its own (Lightning reads them: ``run_state``), read as
+        # the first epoch starts (``_begin``)
         self.tune, self.window, self.storage, self.study = tune, window, storage, study
         self._set(**self._fresh())
 
@@ -110,30 +108,6 @@ class DataLoader(torch.utils.data.DataLoader):
             _pass=None,  # the pass begun last (weakly, but where your workers persist)
             readings=[],  # each setting's rate on this run, as measured
         )
-
-    def __getstate__(self) -> dict[str, Any]:
-        """What torch's loader pickles, its arguments: unpickled, it starts afresh (the run's
-        own state, its workers and tuning, stays in this process)."""
-        run = self._fresh().keys()
-        return {name: value for name, value in vars(self).items() if name not in run}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        vars(self).update(state)
-        self._set(**self._fresh())
-
-    @property
-    def _iterator(self) -> Any:  # where torch's keeps it, and Lightning shuts its workers down
-        """The kept loader's iterator, its workers alive between epochs (None: none kept)."""
-        return inner.kept_iterator if (inner := vars(self).get("_inner")) is not None else None
-
-    @_iterator.setter
-    def _iterator(self, value: Any) -> None:  # None: torch's __init__, or Lightning's end
-        if value is None and (inner := vars(self).get("_inner")) is not None:
-            inner.release()
-
-    def _set(self, **state: Any) -> None:
-        """Sets the loader's own state past ``__setattr__``, which Lightning records."""
-        vars(self).update(state)
 
     def _begin(self) -> Tuning:
         """As the first epoch starts: the run's tuning, from the arguments (loader settings
