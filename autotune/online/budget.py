@@ -103,6 +103,7 @@ class Budget:
     clock: Callable[[], float] = time.monotonic
     started: float | None = None  # the run's first timed batch
     spent_s: float = 0.0
+    left_after: int = 0  # the loop leaves its epochs after this many batches (0: it does not)
     _batch_rate: float = 0.0  # the best rate measured so far, in batches/s
     _epoch_s: float = 0.0  # an epoch at that rate: the unit of ``share``
 
@@ -118,9 +119,22 @@ class Budget:
 
     def epoch_ended(self, batches: int) -> None:
         """An epoch of ``batches`` ended: a stream's first gives the budget its unit."""
-        if self.batches_per_epoch is None:
-            self.batches_per_epoch = batches
+        if self.batches_per_epoch is None or self.left_after:  # read whole: none left early
+            self.batches_per_epoch, self.left_after = batches, 0
             self._epoch_known()
+
+    def pass_left(self, batches: int) -> None:
+        """The loop leaves its epochs after ``batches`` (a number of steps an epoch): such a
+        pass is its epoch, the budget's unit."""
+        self.left_after = batches
+        self.batches_per_epoch = min(batches, self.batches_per_epoch or batches)
+        self._epoch_known()
+
+    @property
+    def timeable_batches(self) -> int | None:
+        """The batches of a pass a setting can be timed in: an epoch's; where the loop leaves
+        early, all but the last (its step ends with no request for the next)."""
+        return self.left_after - 1 if self.left_after else self.batches_per_epoch
 
     @property
     def best_rate(self) -> float | None:

@@ -30,10 +30,10 @@ from autotune.online import record
 from autotune.online.budget import Budget, charged, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
-from autotune.online.meter import fewest_batches
 from autotune.online.proposals import Proposals
 from autotune.online.reading import Reading, pooled
 from autotune.online.space import online_space, priors, trains_on_cuda
+from autotune.online.sub_window import fewest_batches
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
 from autotune.schema import WindowConfig
@@ -208,8 +208,7 @@ class Explorer:
         self.proposals.close()
 
     def _charge(self, between_epochs_s: float = 0.0) -> None:
-        """The setting just told, its time to the budget (the run's own settings cost
-        nothing to explore)."""
+        """The setting just told, its time to the budget (the run's own costs nothing)."""
         if self._current != self._start:
             self.budget.charge(self._asked_at, between_epochs_s)
 
@@ -289,12 +288,13 @@ class Explorer:
         return True
 
     def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch to time it
-        return self._fewest_batches(config) > (self.budget.batches_per_epoch or float("inf"))
+        return self._fewest_batches(config) > (self.budget.timeable_batches or float("inf"))
 
     def _refused(self, config: PipelineConfig) -> Failure | None:
         """Why ``config`` cannot run here, where it cannot (it is failed, costing nothing):
         no epoch can time it, or its workers persist where the loop changes its Dataset."""
         if self._persist_refused and config.workers_persist:
             return record.RENEWED
-        too_long = self._too_long(config)
-        return record.untimeable(self.budget.batches_per_epoch or 0) if too_long else None
+        if not self._too_long(config):
+            return None
+        return record.untimeable(self.budget.batches_per_epoch or 0, self.budget.left_after)

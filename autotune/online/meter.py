@@ -20,38 +20,19 @@ its warm-up is its first batch (whose wait is that start's cost) and the window'
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
 from autotune.online.reading import Reading
+from autotune.online.sub_window import capped, fewest_batches, sub_window_batches
 from autotune.pipeline.batches import samples_in
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.measurement import relative_spread
 from autotune.runtime.timed_spans import EVIDENCE_FROM, Tally
-from autotune.runtime.window_length import sub_windows, warmup_batches
+from autotune.runtime.window_length import warmup_batches
 from autotune.schema import WindowConfig
 from autotune.tuner.ways import beaten
-
-
-def fewest_batches(settings: PipelineConfig, window: WindowConfig) -> int:
-    """The fewest batches of one epoch that can time ``settings``: an epoch's warm-up (its
-    first batch, then the extra ones) and one sub-window at its shortest, in whole rounds of
-    its workers. Every epoch warms up anew: an epoch shorter than this never times it."""
-    return _epoch_warmup(window) + _shortest_sub_window(settings, window)
-
-
-def _epoch_warmup(window: WindowConfig) -> int:  # its first batch, then the extra ones
-    return warmup_batches(1, window.warmup_extra_batches)
-
-
-def _shortest_sub_window(settings: PipelineConfig, window: WindowConfig) -> int:
-    return sub_windows(
-        at_least=window.batches_per_window, batch_rate=None, min_sub_window_s=0.0,
-        align=max(1, settings.num_workers), consumed=0, pass_batches=None,
-        count=window.sub_windows, max_timed_s=window.max_timed_s,
-    ).batches  # fmt: skip
 
 
 class Meter:
@@ -180,11 +161,20 @@ class Meter:
         self._ended_at = self._clock()  # the loop validates, saves: its time, not the loader's
         self._end_s = end_s
 
-    def epoch_left(self) -> None:
+    def epoch_left(self, timeable: int | None = None) -> bool:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;
-        warm up again (an epoch that did not end counts for no setting's timing)."""
+        warm up again (an epoch that did not end counts for no setting's timing). Where it
+        leaves each so, ``timeable`` batches of a pass can be timed: sub-windows fit what
+        they leave after the warm-up; True, once, where a warm-up and one sub-window do not
+        fit: the setting is untimeable."""
+        if timeable is not None and timeable < (self._epoch_batches or timeable + 1):
+            self._epoch_batches, self._length = timeable, 0  # sized anew at the warm-up's end
+        fits = timeable is None or timeable >= fewest_batches(self.settings, self._window)
+        newly = not (fits or self.untimeable or self.done)
+        self.untimeable = self.untimeable or newly
         self._restart_warmup(1)
         self._epoch_head, self._end_s = True, 0.0
+        return newly
 
     def cut(self) -> bool:
         """At an epoch's end: whether the reading is done, taken as it stands where the
@@ -197,26 +187,12 @@ class Meter:
         than the window's shortens the sub-windows with it."""
         seconds = now - self._warm_started if self._warm_started is not None else 0.0
         rate = self._warm_batches / seconds if seconds > 0 else None
-        window = self._window
         cap = self._cap_s(rate) if self._cap_s is not None and rate else 0.0
-        if 0 < cap < window.max_timed_s:
-            self._window = window = dataclasses.replace(
-                window,
-                max_timed_s=cap,
-                min_sub_window_s=min(window.min_sub_window_s, cap / window.sub_windows),
-            )
-        align = max(1, self.settings.num_workers)
-        length = sub_windows(
-            at_least=window.batches_per_window, batch_rate=rate, align=align,
-            min_sub_window_s=window.min_sub_window_s, consumed=0, pass_batches=None,
-            count=window.sub_windows, max_timed_s=window.max_timed_s,
-        ).batches  # fmt: skip
-        if self._epoch_batches is None:
-            return length
-        warmup, shortest = _epoch_warmup(window), _shortest_sub_window(self.settings, window)
-        sets = window.sub_windows if self._whole_epoch else 1
-        room = (self._epoch_batches - warmup) // sets // align * align  # whole worker rounds
-        return min(length, max(shortest, room))
+        self._window = window = capped(self._window, cap)
+        return sub_window_batches(
+            self.settings, window, rate, epoch_batches=self._epoch_batches,
+            whole_epoch=self._whole_epoch,
+        )  # fmt: skip
 
     def _close_span(self, now: float) -> None:
         batches, samples, waited, cpu = self._span

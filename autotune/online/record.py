@@ -44,9 +44,13 @@ RENEWED = Failure(
 )
 
 
-def untimeable(batches_per_epoch: int) -> Failure:
-    """A setting a whole epoch could not time."""
-    why = f"its warm-up and one sub-window are longer than an epoch of {batches_per_epoch} batches"
+def untimeable(batches_per_epoch: int, left_after: int = 0) -> Failure:
+    """A setting a whole epoch (or, where the loop leaves its epochs early, a pass of
+    ``left_after`` batches) could not time."""
+    longer = f"an epoch of {batches_per_epoch} batches"
+    if left_after:  # the step of the pass's last batch is never timed: no request follows it
+        longer = f"the {left_after} batches your loop reads of an epoch before it leaves"
+    why = f"its warm-up and one sub-window are longer than {longer}"
     return Failure(FailureKind.UNTIMEABLE, f"could not be timed on this run: {why}")
 
 

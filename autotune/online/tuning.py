@@ -20,7 +20,6 @@ import logging
 import weakref
 from collections.abc import Callable
 from multiprocessing.util import Finalize
-from typing import Protocol
 
 import torch
 import torch.utils.data
@@ -35,35 +34,16 @@ from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
 from autotune.online.space import stream_workers, unsplit_note
+from autotune.online.switchable import Switchable
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure, FailureKind
 from autotune.schema import WindowConfig
 
 log = logging.getLogger("autotune.online.loader")
 # a setting's workers failed: no longer a start (not one no epoch here can time, say)
-WORKERS_FAILED = set(FailureKind) - {FailureKind.UNTIMEABLE, FailureKind.INVALID_CONFIG}
+UNTIMEABLE = FailureKind.UNTIMEABLE  # no epoch (or pass the loop leaves) can time it
+WORKERS_FAILED = set(FailureKind) - {UNTIMEABLE, FailureKind.INVALID_CONFIG}
 Loader = torch.utils.data.DataLoader
-
-
-class Switchable(Protocol):
-    """What the tuning asks of its loader (``autotune.DataLoader``)."""
-
-    batch_size: int | None
-
-    @property
-    def settings(self) -> PipelineConfig: ...  # read with now
-
-    @property
-    def epoch_length(self) -> int | None: ...  # batches an epoch, where known
-
-    @property
-    def switches_mid_epoch(self) -> bool: ...  # else at the next epoch's start
-
-    def switch(self, settings: PipelineConfig) -> None: ...  # from the next batch on
-
-    def asked(self) -> PipelineConfig | None: ...  # the switch asked for, not made yet
-
-    def start_at(self, settings: PipelineConfig) -> None: ...  # before the first batch
 
 
 class Tuning:
@@ -87,7 +67,6 @@ class Tuning:
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then
         self._started_from = job_record.YOURS  # else an earlier run's, a study's
         self._dataset_renewed = False  # the loop changes its Dataset between epochs
-        self._asked, self._left_after = 0, 0  # batches asked this epoch; read of one left early
 
     @property
     def _loader(self) -> Switchable:
@@ -99,11 +78,6 @@ class Tuning:
     def exploring(self) -> bool:
         """Whether settings are explored yet (each one's timing capped by the budget)."""
         return bool(self.share) and (self.explorer is None or not self.explorer.done)
-
-    @property
-    def _pass_length(self) -> int | None:  # an epoch's batches, or a pass's the loop left
-        epoch = self._loader.epoch_length
-        return min(self._left_after, epoch or self._left_after) if self._left_after else epoch
 
     @property
     def best_rate(self) -> float | None:  # the budget's unit (None before the explorer has one)
@@ -124,8 +98,6 @@ class Tuning:
     def epoch_started(self, loader: torch.utils.data.DataLoader) -> None:
         """An epoch starts (``loader``'s, before its batches are drawn): the first decides
         where the run starts; while the ranks tune, each is a sync."""
-        if self._asked:  # the last epoch did not end (an ended one is reset): it was left
-            self._left_after, self._asked = self._asked + 1, 0
         if self._record_at is not None:
             self._start(loader, *self._record_at)
         elif self.ranks is not None and self.ranks.syncing:  # an epoch's start: agreed
@@ -165,7 +137,6 @@ class Tuning:
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered`` (counted): several ranks agree, if due."""
-        self._asked = delivered
         if self.ranks is not None and self.ranks.due(delivered):
             self.ranks.sync(self)
 
@@ -192,7 +163,7 @@ class Tuning:
         if not self.share:  # off
             return
         if (watch := self._watch) is not None and self.job is not None:  # started at a kept
-            whole = charged(reading, watch.restarts, self._pass_length)  # as it was kept
+            whole = charged(reading, watch.restarts, self._loader.pass_length)  # as kept
             if watch.kept is None:  # the run's first reading of it: its rate, where none was kept
                 self.job.started_at(whole)
             if not watch.drifted(whole):
@@ -203,7 +174,7 @@ class Tuning:
         if self.explorer is None and not self._explore_from(reading):
             return
         if reading.settings == self.explorer.current:  # type: ignore[union-attr]
-            self._follow(lambda explorer: explorer.measured(reading, self._pass_length))
+            self._follow(lambda explorer: explorer.measured(reading, self._loader.pass_length))
 
     def _explore_from(self, first: Reading) -> bool:
         """The explorer, from the ``first`` reading; False where the storage failed (the run
@@ -228,7 +199,14 @@ class Tuning:
             return False
         # the loop left, the loader collected, the process ending (Ctrl-C; a rank's, too)
         Finalize(loader, self.explorer.close, exitpriority=0)
+        if loader.left_after:  # a pass it leaves early is its epoch
+            self.pass_left(loader.left_after)
         return True
+
+    def pass_left(self, batches: int) -> None:
+        """The loop leaves its epochs after ``batches``: such a pass is the budget's epoch."""
+        if self.explorer is not None:
+            self.explorer.budget.pass_left(batches)
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
         """Switches to what the explorer ``propose``s (each of its decisions), the setting kept
@@ -258,6 +236,9 @@ class Tuning:
         explorer = self.explorer
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
+        elif explorer is None and self.share and failure and failure.kind is UNTIMEABLE:
+            log.info("autotune.DataLoader: %s %s; not tuned", settings.short(), failure.message)
+            self.share = 0.0  # nothing else can be read against it
         elif self._watch is not None and self.job and failure and failure.kind in WORKERS_FAILED:
             log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
             self._watch, self._started_from = None, job_record.YOURS
@@ -293,7 +274,6 @@ class Tuning:
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
         could time): that setting failed; where the budget has grown, the next proposed."""
-        self._asked = self._left_after = 0  # a whole epoch: each pass pays its start over one
         if untimeable is not None:
             self.failed(untimeable, record.untimeable(delivered))
         elif self.explorer is not None and self.share and not self.explorer.done:

@@ -127,3 +127,13 @@ def test_a_setting_is_timed_for_an_eighth_of_the_budget_at_the_best_rate_so_far(
     assert setting_cap(1.0, 800, window)(10.0) == pytest.approx(80.0 / SETTINGS_IN_BUDGET)
     assert setting_cap(1.0, 800, window, 50.0)(10.0) == pytest.approx(16.0 / SETTINGS_IN_BUDGET)
     assert setting_cap(1.0, 40, window, 50.0)(10.0) == pytest.approx(1.2)
+
+
+def test_a_pass_the_loop_leaves_early_is_its_epoch_until_it_reads_one_whole() -> None:
+    budget = Budget(share=1.0, batches_per_epoch=100)
+    budget.first_reading(Reading(PipelineConfig(), 100.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
+    assert budget.left_s() == pytest.approx(10.0)  # 100 batches at 10 a second
+    budget.pass_left(30)  # 30 steps an epoch: a pass is 3 s, its last step never timed
+    assert (budget.left_s(), budget.timeable_batches) == (pytest.approx(3.0), 29)
+    budget.epoch_ended(100)  # read whole: an epoch again
+    assert (budget.left_s(), budget.timeable_batches) == (pytest.approx(10.0), 100)

@@ -20,9 +20,9 @@ from autotune.machine import detect
 from autotune.online import explorer as explorer_module
 from autotune.online.drift import SUSTAINED
 from autotune.online.explorer import Explorer
-from autotune.online.meter import fewest_batches
 from autotune.online.reading import Reading
 from autotune.online.space import online_space
+from autotune.online.sub_window import fewest_batches
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.failures import FailureKind
 from autotune.session.space import SearchSpace
@@ -722,3 +722,51 @@ def test_a_setting_whose_workers_fail_on_its_second_look_is_never_kept() -> None
     assert explorer.current == other and not explorer.settled  # its second look
     assert explorer.failed() == own and explorer.settled  # no more looks: the run's own kept
     assert explorer.best is not None and explorer.best.settings == own
+
+
+class WaitsToRead(Dataset):
+    """Each sample a 20 ms wait that uses no CPU (slow storage): more workers than CPUs pay."""
+
+    def __len__(self) -> int:
+        return 96
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.02)
+        return torch.tensor(index)
+
+
+@pytest.mark.slow  # a few settings of real workers over sleeping reads: seconds
+def test_a_loop_that_leaves_its_epochs_early_is_timed_within_each_pass(tmp_path) -> None:
+    """A loop of 6 steps an epoch (of 24 batches): a sub-window of half a second would be
+    longer than a pass, and one open as the loop leaves never closes. Each pass times what it
+    leaves after its warm-up; a pass is the budget's epoch; no setting is proposed that a
+    pass cannot time (the workers the waiting reads invite: up to 64)."""
+    window = dataclasses.replace(BRIEF_WINDOW, min_sub_window_s=0.5)
+    loader = autotune.DataLoader(
+        WaitsToRead(), batch_size=4, tune=20.0, window=window, storage=f"sqlite:///{tmp_path}/a.db"
+    )
+    for _ in range(30):
+        for index, _ in enumerate(loader):
+            if index == 5:
+                break
+    assert loader.readings and loader.readings[0].settings == loader.own
+    assert any(r.settings.num_workers for r in loader.readings), loader.readings
+    assert loader.left_after == 6 and loader.explorer is not None
+    assert loader.explorer.budget.batches_per_epoch == 6
+    assert max(loader.explorer.space.choices("num_workers")) > 5  # offered, not proposed:
+    assert all(fewest_batches(r.settings, window) <= 5 for r in loader.readings)
+
+
+def test_a_loop_whose_passes_are_too_short_to_time_its_settings_says_so(tmp_path, caplog) -> None:
+    """A warm-up and one sub-window never fit in 2 steps an epoch: the run's own settings are
+    untimeable, said in one line, and nothing is explored."""
+    loader = autotune.DataLoader(
+        Work(), batch_size=4, window=BRIEF_WINDOW, storage=f"sqlite:///{tmp_path}/a.db"
+    )
+    with caplog.at_level("INFO", logger="autotune"):
+        for _ in range(6):
+            for index, _ in enumerate(loader):
+                if index == 1:
+                    break
+    assert loader.readings == [] and loader.explorer is None and loader.tuning.share == 0
+    assert caplog.text.count("2 batches your loop reads of an epoch before it leaves") == 1

@@ -333,6 +333,26 @@ def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches,
         assert loop.meter.done and loop.meter.reading().batches == 3 * 8
 
 
+@pytest.mark.parametrize(("pass_batches", "untimeable"), [(12, False), (4, True)])
+def test_a_loop_that_leaves_each_epoch_early_is_timed_in_sub_windows_that_fit_a_pass(
+    pass_batches, untimeable
+) -> None:
+    # 10 batches/s and 1 s sub-windows ask for 10 batches. A pass of 12 can be timed over 11
+    # (its last step ends with no request for the next), 8 after the warm-up (its first batch
+    # + 2 extra) in whole rounds of 2 workers; a pass of 4 holds no warm-up and sub-window
+    window = dataclasses.replace(WINDOW, min_sub_window_s=1.0)
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    loop = Loop(Meter(settings, window, after_switch=False, epoch_batches=100))
+    said = []
+    for _ in range(6):
+        for _ in range(pass_batches):
+            loop.batch(wait=0.0, step=0.1)
+        said.append(loop.meter.epoch_left(pass_batches - 1))  # a break, as the loop leaves
+    assert loop.meter.untimeable is untimeable and said.count(True) == untimeable  # once
+    if not untimeable:
+        assert loop.meter.done and loop.meter.reading().batches == 3 * 8
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
     """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each
@@ -393,6 +413,6 @@ def test_a_loop_that_leaves_its_epochs_early_pays_each_pass_s_start_over_its_own
         for index, _ in enumerate(loader):
             if index == 4:
                 break
-    assert loader.tuning._pass_length == 5
+    assert loader.pass_length == 5
     sum(1 for _ in loader)  # a whole epoch: an epoch's batches from here
-    assert loader.tuning._pass_length == 16
+    assert loader.pass_length == 16

@@ -1,0 +1,33 @@
+"""What the run's tuning (``tuning.Tuning``) asks of the loader it tunes: the settings it
+reads with, how long its epochs and passes are, and a switch between two batches."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from autotune.pipeline.config import PipelineConfig
+
+
+class Switchable(Protocol):
+    """What the tuning asks of its loader (``autotune.DataLoader``)."""
+
+    batch_size: int | None
+    left_after: int  # the batches the loop reads of an epoch before it leaves (0: whole)
+
+    @property
+    def settings(self) -> PipelineConfig: ...  # read with now
+
+    @property
+    def epoch_length(self) -> int | None: ...  # batches an epoch, where known
+
+    @property
+    def switches_mid_epoch(self) -> bool: ...  # else at the next epoch's start
+
+    @property
+    def pass_length(self) -> int | None: ...  # an epoch's batches, or a pass's it leaves
+
+    def switch(self, settings: PipelineConfig) -> None: ...  # from the next batch on
+
+    def asked(self) -> PipelineConfig | None: ...  # the switch asked for, not made yet
+
+    def start_at(self, settings: PipelineConfig) -> None: ...  # before the first batch
