@@ -33,6 +33,7 @@ from autotune.online.reading import Reading
 from autotune.online.run_state import RunState
 from autotune.online.space import own_settings
 from autotune.online.switching import EpochPass, Switch
+from autotune.online.torch_arguments import arguments_of
 from autotune.online.tuning import Tuning
 from autotune.pipeline.batches import counter
 from autotune.pipeline.config import PipelineConfig
@@ -42,10 +43,8 @@ from autotune.schema import WindowConfig
 
 class DataLoader(RunState):
     """A drop-in for ``torch.utils.data.DataLoader``: the same arguments, refused the same
-    way, and the same batches of indices in the same order for the same ``generator``; its
-    loader settings (``num_workers``, ``prefetch_factor``, ``persistent_workers``,
-    ``pin_memory``, the training process's torch threads) may change between two batches
-    (``switch``) without losing or repeating a sample."""
+    way, and the same batches in the same order for the same ``generator``; its loader
+    settings change between two batches (``switch``), losing and repeating no sample."""
 
     tuning: Tuning | None  # what asks for the switches: made as the first epoch starts
     meter: Meter | None  # times the current settings (from the first epoch's start)
@@ -77,10 +76,14 @@ class DataLoader(RunState):
         ``studies/autotune.db`` by default), and where a later run of the job starts."""
         super().__init__(*args, **kwargs)
         shares(tune)  # refused here, as torch refuses its own arguments
-        # attributes, as torch keeps its own (Lightning reads them: ``run_state``), read as
-        # the first epoch starts (``_begin``)
+        # attributes, as torch keeps its own (``run_state``), read as the first epoch starts
         self.tune, self.window, self.storage, self.study = tune, window, storage, study
         self._set(**self._fresh())
+
+    @classmethod
+    def from_loader(cls, loader: torch.utils.data.DataLoader, **tuning: Any) -> DataLoader:
+        """Reads what torch's ``loader`` (a library's: Accelerate's) reads, the same way."""
+        return cls(**arguments_of(loader), **tuning)
 
     def _fresh(self) -> dict[str, Any]:
         """The loader's own state before its first epoch."""
@@ -207,9 +210,8 @@ class DataLoader(RunState):
         return min(left, epoch or left) if left else epoch
 
     def _left(self, batches: int) -> None:
-        """The loop left its epoch after ``batches`` (0: uncounted, a stream's). Where that
-        was not its first pass, a pass so long is its epoch; a setting no such pass can time
-        (its last batch's step is never timed: no request follows it) has failed."""
+        """The loop left its epoch after ``batches`` (0: uncounted, a stream's): past its
+        first pass (a peek), a pass so long is its epoch; a setting none can time has failed."""
         if batches and self.epochs > 1:
             self._set(left_after=batches)
             self._tuning.pass_left(batches)
