@@ -179,6 +179,9 @@ class EpochPass:
         iterator: so does this one. Where you did not, torch's gives two passes apart: this
         one reads on apart, with workers of its own that do not persist (``_read_apart``)."""
         loader, current = self._loader, self._loader.current_pass
+        if current is self:  # shut down from outside (Lightning's teardown): opened again
+            self._it, self._on_kept = None, False
+            return next(self)
         if loader.persistent_workers and loader.num_workers and current is not None:
             try:
                 return next(current)

@@ -547,6 +547,19 @@ def test_lightning_s_end_of_fit_shuts_the_kept_workers_down() -> None:
     loader.release()
 
 
+@pytest.mark.parametrize("yours", [True, False], ids=["your workers", "the tuning's"])
+def test_a_pass_whose_kept_workers_are_shut_down_from_outside_reads_on_whole(yours) -> None:
+    loader = Manual(Indices(), batch_size=5, num_workers=2 * yours, persistent_workers=yours)
+    if not yours:
+        loader.switch(settings(2, persistent=True))  # as the tuning keeps them
+    it = iter(loader)
+    read = [next(it).tolist() for _ in range(3)]
+    loader._iterator = None  # as Lightning's teardown shuts them down, mid-pass
+    read += [b.tolist() for b in it]
+    assert sorted(i for b in read for i in b) == list(range(N))
+    loader.release()
+
+
 def test_with_workers_you_keep_alive_two_passes_at_once_are_torch_s_one_iterator() -> None:
     def two_passes(cls: Callable[..., Any]) -> list:
         loader = cls(Indices(), batch_size=5, num_workers=2, persistent_workers=True)
