@@ -126,8 +126,7 @@ class Budget:
     def pass_left(self, batches: int) -> None:
         """The loop leaves its epochs after ``batches`` (a number of steps an epoch): such a
         pass is its epoch, the budget's unit."""
-        self.left_after = batches
-        self.batches_per_epoch = min(batches, self.batches_per_epoch or batches)
+        self.left_after = self.batches_per_epoch = batches
         self._epoch_known()
 
     @property

@@ -81,8 +81,7 @@ class Explorer:
         self._looked_again: set[PipelineConfig] = set()  # the contenders given a second look
         self.start_reading: Reading | None = None  # ``start``'s, charged as they are
         self._restarts: dict[PipelineConfig, float] = {}  # workers started again each epoch
-        self._current = start
-        self.done = False
+        self._current, self.done = start, False
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
         self._priors_due = False
@@ -287,8 +286,9 @@ class Explorer:
         self._current, self._asked_at = config, self._clock()
         return True
 
-    def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch to time it
-        return self._fewest_batches(config) > (self.budget.timeable_batches or float("inf"))
+    def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch (None: unknown)
+        timeable = self.budget.timeable_batches
+        return timeable is not None and self._fewest_batches(config) > timeable
 
     def _refused(self, config: PipelineConfig) -> Failure | None:
         """Why ``config`` cannot run here, where it cannot (it is failed, costing nothing):

@@ -29,6 +29,7 @@ from autotune.online.dataset_state import BetweenEpochs
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
 from autotune.online.explorer import Explorer
 from autotune.online.meter import Meter
+from autotune.online.passes import Passes
 from autotune.online.reading import Reading
 from autotune.online.run_state import RunState
 from autotune.online.space import own_settings
@@ -107,10 +108,7 @@ class DataLoader(RunState):
             _epoch_length=epoch_length,
             _unsized=epoch_length is None,
             _in_epoch=False,
-            _asked_of_epoch=0,  # batches the loop asked for of the epoch under way
-            # the batches the loop reads of an epoch before it leaves (a number of steps an
-            # epoch); 0 where it reads them whole, or has left only its first pass (a peek)
-            left_after=0,
+            _passes=Passes(),  # how much of each epoch the loop reads
             _between=BetweenEpochs(),  # what the loop sets on the Dataset between epochs
             _pass=None,  # the pass begun last (weakly, but where your workers persist)
             readings=[],  # each setting's rate on this run, as measured
@@ -174,7 +172,7 @@ class DataLoader(RunState):
 
     def __iter__(self) -> EpochPass:  # type: ignore[override]
         if self._in_epoch:  # the loop left the last epoch early: its time since is not timed
-            self._left(self._asked_of_epoch)
+            self._left()
         self._set(_in_epoch=True)
         (self.tuning or self._begin()).epoch_started(self)
         self._check_dataset()
@@ -200,25 +198,27 @@ class DataLoader(RunState):
         self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))
 
     def before_batch(self, delivered: int) -> None:
-        """Before the epoch's batch ``delivered``: where the ranks meet, they agree there."""
-        self._set(_asked_of_epoch=delivered + 1)
-        self._tuning.before_batch(delivered)
+        """Before the epoch's batch ``delivered`` (counted); the ranks agree there, if due."""
+        self._passes.asked_for(delivered)
+        if self.switches_mid_epoch:
+            self._tuning.before_batch(delivered)
+
+    @property
+    def left_after(self) -> int:  # the batches the loop reads of an epoch before it leaves
+        return self._passes.left_after
 
     @property
     def pass_length(self) -> int | None:  # an epoch's batches, or a pass's the loop leaves
-        epoch, left = self._epoch_length, self.left_after
-        return min(left, epoch or left) if left else epoch
+        return self._passes.length(self._epoch_length)
 
-    def _left(self, batches: int) -> None:
-        """The loop left its epoch after ``batches`` (0: uncounted, a stream's): past its
-        first pass (a peek), a pass so long is its epoch; a setting none can time has failed."""
-        if batches and self.epochs > 1:
-            self._set(left_after=batches)
-            self._tuning.pass_left(batches)
-        left, epoch = self.left_after, self._epoch_length
-        if self._meter.epoch_left(left - 1 if left else epoch):
-            self.failed(record.untimeable(epoch or 0, left))
-        self._set(_asked_of_epoch=0)
+    def _left(self) -> None:
+        """The loop left its epoch early: where a pass so long is its epoch now, the tuning's
+        too (``passes``); a setting no such pass can time has failed."""
+        passes, epoch = self._passes, self._epoch_length
+        if passes.left():
+            self._tuning.pass_left(passes.left_after)
+        if self._meter.epoch_left(passes.timeable(epoch)):
+            self.failed(record.untimeable(epoch or 0, passes.left_after))
 
     def _draw_epoch(self) -> EpochBatches | None:
         """As torch's iterator does: the sampler's iterator, then its workers' base seed
@@ -268,12 +268,11 @@ class DataLoader(RunState):
         epoch, tuning, window = self.pass_length, self._tuning, self._window
         exploring = epoch and tuning.exploring
         cap = setting_cap(tuning.share, epoch, window, tuning.best_rate) if exploring else None
-        timeable = self.left_after - 1 if self.left_after else epoch
         # a proposal's switch that waits for the next epoch runs it whole: nothing to save
         rival = tuning.rival(settings) if exploring and self.switches_mid_epoch else None
         return Meter(
-            settings, window, after_switch=after_switch, drain=drain, cap_s=cap,
-            epoch_batches=timeable, whole_epoch=not self.switches_mid_epoch, rival=rival,
+            settings, window, after_switch=after_switch, drain=drain, cap_s=cap, rival=rival,
+            epoch_batches=self._passes.timeable(epoch), whole_epoch=not self.switches_mid_epoch,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,
         )  # fmt: skip
@@ -285,8 +284,9 @@ class DataLoader(RunState):
     def epoch_ended(self, delivered: int) -> None:
         """Between epochs (``delivered`` batches): a settled reading kept; the tuning told,
         with the setting no whole epoch could time, if any."""
-        epoch = delivered if self._unsized else self.epoch_length  # read whole: none left early
-        self._set(_in_epoch=False, _epoch_length=epoch, _asked_of_epoch=0, left_after=0)
+        epoch = delivered if self._unsized else self.epoch_length
+        self._set(_in_epoch=False, _epoch_length=epoch)
+        self._passes.ended()  # read whole: none left early
         end_s = self._meter.waiting_s()  # the setting's: its workers shut down where not kept
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()

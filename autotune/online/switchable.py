@@ -12,7 +12,6 @@ class Switchable(Protocol):
     """What the tuning asks of its loader (``autotune.DataLoader``)."""
 
     batch_size: int | None
-    left_after: int  # the batches the loop reads of an epoch before it leaves (0: whole)
 
     @property
     def settings(self) -> PipelineConfig: ...  # read with now
@@ -22,6 +21,9 @@ class Switchable(Protocol):
 
     @property
     def switches_mid_epoch(self) -> bool: ...  # else at the next epoch's start
+
+    @property
+    def left_after(self) -> int: ...  # the batches the loop reads of an epoch before it leaves
 
     @property
     def pass_length(self) -> int | None: ...  # an epoch's batches, or a pass's it leaves

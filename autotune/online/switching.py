@@ -120,10 +120,10 @@ class EpochPass:
             raise StopIteration
         if self._apart:
             return self._read_apart()
-        if self._on_kept and self._taken(loader._iterator):
+        if self._taken():
             return self._left_for_another()  # another pass reset what it read
+        loader.before_batch(self._delivered)
         if loader.switches_mid_epoch:
-            loader.before_batch(self._delivered)
             requested = loader.take_request()
             if requested is not None and requested != loader.settings:
                 self._next = requested
@@ -160,18 +160,21 @@ class EpochPass:
             loader.measured()
         return batch
 
-    def _taken(self, kept: Any) -> bool:
-        """Whether another pass took the workers kept alive that this one read (``kept``: the
-        kept ones now): shut down, or serving its batches (torch's iterator keeps its loader's
-        sampler); where your workers persist, or for a stream, whether a pass began since."""
-        loader, handed = self._loader, getattr(kept, "_index_sampler", None)
-        if (
-            kept is self._it
-            and isinstance(handed, HandedSampler)
-            and not loader.persistent_workers
-        ):
+    def _taken(self) -> bool:
+        """Whether this pass lost what it read: where your workers persist, to a pass begun
+        since (torch's one iterator), whatever the settings now; else the workers kept alive
+        that it read, shut down or serving another pass's batches (torch's iterator keeps its
+        loader's sampler; a stream's: a pass begun since)."""
+        loader, kept = self._loader, self._loader._iterator
+        on_kept_lost = self._on_kept and kept is not self._it
+        if loader.persistent_workers and loader.num_workers:
+            return loader.current_pass is not self or on_kept_lost
+        handed = getattr(kept, "_index_sampler", None)
+        if not self._on_kept or on_kept_lost:
+            return on_kept_lost
+        if isinstance(handed, HandedSampler):
             return handed.batches is not self._batches
-        return kept is not self._it or loader.current_pass is not self
+        return loader.current_pass is not self
 
     def _left_for_another(self) -> Any:
         """A pass begun while this one was live took the workers kept alive that this one
@@ -179,8 +182,9 @@ class EpochPass:
         iterator: so does this one. Where you did not, torch's gives two passes apart: this
         one reads on apart, with workers of its own that do not persist (``_read_apart``)."""
         loader, current = self._loader, self._loader.current_pass
-        if current is self:  # shut down from outside (Lightning's teardown): opened again
-            self._it, self._on_kept = None, False
+        resumes = loader.switches_mid_epoch and self._batches is not None
+        if current is self and (resumes or not self._delivered):  # shut down from outside
+            self._it, self._on_kept = None, False  # (Lightning's teardown): opened again
             return next(self)
         if loader.persistent_workers and loader.num_workers and current is not None:
             try:
@@ -190,9 +194,9 @@ class EpochPass:
                 raise
         if self._batches is None or not loader.switches_mid_epoch:
             raise RuntimeError(  # a stream, or batches delivered as they finish: not resumed
-                "autotune.DataLoader reads one pass of a stream (or in_order=False) at a time "
-                "while it keeps workers alive: this one was left when another began; for two "
-                "passes at once (zip(loader, loader)), make a second loader"
+                "autotune.DataLoader cannot resume a pass of a stream (or in_order=False) "
+                "where the workers it kept alive stood: they were shut down, or another pass "
+                "began; for two passes at once (zip(loader, loader)), make a second loader"
             )
         self._batches.take_back()  # what the kept workers held of this pass, read again
         self._apart, self._on_kept = loader.settings, False  # its twin that does not persist

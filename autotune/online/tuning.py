@@ -274,6 +274,8 @@ class Tuning:
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
         could time): that setting failed; where the budget has grown, the next proposed."""
+        if self.explorer is not None:  # an epoch read whole: the budget's unit, not a pass
+            self.explorer.budget.epoch_ended(delivered)
         if untimeable is not None:
             self.failed(untimeable, record.untimeable(delivered))
         elif self.explorer is not None and self.share and not self.explorer.done:

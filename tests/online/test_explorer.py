@@ -770,3 +770,27 @@ def test_a_loop_whose_passes_are_too_short_to_time_its_settings_says_so(tmp_path
                     break
     assert loader.readings == [] and loader.explorer is None and loader.tuning.share == 0
     assert caplog.text.count("2 batches your loop reads of an epoch before it leaves") == 1
+
+
+@pytest.mark.slow  # a few settings of real workers: seconds
+def test_a_peek_or_passes_nested_in_one_fail_no_setting_and_leave_the_budget_an_epoch(
+    tmp_path,
+) -> None:
+    """A pass left early once (a peek at a batch mid-run) or over and over at other batches
+    (a pass nested in each batch of another) is not a loop of a number of steps an epoch:
+    no setting fails as too long for it, and the budget's epoch stays an epoch."""
+    storage = f"sqlite:///{tmp_path}/a.db"
+    loader = autotune.DataLoader(
+        Work(), batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+    )
+    for epoch in range(5):
+        assert sum(1 for _ in loader) == 48
+        if epoch == 1:
+            next(iter(loader))
+        if epoch == 2:
+            assert all(sum(1 for _ in loader) == 48 for _ in loader)
+    assert loader.explorer is not None and loader.explorer.budget.batches_per_epoch == 48
+    assert loader.left_after == 0 and loader.tuning.share
+    failed = [t for t in loader.explorer.study.trials if t.state.name == "FAIL"]
+    assert not failed, [store.trial_attr(t, TrialKey.FAILURE) for t in failed]
+    loader.release()

@@ -560,9 +560,34 @@ def test_a_pass_whose_kept_workers_are_shut_down_from_outside_reads_on_whole(you
     loader.release()
 
 
-def test_with_workers_you_keep_alive_two_passes_at_once_are_torch_s_one_iterator() -> None:
+@pytest.mark.parametrize("dataset", [Stream(), Indices()], ids=["stream", "in_order=False"])
+def test_a_stream_s_pass_whose_kept_workers_are_shut_down_mid_pass_says_so(dataset) -> None:
+    """Where the batches cannot be resumed where the workers stood: said, not read twice."""
+    loader = Manual(dataset, batch_size=5, in_order=isinstance(dataset, Stream))
+    loader.switch(settings(2, persistent=True))  # as the tuning keeps them
+    sum(1 for _ in loader)
+    it = iter(loader)
+    read = [next(it).tolist() for _ in range(3)]
+    loader._iterator = None  # as Lightning's teardown shuts them down, mid-pass
+    with pytest.raises(RuntimeError, match="cannot resume a pass"):
+        read += [b.tolist() for b in it]
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))  # then on, whole
+    loader.release()
+
+
+@pytest.mark.parametrize(
+    "read_with", [None, settings(2), settings(0), settings(3, persistent=True)],
+    ids=["yours", "w2 not kept", "w0", "w3 kept"],
+)  # fmt: skip
+def test_with_workers_you_keep_alive_two_passes_at_once_are_torch_s_one_iterator(
+    read_with: PipelineConfig | None,
+) -> None:
+    """Whatever settings the tuning reads with: yours asked for workers that persist."""
+
     def two_passes(cls: Callable[..., Any]) -> list:
         loader = cls(Indices(), batch_size=5, num_workers=2, persistent_workers=True)
+        if read_with is not None and isinstance(loader, autotune.DataLoader):
+            loader.switch(read_with)  # as the tuning reads
         first = iter(loader)
         read = [next(first).tolist()]
         second = iter(loader)  # before the first ended: torch resets its one iterator

@@ -1,0 +1,47 @@
+"""How much of each epoch the training loop reads. A loop that leaves its epochs early (a
+number of steps an epoch; Lightning's ``limit_train_batches``) reads each pass as its epoch,
+once two passes in a row were left at the same batch: a peek at a first batch, or a pass
+another pass nested in it interrupted, is not such a loop. The step of a pass's last batch is
+never timed, as the loop asks for no batch after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Passes:
+    """The batches the loop asks for of each epoch, and where it leaves them."""
+
+    asked: int = 0  # of the epoch under way
+    left_after: int = 0  # where it leaves its epochs early: the batches it reads of one
+    _last_left: int = 0  # of the last pass it left early (0: it read the last epoch whole)
+
+    def asked_for(self, delivered: int) -> None:
+        """The loop asks for the epoch's batch ``delivered`` (counted from 0)."""
+        self.asked = delivered + 1
+
+    def left(self) -> bool:
+        """The pass under way was left early: whether that makes a pass so long the loop's
+        epoch from now (the second in a row left at the same batch)."""
+        batches, self.asked = self.asked, 0
+        new = bool(batches) and batches == self._last_left != self.left_after
+        if new:
+            self.left_after = batches
+        self._last_left = batches
+        return new
+
+    def ended(self) -> None:
+        """An epoch read whole: the loop reads its epochs so."""
+        self.asked = self.left_after = self._last_left = 0
+
+    def length(self, epoch: int | None) -> int | None:
+        """An epoch's batches (``epoch``: None where unknown), or a pass's the loop leaves."""
+        left = self.left_after
+        return min(left, epoch or left) if left else epoch
+
+    def timeable(self, epoch: int | None) -> int | None:
+        """The batches of a pass a setting can be timed in: an epoch's (``epoch``), or all
+        but the last of a pass the loop leaves."""
+        return self.left_after - 1 if self.left_after else epoch

@@ -1,0 +1,52 @@
+"""Tests for autotune.online.passes: how much of each epoch the loop reads."""
+
+from __future__ import annotations
+
+import functools
+
+from torch.utils.data import IterableDataset
+
+import autotune
+from autotune.online.passes import Passes
+
+
+def _left_after(passes: Passes, batches: int) -> bool:
+    for delivered in range(batches):
+        passes.asked_for(delivered)
+    return passes.left()
+
+
+def test_two_passes_in_a_row_left_at_the_same_batch_make_it_the_loop_s_epoch() -> None:
+    passes = Passes()
+    assert not _left_after(passes, 30) and passes.left_after == 0  # one: a peek, perhaps
+    assert _left_after(passes, 30) and passes.left_after == 30  # a number of steps an epoch
+    assert not _left_after(passes, 30)  # said once
+    assert (passes.length(100), passes.timeable(100)) == (30, 29)  # its last step: untimed
+    passes.ended()  # an epoch read whole
+    assert (passes.left_after, passes.length(100), passes.timeable(100)) == (0, 100, 100)
+
+
+def test_a_peek_and_passes_nested_in_one_leave_the_epoch_as_it_is() -> None:
+    passes = Passes()
+    assert not _left_after(passes, 1)  # next(iter(loader))
+    passes.ended()
+    for outer in range(1, 4):  # each batch of an outer pass, then a whole inner pass
+        assert not _left_after(passes, outer)
+        passes.ended()
+    assert not _left_after(passes, 0) and not _left_after(passes, 0)  # zip(): nothing asked
+    assert passes.left_after == 0
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(64))
+
+
+def test_a_stream_s_passes_left_early_are_counted_too() -> None:
+    loader = functools.partial(autotune.DataLoader, tune=False)(Stream(), batch_size=4)
+    for _ in range(3):
+        for index, _ in enumerate(loader):
+            if index == 4:
+                break
+    assert loader.left_after == 5 and loader.pass_length == 5
+    assert sum(1 for _ in loader) == 16 and loader.left_after == 0
