@@ -13,6 +13,7 @@ import optuna
 import pytest
 import torch
 from helpers import BRIEF_WINDOW
+from test_loader_cpu import Waits
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 import autotune
@@ -724,17 +725,6 @@ def test_a_setting_whose_workers_fail_on_its_second_look_is_never_kept() -> None
     assert explorer.best is not None and explorer.best.settings == own
 
 
-class WaitsToRead(Dataset):
-    """Each sample a 20 ms wait that uses no CPU (slow storage): more workers than CPUs pay."""
-
-    def __len__(self) -> int:
-        return 96
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(0.02)
-        return torch.tensor(index)
-
-
 @pytest.mark.slow  # a few settings of real workers over sleeping reads: seconds
 def test_a_loop_that_leaves_its_epochs_early_is_timed_within_each_pass(tmp_path) -> None:
     """A loop of 6 steps an epoch (of 24 batches): a sub-window of half a second would be
@@ -743,7 +733,7 @@ def test_a_loop_that_leaves_its_epochs_early_is_timed_within_each_pass(tmp_path)
     pass cannot time (the workers the waiting reads invite: up to 64)."""
     window = dataclasses.replace(BRIEF_WINDOW, min_sub_window_s=0.5)
     loader = autotune.DataLoader(
-        WaitsToRead(), batch_size=4, tune=20.0, window=window, storage=f"sqlite:///{tmp_path}/a.db"
+        Waits(), batch_size=4, tune=20.0, window=window, storage=f"sqlite:///{tmp_path}/a.db"
     )
     for _ in range(30):
         for index, _ in enumerate(loader):

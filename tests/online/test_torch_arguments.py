@@ -4,31 +4,18 @@ loader Accelerate prepared tunes once its base loader is rebuilt so."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 from helpers import BRIEF_WINDOW
-from torch.utils.data import BatchSampler, Dataset, IterableDataset, RandomSampler
+from test_explorer import Work
+from test_online_loader import Indices, Stream
+from torch.utils.data import BatchSampler, RandomSampler
 
 import autotune
 from autotune.online.torch_arguments import arguments_of
-
-N = 50
-
-
-class Indices(Dataset):
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
-class Stream(IterableDataset):
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(N))
 
 
 def _seeded() -> torch.Generator:
@@ -74,19 +61,6 @@ def test_a_batch_sampler_torch_made_is_read_back_as_its_arguments() -> None:
     assert isinstance(kwargs["sampler"], RandomSampler) and "batch_sampler" not in kwargs
 
 
-class Work(Dataset):
-    """Each sample some real CPU work: workers take it off the loop."""
-
-    def __len__(self) -> int:
-        return 96
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        x = torch.full((32, 32), float(index))
-        for _ in range(10):
-            x = x @ x.T / 32
-        return torch.tensor(index)
-
-
 @pytest.mark.slow  # a few settings of real workers: seconds
 def test_a_loader_accelerate_prepared_tunes_once_its_base_is_rebuilt(tmp_path) -> None:
     """Accelerate builds its own torch loader (``base_dataloader``) from the one it is given:
@@ -108,6 +82,6 @@ def test_a_loader_accelerate_prepared_tunes_once_its_base_is_rebuilt(tmp_path) -
     for _ in range(4):
         assert [b.tolist() for b in tuned] == [b.tolist() for b in plain]
     base = tuned.base_dataloader
-    assert isinstance(tuned, autotune.DataLoader) and len(tuned) == len(plain) == 24
+    assert isinstance(tuned, autotune.DataLoader) and len(tuned) == len(plain) == 48
     assert len({r.settings for r in base.readings}) >= 2, base.readings  # explored on the run
     base.release()
