@@ -18,8 +18,9 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from autotune.online.passes import Passes
 from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.schema import WindowConfig
@@ -103,9 +104,9 @@ class Budget:
     clock: Callable[[], float] = time.monotonic
     started: float | None = None  # the run's first timed batch
     spent_s: float = 0.0
-    left_after: int = 0  # the loop leaves its epochs after this many batches (0: it does not)
+    # how much of each epoch the loop reads (the loader's): a pass it leaves early is an epoch
+    passes: Passes = field(default_factory=Passes)
     _batch_rate: float = 0.0  # the best rate measured so far, in batches/s
-    _epoch_s: float = 0.0  # an epoch at that rate: the unit of ``share``
 
     def first_reading(self, reading: Reading) -> None:
         """The run's first reading: where the run started, and the budget's unit."""
@@ -115,34 +116,31 @@ class Budget:
     def unit_at(self, best: Reading) -> None:
         """The best reading so far: the budget's unit is an epoch at its rate."""
         self._batch_rate = best.batches / best.seconds if best.seconds else 0.0
-        self._epoch_known()
 
     def epoch_ended(self, batches: int) -> None:
         """An epoch of ``batches`` ended: a stream's first gives the budget its unit."""
-        if self.batches_per_epoch is None or self.left_after:  # read whole: none left early
-            self.batches_per_epoch, self.left_after = batches, 0
-            self._epoch_known()
+        if self.batches_per_epoch is None:
+            self.batches_per_epoch = batches
 
-    def pass_left(self, batches: int) -> None:
-        """The loop leaves its epochs after ``batches`` (a number of steps an epoch): such a
-        pass is its epoch, the budget's unit."""
-        self.left_after = self.batches_per_epoch = batches
-        self._epoch_known()
+    @property
+    def epoch_batches(self) -> int | None:
+        """The batches of the budget's epoch: an epoch's, or a pass's the loop leaves early."""
+        return self.passes.length(self.batches_per_epoch)
 
     @property
     def timeable_batches(self) -> int | None:
-        """The batches of a pass a setting can be timed in: an epoch's; where the loop leaves
-        early, all but the last (its step ends with no request for the next)."""
-        return self.left_after - 1 if self.left_after else self.batches_per_epoch
+        """The batches of a pass a setting can be timed in (``passes.Passes.timeable``)."""
+        return self.passes.timeable(self.batches_per_epoch)
 
     @property
     def best_rate(self) -> float | None:
         """The best rate measured so far, in batches/s (the unit's); None before any."""
         return self._batch_rate or None
 
-    def _epoch_known(self) -> None:
-        if self._batch_rate and self.batches_per_epoch:
-            self._epoch_s = self.batches_per_epoch / self._batch_rate
+    @property
+    def _epoch_s(self) -> float:  # an epoch at the best rate: the unit of ``share``
+        batches = self.epoch_batches
+        return batches / self._batch_rate if batches and self._batch_rate else 0.0
 
     def charge(self, asked_at: float, between_epochs_s: float = 0.0) -> None:
         """A proposal asked at ``asked_at`` was read (``between_epochs_s`` of the time since,

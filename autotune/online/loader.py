@@ -204,19 +204,18 @@ class DataLoader(RunState):
             self._tuning.before_batch(delivered)
 
     @property
-    def left_after(self) -> int:  # the batches the loop reads of an epoch before it leaves
-        return self._passes.left_after
+    def passes(self) -> Passes:  # how much of each epoch the loop reads
+        return self._passes
 
     @property
     def pass_length(self) -> int | None:  # an epoch's batches, or a pass's the loop leaves
         return self._passes.length(self._epoch_length)
 
     def _left(self) -> None:
-        """The loop left its epoch early: where a pass so long is its epoch now, the tuning's
-        too (``passes``); a setting no such pass can time has failed."""
+        """The loop left its epoch early (``passes``: where a pass so long is its epoch now);
+        a setting no such pass can time has failed."""
         passes, epoch = self._passes, self._epoch_length
-        if passes.left():
-            self._tuning.pass_left(passes.left_after)
+        passes.left()
         if self._meter.epoch_left(passes.timeable(epoch)):
             self.failed(record.untimeable(epoch or 0, passes.left_after))
 

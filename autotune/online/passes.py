@@ -22,15 +22,13 @@ class Passes:
         """The loop asks for the epoch's batch ``delivered`` (counted from 0)."""
         self.asked = delivered + 1
 
-    def left(self) -> bool:
-        """The pass under way was left early: whether that makes a pass so long the loop's
-        epoch from now (the second in a row left at the same batch)."""
+    def left(self) -> None:
+        """The pass under way was left early: the second in a row left at the same batch
+        makes a pass so long the loop's epoch from now."""
         batches, self.asked = self.asked, 0
-        new = bool(batches) and batches == self._last_left != self.left_after
-        if new:
+        if batches and batches == self._last_left:
             self.left_after = batches
         self._last_left = batches
-        return new
 
     def ended(self) -> None:
         """An epoch read whole: the loop reads its epochs so."""

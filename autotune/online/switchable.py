@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from autotune.online.passes import Passes
 from autotune.pipeline.config import PipelineConfig
 
 
@@ -23,7 +24,7 @@ class Switchable(Protocol):
     def switches_mid_epoch(self) -> bool: ...  # else at the next epoch's start
 
     @property
-    def left_after(self) -> int: ...  # the batches the loop reads of an epoch before it leaves
+    def passes(self) -> Passes: ...  # how much of each epoch the loop reads
 
     @property
     def pass_length(self) -> int | None: ...  # an epoch's batches, or a pass's it leaves

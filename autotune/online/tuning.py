@@ -199,14 +199,8 @@ class Tuning:
             return False
         # the loop left, the loader collected, the process ending (Ctrl-C; a rank's, too)
         Finalize(loader, self.explorer.close, exitpriority=0)
-        if loader.left_after:  # a pass it leaves early is its epoch
-            self.pass_left(loader.left_after)
+        self.explorer.budget.passes = loader.passes  # a pass it leaves early is its epoch
         return True
-
-    def pass_left(self, batches: int) -> None:
-        """The loop leaves its epochs after ``batches``: such a pass is the budget's epoch."""
-        if self.explorer is not None:
-            self.explorer.budget.pass_left(batches)
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
         """Switches to what the explorer ``propose``s (each of its decisions), the setting kept
@@ -274,8 +268,6 @@ class Tuning:
     def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
         """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
         could time): that setting failed; where the budget has grown, the next proposed."""
-        if self.explorer is not None:  # an epoch read whole: the budget's unit, not a pass
-            self.explorer.budget.epoch_ended(delivered)
         if untimeable is not None:
             self.failed(untimeable, record.untimeable(delivered))
         elif self.explorer is not None and self.share and not self.explorer.done:

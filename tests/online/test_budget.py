@@ -13,6 +13,7 @@ from autotune.online.budget import (
     setting_cap,
     shares,
 )
+from autotune.online.passes import Passes
 from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.schema import WindowConfig
@@ -130,10 +131,14 @@ def test_a_setting_is_timed_for_an_eighth_of_the_budget_at_the_best_rate_so_far(
 
 
 def test_a_pass_the_loop_leaves_early_is_its_epoch_until_it_reads_one_whole() -> None:
-    budget = Budget(share=1.0, batches_per_epoch=100)
+    passes = Passes()  # the loader's, read by the budget
+    budget = Budget(share=1.0, batches_per_epoch=100, passes=passes)
     budget.first_reading(Reading(PipelineConfig(), 100.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
     assert budget.left_s() == pytest.approx(10.0)  # 100 batches at 10 a second
-    budget.pass_left(30)  # 30 steps an epoch: a pass is 3 s, its last step never timed
+    for _ in range(2):  # 30 steps an epoch: a pass is 3 s, its last step never timed
+        for delivered in range(30):
+            passes.asked_for(delivered)
+        passes.left()
     assert (budget.left_s(), budget.timeable_batches) == (pytest.approx(3.0), 29)
-    budget.epoch_ended(100)  # read whole: an epoch again
+    passes.ended()  # read whole: an epoch again
     assert (budget.left_s(), budget.timeable_batches) == (pytest.approx(10.0), 100)

@@ -741,8 +741,8 @@ def test_a_loop_that_leaves_its_epochs_early_is_timed_within_each_pass(tmp_path)
                 break
     assert loader.readings and loader.readings[0].settings == loader.own
     assert any(r.settings.num_workers for r in loader.readings), loader.readings
-    assert loader.left_after == 6 and loader.explorer is not None
-    assert loader.explorer.budget.batches_per_epoch == 6
+    assert loader.passes.left_after == 6 and loader.explorer is not None
+    assert loader.explorer.budget.epoch_batches == 6
     assert max(loader.explorer.space.choices("num_workers")) > 5  # offered, not proposed:
     assert all(fewest_batches(r.settings, window) <= 5 for r in loader.readings)
 
@@ -779,8 +779,8 @@ def test_a_peek_or_passes_nested_in_one_fail_no_setting_and_leave_the_budget_an_
             next(iter(loader))
         if epoch == 2:
             assert all(sum(1 for _ in loader) == 48 for _ in loader)
-    assert loader.explorer is not None and loader.explorer.budget.batches_per_epoch == 48
-    assert loader.left_after == 0 and loader.tuning.share
+    assert loader.explorer is not None and loader.explorer.budget.epoch_batches == 48
+    assert loader.passes.left_after == 0 and loader.tuning.share
     failed = [t for t in loader.explorer.study.trials if t.state.name == "FAIL"]
     assert not failed, [store.trial_attr(t, TrialKey.FAILURE) for t in failed]
     loader.release()

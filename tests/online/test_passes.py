@@ -10,17 +10,19 @@ import autotune
 from autotune.online.passes import Passes
 
 
-def _left_after(passes: Passes, batches: int) -> bool:
+def _left_after(passes: Passes, batches: int) -> int:
+    """A pass left after ``batches``: where the loop leaves its epochs now (0: it does not)."""
     for delivered in range(batches):
         passes.asked_for(delivered)
-    return passes.left()
+    passes.left()
+    return passes.left_after
 
 
 def test_two_passes_in_a_row_left_at_the_same_batch_make_it_the_loop_s_epoch() -> None:
     passes = Passes()
-    assert not _left_after(passes, 30) and passes.left_after == 0  # one: a peek, perhaps
-    assert _left_after(passes, 30) and passes.left_after == 30  # a number of steps an epoch
-    assert not _left_after(passes, 30)  # said once
+    assert _left_after(passes, 30) == 0  # one: a peek, perhaps
+    assert _left_after(passes, 30) == 30  # a number of steps an epoch
+    assert _left_after(passes, 30) == 30
     assert (passes.length(100), passes.timeable(100)) == (30, 29)  # its last step: untimed
     passes.ended()  # an epoch read whole
     assert (passes.left_after, passes.length(100), passes.timeable(100)) == (0, 100, 100)
@@ -28,12 +30,12 @@ def test_two_passes_in_a_row_left_at_the_same_batch_make_it_the_loop_s_epoch() -
 
 def test_a_peek_and_passes_nested_in_one_leave_the_epoch_as_it_is() -> None:
     passes = Passes()
-    assert not _left_after(passes, 1)  # next(iter(loader))
+    assert _left_after(passes, 1) == 0  # next(iter(loader))
     passes.ended()
     for outer in range(1, 4):  # each batch of an outer pass, then a whole inner pass
-        assert not _left_after(passes, outer)
+        assert _left_after(passes, outer) == 0
         passes.ended()
-    assert not _left_after(passes, 0) and not _left_after(passes, 0)  # zip(): nothing asked
+    assert _left_after(passes, 0) == _left_after(passes, 0) == 0  # zip(): nothing asked
     assert passes.left_after == 0
 
 
@@ -48,5 +50,5 @@ def test_a_stream_s_passes_left_early_are_counted_too() -> None:
         for index, _ in enumerate(loader):
             if index == 4:
                 break
-    assert loader.left_after == 5 and loader.pass_length == 5
-    assert sum(1 for _ in loader) == 16 and loader.left_after == 0
+    assert loader.passes.left_after == 5 and loader.pass_length == 5
+    assert sum(1 for _ in loader) == 16 and loader.passes.left_after == 0
