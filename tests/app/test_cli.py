@@ -85,15 +85,16 @@ def test_trials_carry_their_measurements(quick_study):
     for t in complete:
         attrs = t.user_attrs
         rates = attrs["samples_per_s_sub_windows"]
-        # whole sets of the window's sub-windows, all of one length
-        assert len(rates) % SUB_WINDOWS == 0
+        overhead = attrs.get("epoch_overhead_s")
+        # whole sets of the window's sub-windows, all of one length; or real epochs, which
+        # stop where the next would end past the window's time (a busy machine's can be one)
+        assert len(rates) % SUB_WINDOWS == 0 or overhead is not None
         # all timed samples over all timed seconds: the harmonic mean of the rates (never the
         # median, which a burst can pull up)
         steady = statistics.harmonic_mean(rates)
         assert attrs["samples_per_s_steady"] == pytest.approx(steady, rel=0.01)
         # the objective is the rate over an epoch: start-up charged unless workers persist
         assert t.value == pytest.approx(attrs["samples_per_s_epoch"], rel=0.01)
-        overhead = attrs.get("epoch_overhead_s")
         if overhead is not None:  # a whole epoch timed: what it took beyond its samples
             assert _charged_per_epoch(study, t) == pytest.approx(overhead, abs=0.01)
         else:
