@@ -51,6 +51,7 @@ class DataLoader(RunState):
     meter: Meter | None  # times the current settings (from the first epoch's start)
     switches: list[Switch]
     readings: list[Reading]
+    passes: Passes  # how much of each epoch the loop reads
     epochs: int
     _settings: PipelineConfig
     own: PipelineConfig  # your arguments' settings, as the first epoch read them
@@ -108,7 +109,7 @@ class DataLoader(RunState):
             _epoch_length=epoch_length,
             _unsized=epoch_length is None,
             _in_epoch=False,
-            _passes=Passes(),  # how much of each epoch the loop reads
+            passes=Passes(),
             _between=BetweenEpochs(),  # what the loop sets on the Dataset between epochs
             _pass=None,  # the pass begun last (weakly, but where your workers persist)
             readings=[],  # each setting's rate on this run, as measured
@@ -199,24 +200,24 @@ class DataLoader(RunState):
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered`` (counted); the ranks agree there, if due."""
-        self._passes.asked_for(delivered)
+        self.passes.asked_for(delivered)
         if self.switches_mid_epoch:
             self._tuning.before_batch(delivered)
 
     @property
-    def passes(self) -> Passes:  # how much of each epoch the loop reads
-        return self._passes
-
-    @property
     def pass_length(self) -> int | None:  # an epoch's batches, or a pass's the loop leaves
-        return self._passes.length(self._epoch_length)
+        return self.passes.length(self._epoch_length)
 
     def _left(self) -> None:
         """The loop left its epoch early (``passes``: where a pass so long is its epoch now);
-        a setting no such pass can time has failed."""
-        passes, epoch = self._passes, self._epoch_length
+        a setting no such pass can time has failed, unless longer passes timed it: its
+        reading is taken (the loop leaves at varying batches)."""
+        passes, epoch, meter = self.passes, self._epoch_length, self._meter
         passes.left()
-        if self._meter.epoch_left(passes.timeable(epoch)):
+        untimeable = meter.epoch_left(passes.timeable(epoch))
+        if meter.done:
+            self.measured()
+        elif untimeable and all(r.settings != meter.settings for r in self.readings):
             self.failed(record.untimeable(epoch or 0, passes.left_after))
 
     def _draw_epoch(self) -> EpochBatches | None:
@@ -271,7 +272,7 @@ class DataLoader(RunState):
         rival = tuning.rival(settings) if exploring and self.switches_mid_epoch else None
         return Meter(
             settings, window, after_switch=after_switch, drain=drain, cap_s=cap, rival=rival,
-            epoch_batches=self._passes.timeable(epoch), whole_epoch=not self.switches_mid_epoch,
+            epoch_batches=self.passes.timeable(epoch), whole_epoch=not self.switches_mid_epoch,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,
         )  # fmt: skip
@@ -285,7 +286,7 @@ class DataLoader(RunState):
         with the setting no whole epoch could time, if any."""
         epoch = delivered if self._unsized else self.epoch_length
         self._set(_in_epoch=False, _epoch_length=epoch)
-        self._passes.ended()  # read whole: none left early
+        self.passes.ended()  # read whole: none left early
         end_s = self._meter.waiting_s()  # the setting's: its workers shut down where not kept
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()

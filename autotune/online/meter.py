@@ -166,10 +166,12 @@ class Meter:
         warm up again (an epoch that did not end counts for no setting's timing). Where it
         leaves each so, ``timeable`` batches of a pass can be timed: sub-windows fit what
         they leave after the warm-up; True, once, where a warm-up and one sub-window do not
-        fit: the setting is untimeable."""
+        fit: the setting is untimeable, unless longer passes timed it (the loop leaves at
+        varying batches): then its reading is done as it stands."""
         if timeable is not None and timeable < (self._epoch_batches or timeable + 1):
             self._epoch_batches, self._length = timeable, 0  # sized anew at the warm-up's end
         fits = timeable is None or timeable >= fewest_batches(self.settings, self._window)
+        self.done = self.done or (not fits and bool(self.tally.spans))
         newly = not (fits or self.untimeable or self.done)
         self.untimeable = self.untimeable or newly
         self._restart_warmup(1)

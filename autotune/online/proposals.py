@@ -8,9 +8,10 @@ would hand one's points to the other.
 A point the sampler proposes again is told its rate without running (a repeat, costing
 nothing): ``REPEATS_TO_STOP`` of them in a row, or every point measured, and the sampler has
 nothing new. A point queued outside the run's space (by an earlier build's run), or one no
-epoch can time, is failed with why before it runs. A setting asked or being measured when
-the run stops is recorded as interrupted. What to measure when, and what to keep, is the
-explorer's (``explorer``).
+epoch can time, is failed with why before it runs; for the sampler's, the point with the
+most workers below it that an epoch can time is measured in its place. A setting asked or
+being measured when the run stops is recorded as interrupted. What to measure when, and
+what to keep, is the explorer's (``explorer``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import optuna
 from autotune.online import record
 from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
-from autotune.runtime.failures import Failure
+from autotune.runtime.failures import Failure, FailureKind
 from autotune.session.space import SearchSpace
 from autotune.tuner import storage as study_storage
 
@@ -111,8 +112,29 @@ class Proposals:
                 continue
             if (why := untimeable(config)) is not None:
                 self._fail(trial, config, why)
-                continue
+                if why.kind is not FailureKind.UNTIMEABLE:
+                    continue
+                if (nearest := self._timeable_below(config, untimeable)) is None:
+                    return None  # no fewer workers fit: nothing here can be timed
+                if nearest in self._told:
+                    repeats += 1
+                    continue
+                self._point, config = self.space.params_of(nearest), nearest
             return config
+        return None
+
+    def _timeable_below(
+        self, config: PipelineConfig, untimeable: Callable[[PipelineConfig], Failure | None]
+    ) -> PipelineConfig | None:
+        """``config`` with the most workers below its own that an epoch can time (it times
+        whole rounds of them: fewer fit sooner), measured in its place: else the sampler,
+        told nothing of a failed point, asks for its like again and again."""
+        params = self.space.params_of(config) or {}
+        below = [w for w in self.space.choices("num_workers") if w < config.num_workers]
+        for workers in sorted(below, reverse=True):
+            nearest = self.space.config_at(params | {"num_workers": workers})
+            if self.space.params_of(nearest) is not None and untimeable(nearest) is None:
+                return nearest
         return None
 
     def tell(

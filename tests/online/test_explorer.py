@@ -747,6 +747,37 @@ def test_a_loop_that_leaves_its_epochs_early_is_timed_within_each_pass(tmp_path)
     assert all(fewest_batches(r.settings, window) <= 5 for r in loader.readings)
 
 
+@pytest.mark.slow  # a few settings of real workers: seconds
+def test_a_loop_that_leaves_sooner_than_before_keeps_what_it_timed_and_asks_no_more(
+    tmp_path,
+) -> None:
+    """Whole epochs, then passes of 2 steps (the loop leaves at varying batches): no
+    setting can be timed in those, and nothing more is asked. What whole epochs timed is
+    kept, never failed as untimeable for passes too short for it."""
+    loader = autotune.DataLoader(
+        Work(), batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=f"sqlite:///{tmp_path}/a.db"
+    )
+    for _ in range(2):
+        assert sum(1 for _ in loader) == 48
+    read = {r.settings for r in loader.readings}
+    assert loader.own in read and loader.explorer is not None
+    for _ in range(6):
+        for index, _ in enumerate(loader):
+            if index == 1:
+                break
+    explorer = loader.explorer
+    assert loader.passes.left_after == 2 and explorer.done and explorer.best is not None
+    failed = {
+        store.pipeline_of(t): store.trial_attr(t, TrialKey.FAILURE)["kind"]
+        for t in explorer.study.trials
+        if t.state.name == "FAIL"
+    }
+    assert not read & set(failed), failed  # what whole epochs timed is never failed
+    assert len(failed) <= 2 and set(failed.values()) <= {FailureKind.UNTIMEABLE.value}
+    assert explorer.best.settings in read
+    loader.release()
+
+
 def test_a_loop_whose_passes_are_too_short_to_time_its_settings_says_so(tmp_path, caplog) -> None:
     """A warm-up and one sub-window never fit in 2 steps an epoch: the run's own settings are
     untimeable, said in one line, and nothing is explored."""

@@ -353,6 +353,24 @@ def test_a_loop_that_leaves_each_epoch_early_is_timed_in_sub_windows_that_fit_a_
         assert loop.meter.done and loop.meter.reading().batches == 3 * 8
 
 
+def test_a_setting_longer_passes_timed_is_read_as_it_stands_where_the_loop_leaves_sooner():
+    """A loop that leaves at varying batches: passes of 12 timed a sub-window of 8 (as
+    above); then it leaves after 4, where no warm-up and sub-window fit. The setting was
+    timed: its reading is done as it stands, not failed as untimeable."""
+    window = dataclasses.replace(WINDOW, min_sub_window_s=1.0)
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    loop = Loop(Meter(settings, window, after_switch=False, epoch_batches=100))
+    for _ in range(2):  # the first sized for the epoch, the second for the pass
+        for _ in range(12):
+            loop.batch(wait=0.0, step=0.1)
+        assert not loop.meter.epoch_left(11)
+    assert len(loop.meter.tally.spans) == 1 and not loop.meter.done
+    for _ in range(4):
+        loop.batch(wait=0.0, step=0.1)
+    assert not loop.meter.epoch_left(3) and not loop.meter.untimeable
+    assert loop.meter.done and loop.meter.reading().batches == 8
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
     """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each

@@ -17,7 +17,7 @@ from autotune.tuner.store import TrialKey
 
 SPACE = online_space(detect(want_cuda=False), batch_size=4, cuda=False)
 OWN = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
-NEVER = Failure(FailureKind.INVALID_CONFIG, "no epoch can time it")
+NEVER = Failure(FailureKind.UNTIMEABLE, "no epoch can time it")
 
 
 def always(config: PipelineConfig) -> None:
@@ -59,6 +59,38 @@ def test_a_point_no_epoch_can_time_is_failed_with_why_and_the_next_asked(proposa
     failed = proposals.study.trials[0]
     assert failed.state == optuna.trial.TrialState.FAIL
     assert failed.user_attrs[TrialKey.FAILURE]["message"] == "no epoch can time it"
+
+
+def test_the_sampler_s_point_no_epoch_can_time_has_the_most_workers_that_fit_measured_instead() -> (
+    None
+):
+    """Told nothing of a failed point, the sampler would ask for its like again and again
+    (a trial each, in the training loop's time): the same point with fewer workers, as many
+    as an epoch can time, is measured in its place; once measured, a repeat."""
+    space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 2, 4, 8))
+    proposals = Proposals(space, optuna.create_study(direction="maximize"))
+    many = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "main_threads": 1}
+    proposals.study.enqueue_trial(many)  # the sampler proposes it (forced)
+
+    def fits(config: PipelineConfig) -> Failure | None:
+        return NEVER if config.num_workers > 2 else None
+
+    asked = proposals.ask(fits)
+    assert asked == space.config_at({**many, "num_workers": 2}) and proposals.asked
+    (failed,) = proposals.study.trials
+    assert failed.state == optuna.trial.TrialState.FAIL and failed.params == many
+    proposals.tell(asked, reading(asked, 100.0))
+    measured = proposals.study.trials[1]
+    assert measured.params == space.params_of(asked) and measured.value == 100.0
+    for _ in range(REPEATS_TO_STOP):  # its like, beyond reach: the nearest measured already
+        proposals.study.enqueue_trial({**many, "num_workers": 4})
+    assert proposals.ask(fits) is None and not proposals.asked  # nothing new
+    # where no fewer workers fit either, nothing here can be timed: one trial, no more asked
+    trials = len(proposals.study.trials)
+    proposals.study.enqueue_trial({**many, "prefetch_factor": 2})
+    proposals.study.enqueue_trial({**many, "prefetch_factor": 3})
+    assert proposals.ask(lambda config: NEVER) is None
+    assert [t.state.name for t in proposals.study.trials[trials:]] == ["FAIL", "WAITING"]
 
 
 def test_a_setting_whose_workers_failed_is_told_so_and_never_measured_again(proposals) -> None:
