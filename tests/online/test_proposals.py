@@ -61,9 +61,7 @@ def test_a_point_no_epoch_can_time_is_failed_with_why_and_the_next_asked(proposa
     assert failed.user_attrs[TrialKey.FAILURE]["message"] == "no epoch can time it"
 
 
-def test_the_sampler_s_point_no_epoch_can_time_has_the_most_workers_that_fit_measured_instead() -> (
-    None
-):
+def test_a_sampler_point_no_epoch_can_time_is_measured_with_the_most_workers_that_fit() -> None:
     """Told nothing of a failed point, the sampler would ask for its like again and again
     (a trial each, in the training loop's time): the same point with fewer workers, as many
     as an epoch can time, is measured in its place; once measured, a repeat."""
