@@ -162,9 +162,7 @@ class InnerLoaders:
         built for it seeds its workers from ``seed``, the base seed ``outer`` drew as torch's
         loader does (``_seed``)."""
         kept = self._kept
-        with warnings.catch_warnings():
-            # more workers than CPUs is a setting being measured, not a mistake to warn of
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
+        with _measured_worker_counts():
             if kept is not None and kept.settings == settings:
                 kept.handed.batches = batches
                 inner = kept
@@ -186,8 +184,7 @@ class InnerLoaders:
         """An iterator of its own over ``batches``, with ``settings``' workers not kept alive:
         for a pass read beside the one the kept workers serve (``zip(loader, loader)``)."""
         settings = dataclasses.replace(settings, persistent_workers=False)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
+        with _measured_worker_counts():
             return iter(InnerLoader.build(outer, settings, batches, self._seed(seed)).loader)
 
     @property
@@ -217,3 +214,11 @@ def shut_down(iterator: Any) -> None:
     """Takes an inner iterator's workers down now, rather than when it is collected."""
     with contextlib.suppress(AttributeError):
         iterator._shutdown_workers()
+
+
+@contextlib.contextmanager
+def _measured_worker_counts() -> Iterator[None]:
+    """More workers than CPUs is a setting being measured, not a mistake torch should warn of."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        yield

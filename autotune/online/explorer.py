@@ -295,6 +295,6 @@ class Explorer:
         no epoch can time it, or its workers persist where the loop changes its Dataset."""
         if self._persist_refused and config.workers_persist:
             return record.RENEWED
-        budget = self.budget
-        why = record.untimeable(budget.batches_per_epoch or 0, budget.passes.left_after)
-        return why if self._too_long(config) else None
+        if not self._too_long(config):
+            return None
+        return record.untimeable(self.budget.batches_per_epoch or 0, self.budget.passes.left_after)

@@ -215,9 +215,7 @@ class EpochPass:
             raise
         except Exception as exc:
             workers = self._apart.num_workers > 0
-            own = loader_failure(exc, workers=workers)
-            if moved_past(exc, own=own, workers=workers):
-                self._batches.delivered()
+            self._past_failed(exc, own=loader_failure(exc, workers=workers), workers=workers)
             raise
         self._batches.delivered()
         self._delivered += 1
@@ -249,6 +247,12 @@ class EpochPass:
         self._it = loader.inner(settings, self._batches)
         self._on_kept = self._it is loader._iterator
 
+    def _past_failed(self, exc: Exception, *, own: bool, workers: bool) -> None:
+        """torch's iterator raised ``exc`` reading a batch: where it moved past that batch
+        (``torch_raised.moved_past``), so does the epoch's record of what was delivered."""
+        if self._batches is not None and moved_past(exc, own=own, workers=workers):
+            self._batches.delivered()
+
     def _recover(self, exc: Exception, *, read: bool = False) -> None:
         """After a failure (``read``: reading a batch, not opening the loader): back to the
         settings that worked before the last switch, where the failure is the loader's own
@@ -261,8 +265,8 @@ class EpochPass:
         workers = loader.settings.num_workers > 0
         own = not read or loader_failure(exc, workers=workers)
         if fallback is None or not restartable or not own:
-            if read and self._batches is not None and moved_past(exc, own=own, workers=workers):
-                self._batches.delivered()
+            if read:
+                self._past_failed(exc, own=own, workers=workers)
             raise exc
         why = first_line(exc)
         log.warning(
