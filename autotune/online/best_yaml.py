@@ -64,12 +64,14 @@ def kept_on_run(
     """``write`` for ``loader``'s run (``ranks`` of them on this node): the setting the
     ``explorer`` kept, where it is the fastest it measured, in ``job``'s study; its path
     logged; one warning where it cannot be written, and the training goes on. None written
-    for a loader that does not batch (``batch_size=None``): its kwargs would batch."""
+    for a loader batched by your ``batch_sampler``, or not at all (``batch_size=None``):
+    its kwargs would batch."""
     kept, study = explorer.best, job.study
     if study is None or kept is None or kept.settings != explorer.current:
         return None
     if loader.batch_size is None:
-        log.info("autotune.DataLoader: kept %s (batch_size=None: no best.yaml)", kept.settings)
+        why = "batch_size=None" if loader.batch_sampler is None else "your batch_sampler batches"
+        log.info("autotune.DataLoader: kept %s (no best.yaml: %s)", kept.settings.short(), why)
         return None
     what = LoaderJob.of(loader)
     length = f" of {what.length} samples" if what.length is not None else ""

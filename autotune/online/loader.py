@@ -209,15 +209,14 @@ class DataLoader(RunState):
         return self.passes.length(self._epoch_length)
 
     def _left(self) -> None:
-        """The loop left its epoch early (``passes``: where a pass so long is its epoch now);
-        a setting no such pass can time has failed, unless longer passes timed it: its
-        reading is taken (the loop leaves at varying batches)."""
+        """The loop left its epoch early (``passes``: a pass so long is its epoch now): a
+        setting longer passes timed is read as it stands; one no pass could time has failed."""
         passes, epoch, meter = self.passes, self._epoch_length, self._meter
         passes.left()
         untimeable = meter.epoch_left(passes.timeable(epoch))
         if meter.done:
             self.measured()
-        elif untimeable and all(r.settings != meter.settings for r in self.readings):
+        elif untimeable:
             self.failed(record.untimeable(epoch or 0, passes.left_after))
 
     def _draw_epoch(self) -> EpochBatches | None:
@@ -275,6 +274,7 @@ class DataLoader(RunState):
             epoch_batches=self.passes.timeable(epoch), whole_epoch=not self.switches_mid_epoch,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,
+            timed_before=any(r.settings == settings for r in self.readings),
         )  # fmt: skip
 
     def failed(self, failure: Failure | None = None) -> None:
@@ -286,13 +286,13 @@ class DataLoader(RunState):
         with the setting no whole epoch could time, if any."""
         epoch = delivered if self._unsized else self.epoch_length
         self._set(_in_epoch=False, _epoch_length=epoch)
-        self.passes.ended()  # read whole: none left early
+        self.passes.ended(delivered)  # read whole: none left early
         end_s = self._meter.waiting_s()  # the setting's: its workers shut down where not kept
         if self._meter.cut():  # settled, or its epoch was its one chance: read it now
             self.measured()
         self._between.ended(self.dataset)  # what the loop may set on it before the next
         meter = self._meter
-        meter.epoch_ended(end_s)
+        meter.epoch_ended(end_s, shorter=delivered < self.passes.longest)
         self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)
 
     def release(self) -> None:

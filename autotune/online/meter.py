@@ -50,6 +50,7 @@ class Meter:
         epoch_batches: int | None = None,
         whole_epoch: bool = False,
         rival: float | None = None,
+        timed_before: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
         workers_cpu: Callable[[], float | None] = lambda: None,
@@ -76,9 +77,7 @@ class Meter:
         self._loader = [0.0, 0.0, 0.0]  # wall, CPU and samples of the spans that read both
         self.tally = Tally()
         self.first_batch_s: float | None = None
-        self._warmup_left = 0
-        self._warm_started: float | None = None
-        self._warm_batches = 0
+        self._warm_started: float | None = None  # the warm-up's (``_restart_warmup``)
         self._length = 0  # batches per sub-window, known after the warm-up
         self._grouped = 1  # sub-windows per span (timed_spans.time_sets' rule)
         self._span_start: float | None = None
@@ -89,9 +88,10 @@ class Meter:
         self._ended_at: float | None = None  # the last epoch's end, its next first batch due
         self._between_s = 0.0  # the loop's time between epochs, while this was read
         self.done = False
-        # a whole epoch closed no span: its warm-up and one sub-window are longer than an
-        # epoch, and every epoch warms up again, so it can never be timed on this run
-        self.untimeable = False
+        # a whole epoch (as long as the longest) closed no span: its warm-up and one
+        # sub-window are longer than an epoch, and every epoch warms up again, so it can
+        # never be timed on this run; never so where an earlier meter timed the setting
+        self.untimeable, self._timed_before = False, timed_before
         # whether the epoch under way began with this meter (a switch's first batch as its
         # first: the switch came as the last epoch ended)
         self._epoch_whole, self._spans_then = False, 0
@@ -147,11 +147,13 @@ class Meter:
         """How long the batch asked for last has been waited for."""
         return self._clock() - self._asked
 
-    def epoch_ended(self, end_s: float = 0.0) -> None:
+    def epoch_ended(self, end_s: float = 0.0, *, shorter: bool = False) -> None:
         """The epoch is over (its end waited ``end_s``: workers that do not persist shut down
-        in it): what the loop does now is not the loader's; warm up again."""
+        in it; ``shorter``: than the run's longest, as a bucketing sampler's epochs vary):
+        what the loop does now is not the loader's; warm up again."""
         closed = len(self.tally.spans) - self._spans_then
-        if self._epoch_whole and not closed and not self.done:  # a whole epoch, no span
+        timeable = self.done or self._timed_before or shorter  # or no evidence it is not
+        if self._epoch_whole and not closed and not timeable:  # a whole epoch, no span
             self.untimeable = True
         self._spans_then = len(self.tally.spans)
         self._epoch_whole = True
@@ -172,7 +174,7 @@ class Meter:
             self._epoch_batches, self._length = timeable, 0  # sized anew at the warm-up's end
         fits = timeable is None or timeable >= fewest_batches(self.settings, self._window)
         self.done = self.done or (not fits and bool(self.tally.spans))
-        newly = not (fits or self.untimeable or self.done)
+        newly = not (fits or self.untimeable or self.done or self._timed_before)
         self.untimeable = self.untimeable or newly
         self._restart_warmup(1)
         self._epoch_head, self._end_s = True, 0.0

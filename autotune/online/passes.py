@@ -17,6 +17,7 @@ class Passes:
     asked: int = 0  # of the epoch under way
     left_after: int = 0  # where it leaves its epochs early: the batches it reads of one
     _last_left: int = 0  # of the last pass it left early (0: it read the last epoch whole)
+    longest: int = 0  # batches of the longest epoch read whole (a bucketing sampler's vary)
 
     def asked_for(self, delivered: int) -> None:
         """The loop asks for the epoch's batch ``delivered`` (counted from 0)."""
@@ -30,9 +31,10 @@ class Passes:
             self.left_after = batches
         self._last_left = batches
 
-    def ended(self) -> None:
-        """An epoch read whole: the loop reads its epochs so."""
+    def ended(self, delivered: int) -> None:
+        """An epoch of ``delivered`` batches read whole: the loop reads its epochs so."""
         self.asked = self.left_after = self._last_left = 0
+        self.longest = max(self.longest, delivered)
 
     def length(self, epoch: int | None) -> int | None:
         """An epoch's batches (``epoch``: None where unknown), or a pass's the loop leaves."""

@@ -140,5 +140,5 @@ def test_a_pass_the_loop_leaves_early_is_its_epoch_until_it_reads_one_whole() ->
             passes.asked_for(delivered)
         passes.left()
     assert (budget.left_s(), budget.timeable_batches) == (pytest.approx(3.0), 29)
-    passes.ended()  # read whole: an epoch again
+    passes.ended(100)  # read whole: an epoch again
     assert (budget.left_s(), budget.timeable_batches) == (pytest.approx(10.0), 100)

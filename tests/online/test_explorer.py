@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -473,26 +474,33 @@ def test_tune_true_pauses_on_the_best_and_explores_on_as_the_run_earns_the_time(
     assert explorer.best.settings == max(measured, key=rate_of)  # type: ignore[union-attr]
 
 
-@pytest.mark.slow  # real workers for the points an epoch can time: seconds
-def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
-    tmp_path, monkeypatch
-) -> None:
-    # three points: no workers, one, or twelve (each kept alive, torch's prefetch, one
-    # thread); a sub-window of twelve, in whole rounds of them, is longer than an epoch of
-    # 10 batches. Exploring ends once each is told, whatever the sampler draws first
+def points_of(monkeypatch, workers: tuple[int, ...]) -> Callable[..., SearchSpace]:
+    """The run's space cut to one point each of ``workers`` (each kept alive, torch's
+    prefetch, one thread), the explorer's from here."""
     pinned = {
-        "num_workers": {"type": "choice", "choices": (0, 1, 12)},
+        "num_workers": {"type": "choice", "choices": workers},
         "prefetch_factor": {"low": 2, "high": 2},
         "persistent_workers": {"type": "choice", "choices": (True,)},
         "main_threads": {"low": 1, "high": 1},
     }
 
-    def three_points(*args, **kwargs) -> SearchSpace:
+    def points(*args, **kwargs) -> SearchSpace:
         space = online_space(*args, **kwargs)
         knobs = tuple(dataclasses.replace(k, **pinned[k.name]) for k in space.knobs)
         return dataclasses.replace(space, knobs=knobs)
 
-    monkeypatch.setattr(explorer_module, "online_space", three_points)
+    monkeypatch.setattr(explorer_module, "online_space", points)
+    return points
+
+
+@pytest.mark.slow  # real workers for the points an epoch can time: seconds
+def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
+    tmp_path, monkeypatch
+) -> None:
+    # three points: no workers, one, or twelve; a sub-window of twelve, in whole rounds of
+    # them, is longer than an epoch of 10 batches. Exploring ends once each is told,
+    # whatever the sampler draws first
+    three_points = points_of(monkeypatch, (0, 1, 12))
     storage = f"sqlite:///{tmp_path}/autotune.db"
     data = torch.utils.data.Subset(Work(), range(40))
     # a budget far beyond the two settings it measures, however slow their workers start
@@ -517,6 +525,52 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_and_exploring_goes_on(
     assert 12 not in {s.settings.num_workers for s in loader.switches}  # failed, never run
     sum(1 for _ in loader)  # the setting kept is read with from the next epoch
     assert loader.settings.num_workers in (0, 1)  # what an epoch could time: kept
+
+
+class Buckets(torch.utils.data.Sampler):
+    """A bucketing batch sampler's epochs, whose length varies: 10 batches of 4, or 2."""
+
+    def __init__(self) -> None:
+        self.epochs = 0
+
+    def _batches(self) -> int:
+        return 2 if self.epochs % 3 == 2 else 10
+
+    def __iter__(self):
+        batches, self.epochs = self._batches(), self.epochs + 1
+        return iter([list(range(4 * b, 4 * b + 4)) for b in range(batches)])
+
+    def __len__(self) -> int:
+        return self._batches()
+
+
+@pytest.mark.slow  # real workers: seconds
+def test_an_epoch_shorter_than_the_run_s_longest_fails_no_setting(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """Every third epoch is 2 batches long: no setting can be timed in it, and each can be
+    in the others. Such an epoch used to fail the setting read in it (or, before anything
+    else was read, stop the run's tuning); each point is measured now, none failed. The
+    kept setting is said in short, and why no best.yaml holds it."""
+    caplog.set_level(logging.INFO, logger="autotune")
+    points_of(monkeypatch, (0, 1, 2))
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(
+        torch.utils.data.Subset(Work(), range(40)), batch_sampler=Buckets(),
+        tune=10_000.0, window=BRIEF_WINDOW, storage=storage,
+    )  # fmt: skip
+    for _ in range(60):
+        delivered = [int(i) for batch in loader for i in batch]
+        assert sorted(delivered) == list(range(len(delivered)))  # each once, as drawn
+        if loader.explorer is not None and loader.explorer.done:
+            break
+    assert loader.explorer is not None and loader.explorer.done
+    (summary,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
+    assert {r.settings.num_workers for r in loader.readings} == {0, 1, 2}
+    kept = f"kept {loader.settings.short()} (no best.yaml: your batch_sampler batches)"
+    assert kept in caplog.text
 
 
 def test_a_drift_of_the_kept_rate_measures_the_runners_up_again_and_keeps_the_fastest() -> None:

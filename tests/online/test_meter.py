@@ -281,6 +281,27 @@ def test_a_setting_no_whole_epoch_can_time_is_untimeable(epoch, untimeable) -> N
     assert loop.meter.untimeable is untimeable
 
 
+@pytest.mark.parametrize("why", ["shorter", "timed_before"])
+def test_an_epoch_that_times_no_span_says_nothing_where_the_setting_may_yet_be_timed(why):
+    """Epochs of 6 batches time no span of the setting above. Where the run has read longer
+    epochs (a bucketing sampler's vary), or an earlier meter timed the setting, such an
+    epoch is no verdict: the setting is not untimeable, and a longer epoch times it."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=4, prefetch_factor=8)
+    meter = Meter(settings, WINDOW, after_switch=False, timed_before=why == "timed_before")
+    loop = Loop(meter)
+    for _ in range(3):
+        for _ in range(6):
+            loop.batch(wait=0.01, step=0.1)
+        meter.requested()
+        meter.epoch_ended(shorter=why == "shorter")
+        assert not meter.untimeable
+    if why == "timed_before":  # nor a pass the loop leaves as short
+        assert not meter.epoch_left(3) and not meter.untimeable
+    for _ in range(12):
+        loop.batch(wait=0.01, step=0.1)
+    assert meter.tally.spans
+
+
 def test_a_switch_at_an_epoch_s_end_is_timed_in_the_next_epoch_not_untimeable() -> None:
     """Switched as the loop asks past an epoch's last batch: the next epoch's first batch is
     the switch's cost, standing for the epoch's own first, so that epoch times the setting.

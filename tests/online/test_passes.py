@@ -24,17 +24,24 @@ def test_two_passes_in_a_row_left_at_the_same_batch_make_it_the_loop_s_epoch() -
     assert _left_after(passes, 30) == 30  # a number of steps an epoch
     assert _left_after(passes, 30) == 30
     assert (passes.length(100), passes.timeable(100)) == (30, 29)  # its last step: untimed
-    passes.ended()  # an epoch read whole
+    passes.ended(100)  # an epoch read whole
     assert (passes.left_after, passes.length(100), passes.timeable(100)) == (0, 100, 100)
+
+
+def test_the_longest_epoch_read_whole_is_kept_where_epochs_vary() -> None:
+    passes = Passes()
+    for delivered in (40, 60, 2):  # a bucketing sampler's epochs
+        passes.ended(delivered)
+    assert passes.longest == 60
 
 
 def test_a_peek_and_passes_nested_in_one_leave_the_epoch_as_it_is() -> None:
     passes = Passes()
     assert _left_after(passes, 1) == 0  # next(iter(loader))
-    passes.ended()
+    passes.ended(16)
     for outer in range(1, 4):  # each batch of an outer pass, then a whole inner pass
         assert _left_after(passes, outer) == 0
-        passes.ended()
+        passes.ended(16)
     assert _left_after(passes, 0) == _left_after(passes, 0) == 0  # zip(): nothing asked
     assert passes.left_after == 0
 
