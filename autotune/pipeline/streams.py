@@ -3,6 +3,7 @@ reads its own share, and a stream read again and again for a timed window."""
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Iterator
@@ -53,8 +54,8 @@ def epoch_length(
 def asks_its_share(dataset: IterableDataset) -> bool | None:
     """Whether a stream asks ``torch.utils.data.get_worker_info()`` as it starts, as one that
     reads only its worker's share does (the docs' recipe, webdataset's and Hugging Face's
-    streams): watched while it yields one sample here, which it then starts again for the
-    loop. A cheap stand-in for ``epoch_length``'s two epochs, for a run that is training.
+    streams): watched while a copy of it yields one sample here, a pass of the loop's
+    over it untouched, even under way. A cheap stand-in for ``epoch_length``'s two epochs, for a run that is training.
     None where it cannot tell: a stream that is its own iterator (``__next__``), or whose
     ``iter()`` returns the same one each time (reading would take a sample from the loop);
     one that fails to start (the loop will say why); or where a profiler watches the process
@@ -71,12 +72,14 @@ def asks_its_share(dataset: IterableDataset) -> bool | None:
     samples = None
     sys.setprofile(watch)
     try:
-        samples = iter(dataset)
-        if iter(dataset) is samples:  # the stream's one iterator: not ours to read or close
+        # a copy: a stream that keeps its place on itself keeps it for a pass under way
+        probe = copy.copy(dataset)
+        samples = iter(probe)
+        if iter(probe) is samples:  # the stream's one iterator: not ours to read or close
             samples = None
             return None
         next(samples, None)
-    except Exception:  # noqa: BLE001 - the user's __iter__: it raises again in the loop
+    except Exception:  # noqa: BLE001 - the user's __iter__ (or copy): the loop raises it again
         return None
     finally:
         sys.setprofile(None)

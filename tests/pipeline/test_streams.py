@@ -110,6 +110,26 @@ def test_where_it_cannot_tell_without_taking_a_sample_from_the_loop_it_says_so()
     assert [next(samples) for _ in range(3)] == [1, 2, 3]  # the loop's pass, not started over
 
 
+class Cursor(IterableDataset):
+    """A stream that keeps its place on itself: a pass started anew resets one under way."""
+
+    def __iter__(self):
+        self.at = 0
+        while self.at < 4:
+            self.at += 1
+            yield self.at - 1
+
+
+def test_a_pass_under_way_over_a_stream_that_keeps_its_place_on_itself_is_untouched() -> None:
+    """The loop reads its pass in the training process (no workers) while the check runs:
+    it used to start the stream itself again, and the pass repeated a sample."""
+    cursor = Cursor()
+    samples = iter(cursor)
+    assert [next(samples), next(samples)] == [0, 1]
+    assert asks_its_share(cursor) is False
+    assert list(samples) == [2, 3]
+
+
 def _own_profile(frame, event, arg) -> None:  # a profile function of the user's
     return None
 
