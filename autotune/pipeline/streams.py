@@ -55,7 +55,8 @@ def asks_its_share(dataset: IterableDataset) -> bool | None:
     """Whether a stream asks ``torch.utils.data.get_worker_info()`` as it starts, as one that
     reads only its worker's share does (the docs' recipe, webdataset's and Hugging Face's
     streams): watched while a copy of it yields one sample here, a pass of the loop's
-    over it untouched, even under way. A cheap stand-in for ``epoch_length``'s two epochs, for a run that is training.
+    over it untouched, even under way. A cheap stand-in for ``epoch_length``'s two epochs,
+    for a run that is training.
     None where it cannot tell: a stream that is its own iterator (``__next__``), or whose
     ``iter()`` returns the same one each time (reading would take a sample from the loop);
     one that fails to start (the loop will say why); or where a profiler watches the process
