@@ -282,8 +282,7 @@ class DataLoader(RunState):
         self._tuning.failed(self._meter.settings, failure)
 
     def epoch_ended(self, delivered: int) -> None:
-        """Between epochs (``delivered`` batches): a settled reading kept; the tuning told,
-        with the setting no whole epoch could time, if any."""
+        """Between epochs (``delivered`` batches): a settled reading kept; the tuning told."""
         epoch = delivered if self._unsized else self.epoch_length
         self._set(_in_epoch=False, _epoch_length=epoch)
         self.passes.ended(delivered)  # read whole: none left early
@@ -292,6 +291,7 @@ class DataLoader(RunState):
             self.measured()
         self._between.ended(self.dataset)  # what the loop may set on it before the next
         meter = self._meter
+        meter.sized(self.passes.timeable(epoch))  # a stream's, learned as its first ends
         meter.epoch_ended(end_s, shorter=delivered < self.passes.longest)
         self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)
 

@@ -170,8 +170,7 @@ class Meter:
         they leave after the warm-up; True, once, where a warm-up and one sub-window do not
         fit: the setting is untimeable, unless longer passes timed it (the loop leaves at
         varying batches): then its reading is done as it stands."""
-        if timeable is not None and timeable < (self._epoch_batches or timeable + 1):
-            self._epoch_batches, self._length = timeable, 0  # sized anew at the warm-up's end
+        self.sized(timeable)
         fits = timeable is None or timeable >= fewest_batches(self.settings, self._window)
         self.done = self.done or (not fits and bool(self.tally.spans))
         newly = not (fits or self.untimeable or self.done or self._timed_before)
@@ -179,6 +178,15 @@ class Meter:
         self._restart_warmup(1)
         self._epoch_head, self._end_s = True, 0.0
         return newly
+
+    def sized(self, epoch_batches: int | None) -> None:
+        """An epoch's batches learned (a stream's, or a sampler's with no length, as its
+        first epoch ends), or fewer than known (a pass the loop leaves): the sub-windows
+        sized anew to fit, at the next warm-up's end."""
+        if epoch_batches is not None and epoch_batches < (
+            self._epoch_batches or epoch_batches + 1
+        ):
+            self._epoch_batches, self._length = epoch_batches, 0
 
     def cut(self) -> bool:
         """At an epoch's end: whether the reading is done, taken as it stands where the

@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import BRIEF_WINDOW
 from test_loader_cpu import Waits
+from test_online_loader import Stream
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 import autotune
@@ -223,6 +224,23 @@ def test_a_stream_explores_one_setting_an_epoch_and_reads_each_sample_once_an_ep
     # each setting read is a trial; a repeat proposed or a second look adds no setting
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert {store.pipeline_of(t) for t in study_trials.measured(complete)} == tried
+
+
+@pytest.mark.slow  # workers of a proposal: seconds
+def test_a_stream_whose_epochs_are_shorter_than_a_sub_window_at_its_rate_is_tuned(
+    tmp_path, caplog
+) -> None:
+    """13 batches of trivial samples an epoch: the default window's sub-windows, sized from
+    the rate, are far longer. The stream's length, learned as its first epoch ends, sizes
+    them to fit; the setting read on used to be failed as untimeable there, and nothing was
+    tuned."""
+    caplog.set_level(logging.INFO, logger="autotune")
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    loader = autotune.DataLoader(Stream(), batch_size=4, storage=storage)  # 50 samples
+    for _ in range(3):
+        sum(1 for _ in loader)
+    assert "could not be timed" not in caplog.text and loader.tuning.share  # type: ignore[union-attr]
+    assert loader.readings and loader.explorer is not None
 
 
 class WholeStream(IterableDataset):

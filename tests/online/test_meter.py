@@ -335,19 +335,24 @@ def test_a_switch_made_past_an_epoch_s_last_batch_is_timed_on_the_real_loop() ->
     assert loader.meter.tally.spans  # timed in the whole epoch after
 
 
-@pytest.mark.parametrize(("epoch_batches", "untimeable"), [(None, True), (12, False)])
+@pytest.mark.parametrize(
+    ("epoch_batches", "untimeable"), [(None, True), (12, False), ("learned", False)]
+)
 def test_a_sub_window_fits_what_an_epoch_leaves_after_its_warm_up(epoch_batches, untimeable):
     # 10 batches/s and 1 s sub-windows ask for 10 batches; an epoch of 12 leaves 9 after the
     # warm-up (its first batch + 2 extra): sub-windows of 8 (whole rounds of 2 workers),
-    # where it is known
+    # where it is known, or learned as the first epoch ends (a stream's)
     window = dataclasses.replace(WINDOW, min_sub_window_s=1.0)
     settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
-    meter = Meter(settings, window, after_switch=False, epoch_batches=epoch_batches)
+    known = epoch_batches if isinstance(epoch_batches, int) else None
+    meter = Meter(settings, window, after_switch=False, epoch_batches=known)
     loop = Loop(meter)
     for _ in range(4):
         for _ in range(12):
             loop.batch(wait=0.0, step=0.1)
         loop.meter.requested()
+        if epoch_batches == "learned":
+            loop.meter.sized(12)
         loop.meter.epoch_ended()
     assert loop.meter.untimeable is untimeable
     if not untimeable:
