@@ -39,6 +39,9 @@ class Meter:
     """Measures one setting from the batches the loop asks for: ``requested`` when the loop
     asks for a batch, ``received`` when it has it, ``epoch_ended`` between epochs."""
 
+    # its first span's start, and the loop's time between epochs till then
+    _began: tuple[float, float] | None = None
+
     def __init__(
         self,
         settings: PipelineConfig,
@@ -116,6 +119,7 @@ class Meter:
             self._close_span(now)
         if not self.done and self._length and self._span_start is None and not self._warmup_left:
             self._span_start = now
+            self._began = self._began or (now, self._between_s)
             self._span_workers_cpu = self._workers_cpu() if self.settings.num_workers else None
             self._span_process_cpu = self._process_cpu()
 
@@ -217,7 +221,7 @@ class Meter:
         tally.elapsed += seconds
         tally.waited += waited
         self._span_start, self._span = None, (0, 0, 0.0, 0.0)
-        self.done = self._settled()
+        self.done = self._settled(now)
 
     def _loader_read(self, seconds: float, samples: int, waited: float, cpu: float) -> None:
         """The span's loader wall and CPU: each worker's share of the span and their CPU,
@@ -234,9 +238,11 @@ class Meter:
         wall, used, read = self._loader
         self._loader = [wall + waited, used + cpu, read + samples]
 
-    def _settled(self) -> bool:
+    def _settled(self, now: float) -> bool:
         """timed_spans.time_sets' rule: after each set of sub-windows, done unless the set's
-        spans disagree and another set still fits in the time."""
+        spans disagree and another set still fits in the time: the wall time since the first
+        span began (each epoch's warm-up in it, not the loop's time between epochs), as the
+        spans of a setting timed one an epoch are a small part of it."""
         window, tally = self._window, self.tally
         if self._beaten():
             return True
@@ -246,8 +252,9 @@ class Meter:
         if window.target_spread <= 0 or count == 1:
             return True
         wide = relative_spread(tally.spans_of(self._grouped, count)) > window.target_spread
-        per_sub_window = tally.elapsed / len(tally.spans)
-        fits = tally.elapsed + count * per_sub_window <= window.max_timed_s
+        began, between_then = self._began or (now, self._between_s)
+        spent = now - began - (self._between_s - between_then)
+        fits = spent + count * spent / len(tally.spans) <= window.max_timed_s
         if wide and fits:
             self._grouped += 1
             return False

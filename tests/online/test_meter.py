@@ -397,6 +397,26 @@ def test_a_setting_longer_passes_timed_is_read_as_it_stands_where_the_loop_leave
     assert loop.meter.done and loop.meter.reading().batches == 8
 
 
+def test_spans_that_disagree_are_timed_on_only_while_the_wall_time_they_cost_fits() -> None:
+    """Epochs of 8 batches time two spans of 2 each (after a warm-up of 3), and the spans
+    disagree: another set is timed while it fits in 1.2 s. Each epoch's warm-up steps 0.3 s
+    for its 0.02-0.06 s spans: counted, the setting is done after two sets of three spans,
+    in 3 epochs; only the spans counted, it went on for 12, past its whole budget."""
+    window = dataclasses.replace(WINDOW, target_spread=0.1, max_timed_s=1.2)
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    meter = Meter(settings, window, after_switch=False, epoch_batches=8, whole_epoch=False)
+    loop = Loop(meter)
+    epochs = 0
+    while not meter.done and epochs < 20:
+        for index in range(8):
+            step = 0.1 if index < 3 else (0.01 if epochs % 2 else 0.03)
+            loop.batch(wait=0.0, step=step)
+        meter.requested()
+        meter.epoch_ended()
+        epochs += 1
+    assert meter.done and len(meter.tally.spans) == 6 and epochs == 3
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
     """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each
