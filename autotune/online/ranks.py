@@ -186,7 +186,8 @@ class Ranks:
 
         decision = self._agree(decide if self.leader else None)
         self._agreed = decision.settings
-        if decision.settings is not None:  # what was read before the switch is told no more
+        read = self._mine.reading  # what was read before a switch is told no more
+        if decision.settings is not None and (read is None or read.settings != decision.settings):
             self._mine = Row(None, None)
         return decision
 

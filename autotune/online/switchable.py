@@ -13,6 +13,7 @@ class Switchable(Protocol):
     """What the tuning asks of its loader (``autotune.DataLoader``)."""
 
     batch_size: int | None
+    own: PipelineConfig  # your arguments' settings, as the first epoch read them
 
     @property
     def settings(self) -> PipelineConfig: ...  # read with now

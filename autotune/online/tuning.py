@@ -237,6 +237,7 @@ class Tuning:
             log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
             self._watch, self._started_from = None, job_record.YOURS
             self.job.forget_kept()
+            self._loader.switch(self._loader.own)  # every rank's, where one fell back alone
 
     def _note_kept(self, loader: Loader) -> None:
         """The setting kept, where one is, noted for the next run here and as the study's

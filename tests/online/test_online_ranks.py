@@ -6,6 +6,7 @@ Lightning's Trainer, which re-creates the loader with its DistributedSampler on 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -25,6 +26,8 @@ from helpers import BRIEF_WINDOW
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker_info
 
 import autotune
+from autotune.online import job_record
+from autotune.online.note import Kept
 from autotune.online.ranks import node_reading
 from autotune.online.reading import Reading
 from autotune.pipeline import best_file
@@ -191,6 +194,26 @@ def test_a_setting_whose_workers_die_on_one_rank_fails_for_the_node(tmp_path) ->
     assert failed and all(t.user_attrs[TrialKey.FAILURE] for t in failed)
     recorded = PipelineConfig.from_dict(study.user_attrs[StudyKey.ONLINE_KEPT])
     assert recorded.num_workers == 0  # what works on every rank
+
+
+@pytest.mark.slow  # two rank processes, workers that really die on one of them
+def test_a_kept_setting_whose_workers_die_on_one_rank_sends_every_rank_back_to_yours(
+    tmp_path, monkeypatch
+) -> None:
+    """An earlier run kept `w1`; its workers die on rank 1, which falls back to your
+    settings alone. Rank 0 used to drop the kept setting and stay on it: the ranks read
+    with different settings from there, every reading of the node was none, and nothing
+    was explored. Now its decision sends every rank back to yours, and they explore."""
+    kept = dataclasses.replace(START, num_workers=1, prefetch_factor=2, main_threads=1)
+    kept = dataclasses.replace(kept, batch_size=4)
+    monkeypatch.setattr(job_record.JobRecord, "start", lambda self: Kept(kept))  # forked
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    results = _run_ranks(tmp_path, storage, DiesOnRankOne)
+    for rank, (epochs, *_) in enumerate(results):  # nothing lost where a switch failed
+        sampler = _sampler(rank)
+        assert epochs == _epochs(DataLoader(Work(), batch_size=4, sampler=sampler), sampler)
+    (_, _, explored_0, settings_0), (_, _, _, settings_1) = results
+    assert explored_0 and settings_0 == settings_1 and settings_0.num_workers == 0
 
 
 class Indexed(Work):
