@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, get_worker
 import autotune
 from autotune.online import job_record
 from autotune.online.note import Kept
-from autotune.online.ranks import node_reading
+from autotune.online.ranks import Decision, Ranks, node_reading
 from autotune.online.reading import Reading
 from autotune.pipeline import best_file
 from autotune.pipeline.config import AS_IS, PipelineConfig
@@ -214,6 +214,55 @@ def test_a_kept_setting_whose_workers_die_on_one_rank_sends_every_rank_back_to_y
         assert epochs == _epochs(DataLoader(Work(), batch_size=4, sampler=sampler), sampler)
     (_, _, explored_0, settings_0), (_, _, _, settings_1) = results
     assert explored_0 and settings_0 == settings_1 and settings_0.num_workers == 0
+
+
+class _Leader:
+    """Rank 0's side of the syncs, scripted: it asks every rank to read with ``START``."""
+
+    def __init__(self) -> None:
+        self.told: list[Reading] = []
+
+    def fail(self, settings: PipelineConfig, failure: Any) -> None:
+        raise AssertionError("nothing failed")
+
+    def explore(self, reading: Reading) -> None:
+        self.told.append(reading)
+
+    def decision(self) -> Decision:
+        return Decision(START, 1.0)
+
+
+def _settles_apart_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
+    """Rank 1 settles a reading of ``START`` before the first sync, rank 0 after it; the
+    first sync's decision is the settings they read with already."""
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2
+        )
+        ranks, leader = Ranks(None, rank, 2, 2), _Leader() if rank == 0 else None
+        reading = Reading(START, 100.0 + rank, 0.01, 0.0, 0.0, batches=10, seconds=1.0)
+        if rank == 1:
+            ranks.measured(reading)
+        ranks.sync(leader)  # type: ignore[arg-type]
+        if rank == 0:
+            ranks.measured(reading)
+        ranks.sync(leader)  # type: ignore[arg-type]
+        out.send([r.samples_per_s for r in leader.told] if leader else None)
+        dist.destroy_process_group()
+    except BaseException as exc:
+        out.send(exc)
+        raise
+
+
+@pytest.mark.slow  # two rank processes
+def test_a_reading_settled_before_a_sync_that_switches_nothing_waits_for_the_other_rank(
+    tmp_path,
+) -> None:
+    """A decision naming the settings every rank reads with already is no switch: rank 1's
+    reading waits for rank 0's, and the node is read from both. It used to be dropped at
+    every such sync (each epoch's start while exploring), and rank 1 measured again."""
+    told, _ = _sent_by_each_rank(tmp_path, _settles_apart_main)
+    assert told == [201.0]  # the node's: both ranks' rates added
 
 
 class Indexed(Work):
