@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.online.pauses import StepWatch
 from autotune.online.reading import Reading
 from autotune.online.sub_window import capped, fewest_batches, sub_window_batches
 from autotune.pipeline.batches import samples_in
@@ -78,7 +79,7 @@ class Meter:
         self._workers_cpu, self._thread_cpu = workers_cpu, thread_cpu
         self._process_cpu, self._span_process_cpu, self._cpu_s = process_cpu, 0.0, 0.0
         self._loader = [0.0, 0.0, 0.0]  # wall, CPU and samples of the spans that read both
-        self.tally = Tally()
+        self.tally, self._steps = Tally(), StepWatch()
         self.first_batch_s: float | None = None
         self._warm_started: float | None = None  # the warm-up's (``_restart_warmup``)
         self._length = 0  # batches per sub-window, known after the warm-up
@@ -89,14 +90,13 @@ class Meter:
         self._span_workers_cpu: float | None = None
         self._asked = self._asked_cpu = 0.0
         self._ended_at: float | None = None  # the last epoch's end, its next first batch due
-        self._between_s = 0.0  # the loop's time between epochs, while this was read
+        self._between_s = 0.0  # the loop's time between epochs (or paused), while read
         self.done = False
         # a whole epoch (as long as the longest) closed no span: its warm-up and one
         # sub-window are longer than an epoch, and every epoch warms up again, so it can
         # never be timed on this run; never so where an earlier meter timed the setting
         self.untimeable, self._timed_before = False, timed_before
-        # whether the epoch under way began with this meter (a switch's first batch as its
-        # first: the switch came as the last epoch ended)
+        # whether the epoch under way began with this meter (a switch's first batch its first)
         self._epoch_whole, self._spans_then = False, 0
         # the longest wait at an epoch's boundary: the last one's end, the next one's first batch
         self.epoch_start_s, self._epoch_head, self._end_s = 0.0, False, 0.0
@@ -108,6 +108,7 @@ class Meter:
         self._warmup_left = warmup_batches(head, self._window.warmup_extra_batches)
         self._warm_started, self._warm_batches = None, 0
         self._span_start, self._span = None, (0, 0, 0.0, 0.0)
+        self._steps.forget()
 
     def requested(self) -> None:
         """The loop asks for the next batch: the step of the last one is done."""
@@ -115,6 +116,13 @@ class Meter:
         self._asked_cpu = self._thread_cpu()
         if self._ended_at is not None:  # an epoch's first batch: the time since, the loop's
             self._between_s, self._ended_at = self._between_s + now - self._ended_at, None
+        elif paused := self._steps.paused(now):  # the loop's own (``pauses``): untimed
+            self._between_s += paused
+            # sub-windows fit between two pauses, after a warm-up of the buffer filled meanwhile
+            buffered = self.settings.buffered_batches
+            if (between := self._steps.batches - buffered) > 1:
+                self.sized(between)
+            self._restart_warmup(buffered)
         if self._span_start is not None and self._span[0] == self._length:
             self._close_span(now)
         if not self.done and self._length and self._span_start is None and not self._warmup_left:
@@ -126,6 +134,7 @@ class Meter:
     def received(self, batch: Any) -> None:
         """The loop has the batch it asked for."""
         now = self._clock()
+        self._steps.received(now)
         waited = now - self._asked
         if self._after_switch and self.first_batch_s is None:
             self.first_batch_s, self._epoch_head = waited, False

@@ -417,6 +417,27 @@ def test_spans_that_disagree_are_timed_on_only_while_the_wall_time_they_cost_fit
     assert meter.done and len(meter.tally.spans) == 6 and epochs == 3
 
 
+def test_a_pause_of_the_loop_s_own_mid_epoch_is_no_part_of_the_reading() -> None:
+    """Every 12 batches the loop validates for 2 s, in the middle of its epoch; its steps
+    are 0.1 s, each batch waited 0.1 s. The pauses are not timed (after each, a warm-up of
+    the buffer its workers filled meanwhile, then a span): the setting reads 4 samples a
+    0.2 s batch, as without them; they counted as its time, it read far slower."""
+    window = dataclasses.replace(WINDOW, target_spread=0.1, min_sub_window_s=0.5)
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    meter = Meter(settings, window, after_switch=False)
+    loop = Loop(meter)
+    batches = 0
+    while not meter.done and batches < 400:
+        loop.batch(wait=0.1, step=0.1)
+        batches += 1
+        if batches % 12 == 0:
+            loop.now += 2.0  # validating
+    meter.requested()
+    reading = meter.reading()
+    assert reading.samples_per_s == pytest.approx(20.0) and reading.spread < 0.01
+    assert reading.between_epochs_s > 2.0  # the loop's own, never charged to it
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
     """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each

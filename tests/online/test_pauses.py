@@ -1,0 +1,37 @@
+"""Tests for autotune.online.pauses: a step far longer than the loop's usual one is a pause
+of its own (it validates or saves mid-epoch); a slower step now and then is not."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.online.pauses import PAUSE_MIN_S, StepWatch
+
+
+def _steps(watch: StepWatch, seconds: list[float]) -> list[float]:
+    """Each step of ``seconds``, from a batch received to the next asked for: the pauses."""
+    now, paused = 0.0, []
+    for step in seconds:
+        watch.received(now)
+        now += step
+        paused.append(watch.paused(now))
+    return paused
+
+
+def test_a_step_far_longer_than_the_usual_is_a_pause_and_leaves_the_usual_as_it_was() -> None:
+    watch = StepWatch()
+    paused = _steps(watch, [0.01] * 8 + [0.5] + [0.01] * 2 + [0.5])
+    assert paused == pytest.approx([0.0] * 8 + [0.5] + [0.0] * 2 + [0.5])
+
+
+def test_steps_that_vary_a_few_times_over_or_a_short_long_one_are_no_pause() -> None:
+    watch = StepWatch()
+    assert not any(_steps(watch, [0.01, 0.03, 0.005, 0.04, 0.02] * 4))
+    assert not any(_steps(StepWatch(), [0.001] * 8 + [PAUSE_MIN_S * 0.9]))  # 180x, but short
+
+
+def test_the_first_step_after_a_warm_up_begins_is_not_watched() -> None:
+    watch = StepWatch()
+    _steps(watch, [0.01] * 8)
+    watch.forget()  # an epoch's end: the loop's time between epochs is counted apart
+    assert watch.paused(100.0) == 0.0
