@@ -256,7 +256,7 @@ class DataLoader(RunState):
             self.readings.append(meter.reading())
             if meter.done:
                 self._tuning.settled(self.readings[-1])
-        self._set(meter=self._new_meter(settings, after_switch=after_switch))
+        self._set(meter=self._new_meter(settings, after_switch=after_switch).follows(meter))
 
     def _new_meter(
         self, settings: PipelineConfig, *, after_switch: bool, drain: bool = False

@@ -9,13 +9,13 @@ spread, or the time runs out; ``tuner.ways.beaten``: a proposal whose rate so fa
 below the best so far stops once it has evidence, as the study prunes it), observed from
 inside the loop rather than driving it: a sub-window runs from one batch's request to the
 request after its last batch, so the step of each batch is inside it. An epoch's end (where
-the loop may validate or save) ends the sub-window in progress untimed, and the next epoch
-warms up anew.
+the loop may validate or save), or a pause of the loop's own (``pauses``), ends the
+sub-window in progress untimed, and the loop warms up anew.
 
-Only the run's first warm-up drains the prefetch buffer, which the workers fill while the
-process's first steps are slow (allocations, kernel choice, compiling). Elsewhere the loop is
-warm and an epoch's start, or a switch, begins with an empty buffer, as a trial's epochs do:
-its warm-up is its first batch (whose wait is that start's cost) and the window's extra ones.
+The run's first warm-up, and a pause's, drain the prefetch buffer the workers filled while
+the loop was slow (its first steps: allocations, kernel choice, compiling) or elsewhere. An
+epoch's start, or a switch, begins with an empty buffer, as a trial's epochs do: its warm-up
+is its first batch (whose wait is that start's cost) and the window's extra ones.
 """
 
 from __future__ import annotations
@@ -178,11 +178,9 @@ class Meter:
 
     def epoch_left(self, timeable: int | None = None) -> bool:
         """The loop left its epoch early (a ``break``): what it did since is not the loader's;
-        warm up again (an epoch that did not end counts for no setting's timing). Where it
-        leaves each so, ``timeable`` batches of a pass can be timed: sub-windows fit what
-        they leave after the warm-up; True, once, where a warm-up and one sub-window do not
-        fit: the setting is untimeable, unless longer passes timed it (the loop leaves at
-        varying batches): then its reading is done as it stands."""
+        warm up again. Where it leaves each so, sub-windows fit the ``timeable`` batches of a
+        pass; True, once, where a warm-up and one sub-window do not: the setting untimeable,
+        unless it was timed before (then its reading is done as it stands)."""
         self.sized(timeable)
         fits = timeable is None or timeable >= fewest_batches(self.settings, self._window)
         self.done = self.done or (not fits and bool(self.tally.spans))
@@ -196,10 +194,15 @@ class Meter:
         """An epoch's batches learned (a stream's, or a sampler's with no length, as its
         first epoch ends), or fewer than known (a pass the loop leaves): the sub-windows
         sized anew to fit, at the next warm-up's end."""
-        if epoch_batches is not None and epoch_batches < (
-            self._epoch_batches or epoch_batches + 1
-        ):
+        known = self._epoch_batches
+        if epoch_batches is not None and (not known or epoch_batches < known):
             self._epoch_batches, self._length = epoch_batches, 0
+
+    def follows(self, earlier: Meter) -> Meter:
+        """This meter, in place of ``earlier`` (a switch made as an epoch starts): the loop's
+        time since that epoch ended is the loop's, not this setting's."""
+        self._ended_at = earlier._ended_at
+        return self
 
     def cut(self) -> bool:
         """At an epoch's end: whether the reading is done, taken as it stands where the
@@ -223,12 +226,7 @@ class Meter:
         batches, samples, waited, cpu = self._span
         seconds = now - self._span_start  # type: ignore[operator]
         self._loader_read(seconds, samples, waited, cpu)
-        tally = self.tally
-        tally.spans.append((samples, seconds))
-        tally.samples += samples
-        tally.batches += batches
-        tally.elapsed += seconds
-        tally.waited += waited
+        self.tally.add(samples, seconds, batches, waited)
         self._span_start, self._span = None, (0, 0, 0.0, 0.0)
         self.done = self._settled(now)
 

@@ -80,6 +80,13 @@ class Tally:
         """Samples/s over everything timed so far."""
         return _rate(self.samples, self.elapsed)
 
+    def add(self, samples: int, seconds: float, batches: int, waited: float) -> None:
+        """One span more: ``samples`` in ``batches`` over ``seconds``, ``waited`` of them
+        inside ``__next__``."""
+        self.spans.append((samples, seconds))
+        self.samples, self.batches = self.samples + samples, self.batches + batches
+        self.elapsed, self.waited = self.elapsed + seconds, self.waited + waited
+
     def spans_of(self, grouped: int, count: int) -> list[float]:
         """Samples/s of the last ``count`` spans of ``grouped`` consecutive sub-windows."""
         last = self.spans[-grouped * count :]

@@ -438,6 +438,24 @@ def test_a_pause_of_the_loop_s_own_mid_epoch_is_no_part_of_the_reading() -> None
     assert reading.between_epochs_s > 2.0  # the loop's own, never charged to it
 
 
+def test_a_meter_made_at_a_switch_as_an_epoch_starts_leaves_the_loop_s_time_since_out():
+    """The loop validated for 2 s after the epoch's end; the switch to a proposal came with
+    the next epoch's first batch. Those 2 s are the loop's: the proposal's reading says so,
+    and its charge leaves them out. It used to be charged them."""
+    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    earlier = Meter(dataclasses.replace(settings, num_workers=0, prefetch_factor=None), WINDOW)
+    loop = Loop(earlier)
+    for _ in range(4):
+        loop.batch(wait=0.01, step=0.1)
+    earlier.requested()
+    earlier.epoch_ended()
+    loop.now += 2.0  # validating
+    later = Meter(settings, WINDOW).follows(earlier)
+    later._clock = earlier._clock
+    later.requested()  # the switch's first batch
+    assert later.reading().between_epochs_s == pytest.approx(2.0)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
     """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each
