@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from autotune.online import record
+from autotune.online import record, threads
 from autotune.online.budget import setting_cap, shares
 from autotune.online.dataset_state import BetweenEpochs
 from autotune.online.epoch_batches import EpochBatches, InnerLoaders, sized
@@ -243,9 +243,9 @@ class DataLoader(RunState):
         self, settings: PipelineConfig, batches: EpochBatches | None, *, apart: bool = False
     ) -> Any:
         """The rest of the epoch with ``settings``: the kept workers', else a new loader's."""
-        if settings.main_threads != self._threads_applied:
-            torch.set_num_threads(settings.main_threads or self._threads)
-            self._set(_threads_applied=settings.main_threads)
+        changed = settings.main_threads != self._threads_applied
+        threads.apply(settings.main_threads or self._threads, changed=changed)
+        self._set(_threads_applied=settings.main_threads)
         read = self._inner.apart if apart else self._inner.open
         return read(self, settings, batches, seed=self._base_seed)
 

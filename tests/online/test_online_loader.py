@@ -30,6 +30,7 @@ from torch.utils.data import (
 
 import autotune
 from autotune.machine import detect
+from autotune.online import threads
 from autotune.pipeline.config import AS_IS, PipelineConfig
 
 N = 50  # samples
@@ -279,6 +280,30 @@ def test_until_a_switch_changes_them_the_process_s_threads_are_left_as_the_user_
         for threads in (1, 3):  # after the loader was made, then between epochs
             torch.set_num_threads(threads)
             assert sum(1 for _ in loader) == len(loader) and torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_two_loaders_in_one_loop_each_read_with_their_own_threads(monkeypatch) -> None:
+    """Training reads with one thread, validation with two (each a setting its loader
+    tuned), one epoch of each in turn: each epoch runs with its own loader's count. The
+    training's used to run with whatever the validation had set last."""
+    monkeypatch.setattr(threads, "_last_set", None)
+    before = torch.get_num_threads()
+    train, val = Manual(Indices(), batch_size=4), Manual(Indices(), batch_size=4)
+    seen: dict[str, set[int]] = {"train": set(), "val": set()}
+
+    def epoch(loader: autotune.DataLoader, name: str) -> None:
+        seen[name].update(torch.get_num_threads() for _ in loader)
+
+    try:
+        torch.set_num_threads(2)
+        train.switch(dataclasses.replace(settings(0), main_threads=1))
+        val.switch(dataclasses.replace(settings(0), main_threads=2))
+        for _ in range(2):
+            epoch(train, "train")
+            epoch(val, "val")
+        assert seen == {"train": {1}, "val": {2}}
     finally:
         torch.set_num_threads(before)
 
