@@ -97,8 +97,7 @@ class DataLoader(RunState):
             tuning=None,
             meter=None,
             _threads=torch.get_num_threads(),  # what main_threads=None puts back
-            # the main_threads last put in place: the run's own until a switch changes them
-            # (as torch's loader, it leaves the process's threads alone till then)
+            # the main_threads last put in place (``threads``): the run's own till a switch
             _threads_applied=torch.get_num_threads(),
             _settings=own_settings(self),
             _requested=None,  # a switch asked for, not made yet
@@ -175,8 +174,9 @@ class DataLoader(RunState):
         if self._in_epoch:  # the loop left the last epoch early: its time since is not timed
             self._left()
         self._set(_in_epoch=True)
-        (self.tuning or self._begin()).epoch_started(self)
-        self._check_dataset()
+        tuning = self.tuning or self._begin()
+        self._check_dataset()  # before the epoch's start: several ranks agree on it there
+        tuning.epoch_started(self)
         epoch = EpochPass(self, self._draw_epoch())
         held = self.persistent_workers and self.num_workers  # as torch's holds its iterator
         self._set(_pass=epoch if held else weakref.ref(epoch))

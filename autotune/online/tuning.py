@@ -233,6 +233,8 @@ class Tuning:
         elif explorer is None and self.share and failure and failure.kind is UNTIMEABLE:
             log.info("autotune.DataLoader: %s %s; not tuned", settings.short(), failure.message)
             self.share = 0.0  # nothing else can be read against it
+        elif explorer is None and failure == record.RENEWED:  # several ranks': the twin, for all
+            self._loader.switch(dataclasses.replace(settings, persistent_workers=False))
         elif self._watch is not None and self.job and failure and failure.kind in WORKERS_FAILED:
             log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
             self._watch, self._started_from = None, job_record.YOURS

@@ -265,6 +265,61 @@ def test_a_reading_settled_before_a_sync_that_switches_nothing_waits_for_the_oth
     assert told == [201.0]  # the node's: both ranks' rates added
 
 
+class Staged(Work):
+    """Each sample with the stage the loop sets between epochs: workers that persist would
+    read a stale copy."""
+
+    stage = 0
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.stack([super().__getitem__(index), torch.tensor(self.stage)])
+
+
+def _renews_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
+    """Both ranks set the stage before each epoch; each sends the stages it read."""
+    torch.set_num_threads(1)
+    os.environ["RANK"] = str(rank)
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2
+        )
+        sampler, data = _sampler(rank), Staged()
+        loader = autotune.DataLoader(
+            data,
+            batch_size=4,
+            sampler=sampler,
+            num_workers=1,
+            window=BRIEF_WINDOW,
+            storage=storage,
+        )
+        stages = []
+        for epoch in range(4):
+            sampler.set_epoch(epoch)
+            data.stage = epoch
+            stages.append({int(stage) for batch in loader for stage in batch[:, 1]})
+        out.send((stages, loader.settings))
+        dist.destroy_process_group()
+    except BaseException as exc:
+        out.send(exc)
+        raise
+
+
+@pytest.mark.slow  # two rank processes
+def test_ranks_started_at_workers_that_persist_read_the_dataset_their_loop_changes(
+    tmp_path, monkeypatch
+) -> None:
+    """An earlier run kept `w1 persist`; this loop sets its Dataset's stage between epochs
+    (its own `w1` does not persist). From the first change, every rank reads with the
+    setting's twin whose workers do not persist, each epoch its own stage. Rank 0 used to
+    decide nothing: the ranks read on with workers that persisted in name only (shut down
+    each epoch), and an explorer made from such a reading refused its own start."""
+    kept = dataclasses.replace(START, num_workers=1, prefetch_factor=2, main_threads=1)
+    kept = dataclasses.replace(kept, persistent_workers=True, batch_size=4)
+    monkeypatch.setattr(job_record.JobRecord, "start", lambda self: Kept(kept))  # forked
+    for stages, settings in _sent_by_each_rank(tmp_path, _renews_main):
+        assert stages == [{0}, {1}, {2}, {3}] and not settings.workers_persist
+
+
 class Indexed(Work):
     """The index, with a feature to learn from."""
 
