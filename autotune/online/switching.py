@@ -96,7 +96,8 @@ class EpochPass:
         self._batches = batches
         self._index = loader.epochs
         self._it: Any = None  # opened at the first batch, where its failure can fall back
-        self._next = loader.take_request()  # an epoch's start: any switch
+        self._next: PipelineConfig | None = None  # the switch to make at the next batch
+        self._begun = False  # asked for a batch: a pass made and never read takes no switch
         # what worked before the last switch; till one, your own settings, where the run
         # reads with others (an earlier run's kept setting, or what it explores)
         own = loader.own
@@ -118,6 +119,8 @@ class EpochPass:
         loader = self._loader
         if self._ended:
             raise StopIteration
+        if not self._begun:  # an epoch's start: any switch
+            self._begun, self._next = True, loader.take_request()
         if self._apart:
             return self._read_apart()
         if self._taken():

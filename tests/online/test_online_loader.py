@@ -284,6 +284,16 @@ def test_until_a_switch_changes_them_the_process_s_threads_are_left_as_the_user_
         torch.set_num_threads(before)
 
 
+def test_a_pass_made_and_dropped_before_its_first_batch_leaves_the_switch_to_the_next():
+    """`iter(loader)` dropped before it was read: the next pass makes the switch asked for.
+    The dropped pass used to take it and lose it (and a run that tunes, stuck on the old
+    settings, to ignore every reading of them)."""
+    loader = Manual(Indices(), batch_size=4)
+    loader.switch(settings(1))
+    iter(loader)  # made, never read
+    assert sum(1 for _ in loader) == len(loader) and loader.settings.num_workers == 1
+
+
 def test_two_loaders_in_one_loop_each_read_with_their_own_threads(monkeypatch) -> None:
     """Training reads with one thread, validation with two (each a setting its loader
     tuned), one epoch of each in turn: each epoch runs with its own loader's count. The
