@@ -7,6 +7,7 @@ from __future__ import annotations
 
 # a step this many times the loop's usual one, and at least this long, is a pause of its own
 PAUSE_STEPS, PAUSE_MIN_S = 10, 0.2
+NEW_USUAL = 3  # such steps in a row are the loop's usual step now (its work grew), no pauses
 
 
 class StepWatch:
@@ -16,6 +17,7 @@ class StepWatch:
         self._received_at: float | None = None
         self._usual: float | None = None
         self.batches = 0  # received since a warm-up began: a pause's, the loop's between two
+        self._in_a_row = 0  # pauses
 
     def received(self, now: float) -> None:
         """The loop has a batch: its step begins."""
@@ -31,7 +33,9 @@ class StepWatch:
         if self._received_at is None:
             return 0.0
         step, usual = now - self._received_at, self._usual
-        if usual is not None and step > max(PAUSE_STEPS * usual, PAUSE_MIN_S):
+        long = usual is not None and step > max(PAUSE_STEPS * usual, PAUSE_MIN_S)
+        self._in_a_row = self._in_a_row + 1 if long else 0
+        if long and self._in_a_row < NEW_USUAL:
             return step
-        self._usual = step if usual is None else usual + (step - usual) / 8
+        self._usual = step if usual is None or long else usual + (step - usual) / 8
         return 0.0

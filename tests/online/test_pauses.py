@@ -35,3 +35,11 @@ def test_the_first_step_after_a_warm_up_begins_is_not_watched() -> None:
     _steps(watch, [0.01] * 8)
     watch.forget()  # an epoch's end: the loop's time between epochs is counted apart
     assert watch.paused(100.0) == 0.0
+
+
+def test_steps_that_stay_far_longer_are_the_loop_s_usual_step_from_the_third() -> None:
+    """The loop's work grew for good (a longer sequence, a bigger batch of its own): two
+    pauses, then its usual step; else no step of it would ever be timed."""
+    watch = StepWatch()
+    paused = _steps(watch, [0.01] * 8 + [0.5] * 5)
+    assert paused == pytest.approx([0.0] * 8 + [0.5, 0.5, 0.0, 0.0, 0.0])
