@@ -118,7 +118,7 @@ class DataLoader(RunState):
         """As the first epoch starts: the run's tuning, from the arguments (loader settings
         set since it was made too, as torch's loader reads them), and the first meter."""
         own = self._settings.switched_to(own_settings(self))
-        self._set(_settings=own, own=own)
+        self._set(_settings=own, own=own, _threads_applied=own.main_threads)
         window = self.window or WindowConfig()
         self._set(_window=window, tuning=Tuning(self, self.tune, self.storage, self.study, window))
         self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))
@@ -244,7 +244,7 @@ class DataLoader(RunState):
     ) -> Any:
         """The rest of the epoch with ``settings``: the kept workers', else a new loader's."""
         changed = settings.main_threads != self._threads_applied
-        threads.apply(settings.main_threads or self._threads, changed=changed)
+        threads.apply(self, settings.main_threads or self._threads, changed=changed)
         self._set(_threads_applied=settings.main_threads)
         read = self._inner.apart if apart else self._inner.open
         return read(self, settings, batches, seed=self._base_seed)

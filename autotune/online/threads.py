@@ -6,16 +6,23 @@ torch's loader leaves the process's threads alone."""
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import torch
 
-_last_set: int | None = None  # what a loader set last, in this process
+# what a loader set last in this process, and that loader (weakly: one gone sets nothing)
+_last_set: tuple[int, Any] | None = None
 
 
-def apply(wanted: int, *, changed: bool) -> None:
-    """Sets torch's threads to ``wanted`` (a loader's), where its setting ``changed`` or the
-    count is still what a loader set (another loader's, say), not yours."""
+def apply(owner: object, wanted: int, *, changed: bool) -> None:
+    """Sets torch's threads to ``wanted`` (``owner``'s, a loader's), where its setting
+    ``changed`` or the count is still what another loader, alive, set: not yours."""
     global _last_set
     current = torch.get_num_threads()
-    if wanted != current and (changed or current == _last_set):
+    if wanted == current:
+        return
+    value, setter = _last_set or (None, lambda: None)
+    if changed or (current == value and setter() not in (None, owner)):
         torch.set_num_threads(wanted)
-        _last_set = wanted
+        _last_set = (wanted, weakref.ref(owner))
