@@ -8,14 +8,12 @@ processes', or without workers the training process's inside ``__next__``, where
 samples itself; against the wall time the loader had for them (each worker's share of the
 span, or the waits in ``__next__``). That counts only where the loop waits on the loader for
 at least ``DATA_BOUND`` of its time (workers ahead of the loop idle, and their idle time is
-not a read's), and where the CPUs idle for a third of the timed time or more, as both the CPU
-the process and its workers used and the machine's idle CPUs say (workers waiting for a CPU
-busy with a neighbour's job take wall time too, and use little CPU).
+not a read's), and where the CPUs idle for a third of the timed time or more, as the CPU the
+process and its workers used says (workers waiting for a busy CPU take wall time too).
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -57,16 +55,6 @@ class WorkersCpu:
             return None
 
 
-def idle_cpu_s() -> float:
-    """Seconds each CPU this process may run on has idled so far (or waited for I/O), on
-    average: whoever else runs on them (a neighbour's job) busies them too."""
-    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    times = [
-        t for cpu, t in enumerate(psutil.cpu_times(percpu=True)) if not usable or cpu in usable
-    ]
-    return sum(t.idle + getattr(t, "iowait", 0.0) for t in times) / max(len(times), 1)
-
-
 def reads_wait(reading: Reading, facts: MachineFacts, ranks: int = 1) -> ReadWait | None:
     """Where ``reading``'s loop waited on a loader whose samples took mostly wall time, not
     CPU, while the CPUs (a rank's share) idled: how far ``num_workers`` goes beyond the CPUs
@@ -74,8 +62,6 @@ def reads_wait(reading: Reading, facts: MachineFacts, ranks: int = 1) -> ReadWai
     neighbour's job) also take wall time, not CPU, but leave no CPU idle."""
     cpus = max(1, facts.usable_cpus // ranks)
     busy = reading.cpu_s / (cpus * reading.seconds) if reading.seconds else 1.0
-    if reading.cpus_idle is not None:  # the machine's CPUs, busy with whatever runs on them
-        busy = max(busy, 1.0 - reading.cpus_idle)
     if reading.data_wait < DATA_BOUND or not reading.sample_cpu_s or busy * WAITING > 1:
         return None
     found = read_wait.of_sample(reading.sample_wall_s, reading.sample_cpu_s, facts, read_s=None)

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune.online.loader_cpu import idle_cpu_s
 from autotune.online.pauses import StepWatch
 from autotune.online.reading import Reading
 from autotune.online.sub_window import capped, fewest_batches, sub_window_batches
@@ -43,7 +42,6 @@ class Meter:
 
     # its first span's start, and the loop's time between epochs till then
     _began: tuple[float, float] | None = None
-    _idle_cpu = staticmethod(idle_cpu_s)  # the machine's CPUs' idle seconds, each on average
 
     def __init__(
         self,
@@ -80,7 +78,6 @@ class Meter:
         # the loader's CPU: its workers' so far (None: unread), or this thread's
         self._workers_cpu, self._thread_cpu = workers_cpu, thread_cpu
         self._process_cpu, self._span_process_cpu, self._cpu_s = process_cpu, 0.0, 0.0
-        self._span_idle = self._idle_s = 0.0  # the machine's idle CPU seconds
         self._loader = [0.0, 0.0, 0.0]  # wall, CPU and samples of the spans that read both
         self.tally, self._steps = Tally(), StepWatch()
         self.first_batch_s: float | None = None
@@ -132,7 +129,7 @@ class Meter:
             self._span_start = now
             self._began = self._began or (now, self._between_s)
             self._span_workers_cpu = self._workers_cpu() if self.settings.num_workers else None
-            self._span_process_cpu, self._span_idle = self._process_cpu(), self._idle_cpu()
+            self._span_process_cpu = self._process_cpu()
 
     def received(self, batch: Any) -> None:
         """The loop has the batch it asked for."""
@@ -164,8 +161,9 @@ class Meter:
         return self._clock() - self._asked
 
     def epoch_ended(self, end_s: float = 0.0, *, shorter: bool = False) -> None:
-        """The epoch is over (its end waited ``end_s``; ``shorter``: than the run's longest,
-        as a bucketing sampler's vary): the loop's time from here; warm up again."""
+        """The epoch is over (its end waited ``end_s``: workers that do not persist shut down
+        in it; ``shorter``: than the run's longest, as a bucketing sampler's epochs vary):
+        what the loop does now is not the loader's; warm up again."""
         closed = len(self.tally.spans) - self._spans_then
         timeable = self.done or self._timed_before or shorter  # or no evidence it is not
         if self._epoch_whole and not closed and not timeable:  # a whole epoch, no span
@@ -207,7 +205,8 @@ class Meter:
         return self
 
     def cut(self) -> bool:
-        """At an epoch's end: whether done (as it stands, after a whole epoch and a span)."""
+        """At an epoch's end: whether the reading is done, taken as it stands where the
+        setting ran its whole epoch (a switch waits for the next) and timed a span."""
         self.done = self.done or (self._whole_epoch and bool(self.tally.spans))
         return self.done
 
@@ -232,11 +231,11 @@ class Meter:
         self.done = self._settled(now)
 
     def _loader_read(self, seconds: float, samples: int, waited: float, cpu: float) -> None:
-        """The span's loader wall and CPU (each worker's share of the span and their CPU, or
-        the waits in __next__ and this thread's CPU); what the process and CPUs used."""
+        """The span's loader wall and CPU: each worker's share of the span and their CPU,
+        or without workers the waits in __next__ and this thread's CPU there; and the CPU
+        this process and its workers used over it."""
         workers = self.settings.num_workers
         self._cpu_s += self._process_cpu() - self._span_process_cpu
-        self._idle_s += self._idle_cpu() - self._span_idle
         if workers:
             before, after = self._span_workers_cpu, self._workers_cpu()
             if before is None or after is None:
@@ -293,7 +292,6 @@ class Meter:
             sample_wall_s=self._loader[0] / max(self._loader[2], 1),
             sample_cpu_s=self._loader[1] / max(self._loader[2], 1),
             cpu_s=self._cpu_s,
-            cpus_idle=min(self._idle_s / tally.elapsed, 1.0) if tally.elapsed else None,
             between_epochs_s=self._between_s,
             beaten_after=self.beaten_after,
             epoch_start_s=self.epoch_start_s,

@@ -76,7 +76,7 @@ def node_reading(readings: list[Reading]) -> Reading | None:
     samples/s added (they run in lockstep: each step all-reduces), the worst rank's spread,
     data wait, first batch and epoch start, their loaders' mean wall and CPU a sample; None
     where the ranks measured different settings."""
-    first, idle = readings[0], [r.cpus_idle for r in readings]  # one node's CPUs: the least
+    first = readings[0]
     if any(r.settings != first.settings for r in readings):
         return None
     return Reading(
@@ -91,7 +91,6 @@ def node_reading(readings: list[Reading]) -> Reading | None:
         sample_wall_s=sum(r.sample_wall_s for r in readings) / len(readings),  # one storage
         sample_cpu_s=sum(r.sample_cpu_s for r in readings) / len(readings),
         cpu_s=sum(r.cpu_s for r in readings) / len(readings),  # each of its share of the CPUs
-        cpus_idle=None if None in idle else min(idle),  # type: ignore[type-var]
     )
 
 

@@ -28,7 +28,6 @@ class Reading:
     sample_wall_s: float = 0.0
     sample_cpu_s: float = 0.0
     cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
-    cpus_idle: float | None = None  # the share of them the machine's CPUs idled (None: unread)
     between_epochs_s: float = 0.0  # the loop's own time between epochs while it was read
     # sub-windows timed where it read clearly below the best so far and stopped (0: in full)
     beaten_after: int = 0

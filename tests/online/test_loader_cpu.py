@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 import autotune
 from autotune.machine import detect
-from autotune.online.loader_cpu import DATA_BOUND, WorkersCpu, idle_cpu_s, reads_wait
+from autotune.online.loader_cpu import DATA_BOUND, WorkersCpu, reads_wait
 from autotune.online.reading import Reading
 from autotune.online.space import online_space, priors
 from autotune.pipeline.config import AS_IS, PipelineConfig
@@ -43,21 +43,6 @@ def test_reads_wait_where_the_loop_waits_on_samples_that_take_wall_not_cpu(
 ) -> None:
     found = reads_wait(reading(data_wait, wall_s, cpu_s, used_s), FACTS)
     assert (found.workers if found else None) == workers
-
-
-@pytest.mark.parametrize(("cpus_idle", "waits"), [(None, True), (0.6, True), (0.05, False)])
-def test_cpus_a_neighbour_s_job_keeps_busy_are_not_idle(cpus_idle, waits) -> None:
-    """The loader used 0.5 CPU seconds of 2 a second: as the process sees it, the CPUs idle
-    and the samples' wall time is reads'. Where the machine's CPUs idled 5 % of the time (a
-    neighbour's job busy on them), the workers waited for a CPU: no reads wait, and the
-    workers are not searched beyond the CPUs. It used to say the reads waited."""
-    busy_machine = dataclasses.replace(reading(0.8, 0.040, 0.004), cpus_idle=cpus_idle)
-    assert (reads_wait(busy_machine, FACTS) is not None) is waits
-
-
-def test_the_machine_s_idle_cpu_seconds_only_grow() -> None:
-    first = idle_cpu_s()
-    assert 0.0 < first <= idle_cpu_s()  # a counter since boot, a CPU's on average
 
 
 def test_a_rank_s_cpus_are_its_share_of_the_machine_s() -> None:
