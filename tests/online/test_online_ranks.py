@@ -232,13 +232,28 @@ class _Leader:
         return Decision(START, 1.0)
 
 
-def _settles_apart_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
-    """Rank 1 settles a reading of ``START`` before the first sync, rank 0 after it; the
-    first sync's decision is the settings they read with already."""
+def _as_rank(rank: int, rendezvous: str, out: Connection, read: Callable[[], Any]) -> None:
+    """``read()`` in rank ``rank`` of a gloo group of two, as torchrun starts it (one thread):
+    what it returns, or what it raised, sent on ``out``."""
+    torch.set_num_threads(1)
+    os.environ["RANK"] = str(rank)
     try:
         dist.init_process_group(
             "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2
         )
+        out.send(read())
+        dist.destroy_process_group()
+    except BaseException as exc:
+        out.send(exc)
+        raise
+
+
+def _settles_apart_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
+    """Rank 1 settles a reading of ``START`` before the first sync, rank 0 after it; the
+    first sync's decision is the settings they read with already. Rank 0 sends what its
+    leader was told."""
+
+    def read() -> list[float] | None:
         ranks, leader = Ranks(None, rank, 2, 2), _Leader() if rank == 0 else None
         reading = Reading(START, 100.0 + rank, 0.01, 0.0, 0.0, batches=10, seconds=1.0)
         if rank == 1:
@@ -247,11 +262,9 @@ def _settles_apart_main(rank: int, rendezvous: str, storage: str, out: Connectio
         if rank == 0:
             ranks.measured(reading)
         ranks.sync(leader)  # type: ignore[arg-type]
-        out.send([r.samples_per_s for r in leader.told] if leader else None)
-        dist.destroy_process_group()
-    except BaseException as exc:
-        out.send(exc)
-        raise
+        return [r.samples_per_s for r in leader.told] if leader else None
+
+    _as_rank(rank, rendezvous, out, read)
 
 
 @pytest.mark.slow  # two rank processes
@@ -277,31 +290,21 @@ class Staged(Work):
 
 def _renews_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
     """Both ranks set the stage before each epoch; each sends the stages it read."""
-    torch.set_num_threads(1)
-    os.environ["RANK"] = str(rank)
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2
-        )
+
+    def read() -> tuple[list[set[int]], PipelineConfig]:
         sampler, data = _sampler(rank), Staged()
         loader = autotune.DataLoader(
-            data,
-            batch_size=4,
-            sampler=sampler,
-            num_workers=1,
-            window=BRIEF_WINDOW,
+            data, batch_size=4, sampler=sampler, num_workers=1, window=BRIEF_WINDOW,
             storage=storage,
-        )
+        )  # fmt: skip
         stages = []
         for epoch in range(4):
             sampler.set_epoch(epoch)
             data.stage = epoch
             stages.append({int(stage) for batch in loader for stage in batch[:, 1]})
-        out.send((stages, loader.settings))
-        dist.destroy_process_group()
-    except BaseException as exc:
-        out.send(exc)
-        raise
+        return stages, loader.settings
+
+    _as_rank(rank, rendezvous, out, read)
 
 
 @pytest.mark.slow  # two rank processes
