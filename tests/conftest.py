@@ -161,3 +161,34 @@ def postgres_server() -> Iterator[postgres.Server]:
 def postgres_url(postgres_server: postgres.Server) -> str:
     """A fresh database on the session's PostgreSQL server: its SQLAlchemy URL."""
     return postgres_server.new_database()
+
+
+_SPIN = """
+import time
+print("spinning", flush=True)
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    pass
+"""
+
+
+@pytest.fixture
+def neighbours() -> Iterator[list[subprocess.Popen]]:
+    """Real processes spinning, two for each usable CPU (one each may leave a CPU to the
+    test alone), for the test's length (two minutes at most, should the test process die):
+    a neighbour's job holding the cores."""
+    from autotune.machine import detect
+
+    cpus = detect(want_cuda=False).usable_cpus
+    spin = [sys.executable, "-c", _SPIN]
+    processes = [
+        subprocess.Popen(spin, stdout=subprocess.PIPE, text=True) for _ in range(2 * cpus)
+    ]
+    try:
+        for process in processes:  # each started and spinning: no test runs before they do
+            assert process.stdout is not None and process.stdout.readline()
+        yield processes
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()

@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from autotune.online.loader_cpu import LoaderTime
 from autotune.online.pauses import StepWatch
 from autotune.online.reading import Reading
 from autotune.online.sub_window import capped, fewest_batches, sub_window_batches
 from autotune.pipeline.batches import samples_in
 from autotune.pipeline.config import PipelineConfig
+from autotune.runtime import sched
 from autotune.runtime.measurement import relative_spread
+from autotune.runtime.sched import ZERO, CpuTimes
 from autotune.runtime.timed_spans import EVIDENCE_FROM, Tally
 from autotune.runtime.window_length import warmup_batches
 from autotune.schema import WindowConfig
@@ -57,8 +60,8 @@ class Meter:
         timed_before: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         count: Callable[[Any], int] = samples_in,
-        workers_cpu: Callable[[], float | None] = lambda: None,
-        thread_cpu: Callable[[], float] = time.thread_time,
+        workers_cpu: Callable[[], CpuTimes | None] = lambda: None,
+        thread_cpu: Callable[[], CpuTimes] = sched.thread_times,
         process_cpu: Callable[[], float] = time.process_time,
     ) -> None:
         self.settings = settings
@@ -75,10 +78,10 @@ class Meter:
         # explorer's budget shared among the settings it tries); the window's cap if less
         self._cap_s = cap_s
         self._window, self._clock, self._count = window, clock, count
-        # the loader's CPU: its workers' so far (None: unread), or this thread's
+        # the loader's CPU and queue delay: its workers' so far (None: unread), or this thread's
         self._workers_cpu, self._thread_cpu = workers_cpu, thread_cpu
         self._process_cpu, self._span_process_cpu, self._cpu_s = process_cpu, 0.0, 0.0
-        self._loader = [0.0, 0.0, 0.0]  # wall, CPU and samples of the spans that read both
+        self._loader = LoaderTime()
         self.tally, self._steps = Tally(), StepWatch()
         self.first_batch_s: float | None = None
         self._warm_started: float | None = None  # the warm-up's (``_restart_warmup``)
@@ -86,9 +89,9 @@ class Meter:
         self._grouped = 1  # sub-windows per span (timed_spans.time_sets' rule)
         self._span_start: float | None = None
         # batches, samples, waited, and CPU inside __next__, in the sub-window in progress
-        self._span = (0, 0, 0.0, 0.0)
-        self._span_workers_cpu: float | None = None
-        self._asked = self._asked_cpu = 0.0
+        self._span = (0, 0, 0.0, ZERO)
+        self._span_workers_cpu: CpuTimes | None = None
+        self._asked, self._asked_cpu = 0.0, ZERO
         self._ended_at: float | None = None  # the last epoch's end, its next first batch due
         self._between_s = 0.0  # the loop's time between epochs (or paused), while read
         self.done = False
@@ -107,13 +110,13 @@ class Meter:
         """A warm-up of ``head`` batches, then the window's extra ones."""
         self._warmup_left = warmup_batches(head, self._window.warmup_extra_batches)
         self._warm_started, self._warm_batches = None, 0
-        self._span_start, self._span = None, (0, 0, 0.0, 0.0)
+        self._span_start, self._span = None, (0, 0, 0.0, ZERO)
         self._steps.forget()
 
     def requested(self) -> None:
         """The loop asks for the next batch: the step of the last one is done."""
         now = self._asked = self._clock()
-        self._asked_cpu = self._thread_cpu()
+        self._asked_cpu = ZERO if self.settings.num_workers else self._thread_cpu()  # reads
         if self._ended_at is not None:  # an epoch's first batch: the time since, the loop's
             self._between_s, self._ended_at = self._between_s + now - self._ended_at, None
         elif paused := self._steps.paused(now):  # the loop's own (``pauses``): untimed
@@ -153,7 +156,8 @@ class Meter:
             return
         if self._span_start is not None:
             batches, samples, span_waited, cpu = self._span
-            cpu += self._thread_cpu() - self._asked_cpu
+            if not self.settings.num_workers:  # it reads its samples itself
+                cpu += self._thread_cpu() - self._asked_cpu
             self._span = (batches + 1, samples + self._count(batch), span_waited + waited, cpu)
 
     def waiting_s(self) -> float:
@@ -227,13 +231,13 @@ class Meter:
         seconds = now - self._span_start  # type: ignore[operator]
         self._loader_read(seconds, samples, waited, cpu)
         self.tally.add(samples, seconds, batches, waited)
-        self._span_start, self._span = None, (0, 0, 0.0, 0.0)
+        self._span_start, self._span = None, (0, 0, 0.0, ZERO)
         self.done = self._settled(now)
 
-    def _loader_read(self, seconds: float, samples: int, waited: float, cpu: float) -> None:
-        """The span's loader wall and CPU: each worker's share of the span and their CPU,
-        or without workers the waits in __next__ and this thread's CPU there; and the CPU
-        this process and its workers used over it."""
+    def _loader_read(self, seconds: float, samples: int, waited: float, cpu: CpuTimes) -> None:
+        """The span's loader wall and CPU (and run-queue delay): each worker's share of the
+        span and their CPU, or without workers the waits in __next__ and this thread's CPU
+        there; and the CPU this process and its workers used over it."""
         workers = self.settings.num_workers
         self._cpu_s += self._process_cpu() - self._span_process_cpu
         if workers:
@@ -241,9 +245,8 @@ class Meter:
             if before is None or after is None:
                 return
             waited, cpu = workers * seconds, after - before
-            self._cpu_s += cpu
-        wall, used, read = self._loader
-        self._loader = [wall + waited, used + cpu, read + samples]
+            self._cpu_s += cpu.ran_s
+        self._loader.add(waited, cpu, samples)
 
     def _settled(self, now: float) -> bool:
         """timed_spans.time_sets' rule: after each set of sub-windows, done unless the set's
@@ -289,8 +292,7 @@ class Meter:
             first_batch_s=self.first_batch_s or 0.0,
             batches=tally.batches,
             seconds=tally.elapsed,
-            sample_wall_s=self._loader[0] / max(self._loader[2], 1),
-            sample_cpu_s=self._loader[1] / max(self._loader[2], 1),
+            **self._loader.per_sample(),
             cpu_s=self._cpu_s,
             between_epochs_s=self._between_s,
             beaten_after=self.beaten_after,

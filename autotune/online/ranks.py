@@ -90,6 +90,7 @@ def node_reading(readings: list[Reading]) -> Reading | None:
         seconds=first.seconds,
         sample_wall_s=sum(r.sample_wall_s for r in readings) / len(readings),  # one storage
         sample_cpu_s=sum(r.sample_cpu_s for r in readings) / len(readings),
+        sample_queued_s=sum(r.sample_queued_s for r in readings) / len(readings),
         cpu_s=sum(r.cpu_s for r in readings) / len(readings),  # each of its share of the CPUs
     )
 

@@ -27,6 +27,9 @@ class Reading:
     # timed spans), or without workers the training process's inside __next__; 0: unread
     sample_wall_s: float = 0.0
     sample_cpu_s: float = 0.0
+    # and what of its wall it was runnable, queued for a CPU (another process's, a neighbour
+    # job's or more workers than cores): not a read's (``runtime.sched``; 0 where uncounted)
+    sample_queued_s: float = 0.0
     cpu_s: float = 0.0  # this process's and its workers' CPU seconds over the timed spans
     between_epochs_s: float = 0.0  # the loop's own time between epochs while it was read
     # sub-windows timed where it read clearly below the best so far and stopped (0: in full)

@@ -23,9 +23,13 @@ FACTS = dataclasses.replace(detect(want_cuda=False), usable_cpus=2)
 START = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
 
 
-def reading(data_wait: float, wall_s: float, cpu_s: float, used_s: float = 0.5) -> Reading:
+def reading(
+    data_wait: float, wall_s: float, cpu_s: float, used_s: float = 0.5, queued_s: float = 0.0
+) -> Reading:
     """1 s timed; ``used_s``: the CPU seconds the process and its workers used in it."""
-    return Reading(START, 100.0, 0.02, data_wait, 0.0, 10, 1.0, wall_s, cpu_s, used_s)
+    return Reading(
+        START, 100.0, 0.02, data_wait, 0.0, 10, 1.0, wall_s, cpu_s, queued_s, cpu_s=used_s
+    )
 
 
 @pytest.mark.parametrize(
@@ -42,6 +46,18 @@ def test_reads_wait_where_the_loop_waits_on_samples_that_take_wall_not_cpu(
     data_wait, wall_s, cpu_s, used_s, workers
 ) -> None:
     found = reads_wait(reading(data_wait, wall_s, cpu_s, used_s), FACTS)
+    assert (found.workers if found else None) == workers
+
+
+@pytest.mark.parametrize(
+    ("queued_s", "workers"),
+    [
+        (0.004, None),  # 2 ms of CPU, 2 ms queued: a neighbour held the CPUs this process idled
+        (0.0005, 8),  # a read that waits, a little queued besides: 2 CPUs x 6 / 2.5 up
+    ],
+)
+def test_a_sample_queued_for_a_cpu_is_not_a_read_that_waits(queued_s, workers) -> None:
+    found = reads_wait(reading(0.8, 0.006, 0.002, used_s=0.5, queued_s=queued_s), FACTS)
     assert (found.workers if found else None) == workers
 
 
@@ -92,7 +108,7 @@ def test_workers_cpu_reads_the_workers_of_the_iterator_being_read() -> None:
     clock.iterator = iterator = iter(loader)
     next(iterator)
     used = clock()
-    assert used is not None and used >= 0.0
+    assert used is not None and used.ran_s > 0.0 and used.queued_s >= 0.0
     workers = iterator._workers
     del iterator  # the loop left its epoch: torch shuts the workers down, as without this
     gc.collect()
@@ -100,7 +116,12 @@ def test_workers_cpu_reads_the_workers_of_the_iterator_being_read() -> None:
 
 
 @pytest.mark.slow  # a few settings of real workers over sleeping reads: seconds
-def test_a_run_whose_reads_wait_explores_more_workers_than_cpus(tmp_path, caplog) -> None:
+@pytest.mark.parametrize("beside_a_neighbour", [False, True])
+def test_a_run_whose_reads_wait_explores_more_workers_than_cpus(
+    tmp_path, caplog, request, beside_a_neighbour
+) -> None:
+    if beside_a_neighbour:  # its job holds the cores: reads that wait still read so
+        request.getfixturevalue("neighbours")
     loader = autotune.DataLoader(
         Waits(), batch_size=4, tune=20.0, window=BRIEF_WINDOW, storage=f"sqlite:///{tmp_path}/a.db"
     )
@@ -114,3 +135,40 @@ def test_a_run_whose_reads_wait_explores_more_workers_than_cpus(tmp_path, caplog
     assert max(loader.explorer.space.choices("num_workers")) > cpus
     assert "reads wait" in caplog.text
     assert max(r.settings.num_workers for r in loader.readings) > cpus  # measured, not offered
+
+
+class Computes(Dataset):
+    """Each sample 2 ms of CPU: work that a worker per CPU does, however busy the machine."""
+
+    def __len__(self) -> int:
+        return 128
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+        return torch.tensor(index)
+
+
+@pytest.mark.slow  # the run's own setting read beside a neighbour's job: seconds
+def test_cpu_work_beside_a_neighbour_s_job_is_not_read_as_reads_that_wait(
+    tmp_path, caplog, neighbours
+) -> None:
+    """The neighbours' CPU is not this process's: its CPUs look idle, and each sample takes
+    more wall than CPU. Before the run-queue delay was read, this explored 8 workers."""
+    loader = autotune.DataLoader(
+        Computes(),
+        batch_size=4,
+        tune=20.0,
+        window=BRIEF_WINDOW,
+        storage=f"sqlite:///{tmp_path}/a.db",
+    )
+    with caplog.at_level("INFO", logger="autotune"):
+        while loader.explorer is None:  # the run's own setting read: where reads wait is said
+            assert sorted(i for b in loader for i in b.tolist()) == list(range(len(Computes())))
+    first = loader.readings[0]
+    assert first.sample_wall_s > 1.2 * first.sample_cpu_s > 0  # the neighbours stretched it
+    assert first.sample_queued_s > 0
+    cpus = detect(want_cuda=False).usable_cpus
+    assert max(loader.explorer.space.choices("num_workers")) <= cpus
+    assert "reads wait" not in caplog.text

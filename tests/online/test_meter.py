@@ -16,6 +16,7 @@ import autotune
 from autotune.online.meter import Meter
 from autotune.online.reading import Reading
 from autotune.pipeline.config import AS_IS, PipelineConfig
+from autotune.runtime.sched import CpuTimes
 from autotune.schema import WindowConfig
 
 WINDOW = WindowConfig(
@@ -459,32 +460,37 @@ def test_a_meter_made_at_a_switch_as_an_epoch_starts_leaves_the_loop_s_time_sinc
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_sample_s_wall_and_cpu_in_the_loader_are_read_over_the_spans(workers) -> None:
     """Each batch of 4 waited 0.1 s and stepped 0.1 s. Without workers, 0.02 s of CPU of each
-    wait was the training process's own (reading its samples); with two, the workers used
-    0.05 s of CPU a batch between them."""
+    wait was the training process's own (reading its samples), and 0.01 s it was queued for
+    a CPU; with two, the workers used 0.05 s of CPU a batch between them, and were queued
+    0.03 s."""
     settings = PipelineConfig(
         decoder=AS_IS, num_workers=workers, prefetch_factor=1 if workers else None
     )
-    cpu = {"thread": 0.0, "workers": 0.0, "process": 0.0}
+    thread, worker_cpu, process = [0.0, 0.0], [0.0, 0.0], [0.0]
     meter = Meter(
-        settings, WINDOW, after_switch=False, thread_cpu=lambda: cpu["thread"],
-        workers_cpu=lambda: cpu["workers"], process_cpu=lambda: cpu["process"],
+        settings, WINDOW, after_switch=False, thread_cpu=lambda: CpuTimes(*thread),
+        workers_cpu=lambda: CpuTimes(*worker_cpu), process_cpu=lambda: process[0],
     )  # fmt: skip
     loop = Loop(meter)
     while not meter.done:
         meter.requested()
         loop.now += 0.1
-        cpu["thread"] += 0.02 if not workers else 0.0
-        cpu["workers"] += 0.05
+        if not workers:
+            thread[0], thread[1] = thread[0] + 0.02, thread[1] + 0.01
+        worker_cpu[0], worker_cpu[1] = worker_cpu[0] + 0.05, worker_cpu[1] + 0.03
         meter.received(BATCH)
         loop.now += 0.1
-        cpu["process"] += 0.08 + (0.02 if not workers else 0.0)  # the step, and the reads
+        thread[0] += 0.08  # the step: not the loader's
+        process[0] += 0.08 + (0.02 if not workers else 0.0)  # the step, and the reads
     reading = meter.reading()
     if workers:  # each worker had the whole span: 2 x 0.2 s for 4 samples
         assert reading.sample_wall_s == pytest.approx(2 * 0.2 / 4)
         assert reading.sample_cpu_s == pytest.approx(0.05 / 4)
+        assert reading.sample_queued_s == pytest.approx(0.03 / 4)
     else:  # the waits inside __next__, and the CPU there
         assert reading.sample_wall_s == pytest.approx(0.1 / 4)
         assert reading.sample_cpu_s == pytest.approx(0.02 / 4)
+        assert reading.sample_queued_s == pytest.approx(0.01 / 4)
     # this process's and its workers' CPU over the timed spans, a batch each 0.2 s
     per_batch = 0.08 + (0.05 if workers else 0.02)
     assert reading.cpu_s == pytest.approx(per_batch * reading.batches)

@@ -45,7 +45,7 @@ def test_the_node_adds_the_ranks_rates_and_takes_the_worst_of_the_rest() -> None
     node = node_reading([zero, one])
     # a sample's wall and CPU in the loaders, and the CPU used: their means (the ranks read
     # one storage, each on its share of the CPUs)
-    assert node == Reading(START, 180.0, 0.05, 0.4, 0.3, 10, 1.0, 0.05, 0.01, 0.6)
+    assert node == Reading(START, 180.0, 0.05, 0.4, 0.3, 10, 1.0, 0.05, 0.01, cpu_s=0.6)
     other = Reading(START.switched_to(PipelineConfig(num_workers=2)), 90.0, 0, 0, 0, 9, 1.0)
     assert node_reading([zero, other]) is None  # not one setting: no reading of the node
 

@@ -1,0 +1,76 @@
+"""How long a thread ran on a CPU, and how long it was ready to run and waited for one, as
+Linux's scheduler counts them (``/proc/<pid>/task/<tid>/schedstat``: nanoseconds on a CPU,
+nanoseconds runnable in a run queue, time slices).
+
+The second tells two kinds of wall time apart that CPU time alone cannot: a sample that
+waits on storage sleeps (neither count grows), one that waits for a CPU another process
+holds (a neighbour's job, more workers than cores) is queued. A neighbour's load stretches a
+sample's wall time as slow storage does; only the run-queue delay says which it was.
+
+Where the kernel does not count them (no ``/proc``, no ``CONFIG_SCHED_INFO``), the CPU time
+comes from the process's own clocks and nothing is said to have queued.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+NS = 1e-9
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Seconds on a CPU, and seconds runnable but waiting for one."""
+
+    ran_s: float
+    queued_s: float
+
+    def __add__(self, other: CpuTimes) -> CpuTimes:
+        return CpuTimes(self.ran_s + other.ran_s, self.queued_s + other.queued_s)
+
+    def __sub__(self, earlier: CpuTimes) -> CpuTimes:
+        return CpuTimes(self.ran_s - earlier.ran_s, self.queued_s - earlier.queued_s)
+
+
+ZERO = CpuTimes(0.0, 0.0)
+
+
+def _read(path: str) -> CpuTimes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        ran, queued, *_ = os.read(fd, 128).split()
+        return CpuTimes(int(ran) * NS, int(queued) * NS)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+COUNTED = _read("/proc/thread-self/schedstat") is not None  # this kernel counts them
+
+
+def thread_times() -> CpuTimes:
+    """The calling thread's (2-3 µs: read at every batch without workers)."""
+    counted = _read("/proc/thread-self/schedstat") if COUNTED else None
+    return counted or CpuTimes(time.thread_time(), 0.0)
+
+
+def process_times(pid: int) -> CpuTimes:
+    """Summed over the process's threads alive now (a worker's: its reading thread and the
+    one that sends its batches). Raises ``psutil.Error`` where the process is gone."""
+    if COUNTED:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError as exc:
+            raise psutil.NoSuchProcess(pid) from exc
+        tasks = [_read(f"/proc/{pid}/task/{tid}/schedstat") for tid in tids]
+        if all(t is not None for t in tasks):  # else a thread ended as it was read
+            return sum(tasks, ZERO)  # type: ignore[arg-type]
+    return CpuTimes(sum(psutil.Process(pid).cpu_times()[:2]), 0.0)

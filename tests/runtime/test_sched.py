@@ -1,0 +1,65 @@
+"""Tests for autotune.runtime.sched: a thread's CPU time, and its time queued for a CPU,
+as the kernel counts them, with real processes holding the CPUs."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from autotune.runtime import sched
+
+counted = pytest.mark.skipif(not sched.COUNTED, reason="this kernel does not count run queues")
+
+
+def spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@counted
+def test_a_thread_that_computes_beside_a_neighbour_is_queued_for_part_of_its_wall(
+    neighbours,
+) -> None:
+    wall, before = time.perf_counter(), sched.thread_times()
+    spin(0.2)
+    used, wall = sched.thread_times() - before, time.perf_counter() - wall
+    assert used.ran_s == pytest.approx(0.2, abs=0.02)
+    # one CPU each for the neighbours and this thread, at most: it waited for one a while
+    assert used.queued_s > 0.05
+    assert used.ran_s + used.queued_s <= wall + 0.01
+
+
+@counted
+def test_a_thread_that_sleeps_is_neither_running_nor_queued() -> None:
+    wall, before = time.perf_counter(), sched.thread_times()
+    for _ in range(5):
+        time.sleep(0.04)
+    used, wall = sched.thread_times() - before, time.perf_counter() - wall
+    assert used.ran_s + used.queued_s < wall / 2  # asleep, as a read from slow storage
+
+
+def test_a_process_s_times_are_read_while_it_lives_and_a_gone_one_raises(neighbours) -> None:
+    child = neighbours[0]
+    first = sched.process_times(child.pid)
+    time.sleep(0.2)
+    later = sched.process_times(child.pid) - first
+    assert later.ran_s > 0.02  # it spun on a CPU in between
+    assert later.ran_s + later.queued_s <= 0.2 + 0.05
+    child.kill()
+    child.wait()
+    with pytest.raises(psutil.Error):
+        sched.process_times(child.pid)
+
+
+def test_where_the_kernel_does_not_count_cpu_time_comes_from_the_process_clocks(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(sched, "COUNTED", False)
+    before = sched.thread_times()
+    spin(0.05)
+    assert (sched.thread_times() - before).ran_s == pytest.approx(0.05, abs=0.01)
+    assert sched.thread_times().queued_s == sched.process_times(os.getpid()).queued_s == 0.0
