@@ -149,9 +149,9 @@ class DataLoader(RunState):
         self._set(_requested=None)
         return requested
 
-    def take_request(self) -> PipelineConfig | None:
+    def take_request(self, *, epoch_done: bool = False) -> PipelineConfig | None:
         """The switch to make, handed to the pass that makes it (ranks': the one agreed)."""
-        return self._tuning.take_request()
+        return self._tuning.take_request(epoch_done=epoch_done)
 
     @property
     def _tuning(self) -> Tuning:  # in an epoch, and between epochs

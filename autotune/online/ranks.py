@@ -119,7 +119,7 @@ class Ranks:
         self._paced: tuple[float, int] = (time.perf_counter(), 0)  # rank 0: last sync, batches
         self._batches = 0
         self._mine = Row(None, None)  # what this rank sends at the next sync
-        self._agreed: PipelineConfig | None = None  # a switch agreed on, not made yet
+        self.agreed: PipelineConfig | None = None  # a switch agreed on, not made yet
 
     @classmethod
     def joined(cls, loader: torch.utils.data.DataLoader) -> Ranks | None:
@@ -164,7 +164,7 @@ class Ranks:
 
     def take_agreed(self) -> PipelineConfig | None:
         """The switch the ranks agreed on at the last sync, once."""
-        agreed, self._agreed = self._agreed, None
+        agreed, self.agreed = self.agreed, None
         return agreed
 
     def sync(self, leader: Leader) -> Decision:
@@ -186,7 +186,7 @@ class Ranks:
             return leader.decision()
 
         decision = self._agree(decide if self.leader else None)
-        self._agreed = decision.settings
+        self.agreed = decision.settings
         read = self._mine.reading  # what was read before a switch is told no more
         if decision.settings is not None and (read is None or read.settings != decision.settings):
             self._mine = Row(None, None)

@@ -51,7 +51,10 @@ class Owner(Protocol):
     @property
     def meter(self) -> Meter: ...  # timing the current settings on the loop
 
-    def take_request(self) -> PipelineConfig | None: ...  # a switch asked for, once
+    def take_request(self, *, epoch_done: bool = False) -> PipelineConfig | None: ...  # once
+
+    @property
+    def epoch_length(self) -> int | None: ...  # batches an epoch, where known
 
     def before_batch(self, delivered: int) -> None: ...  # several ranks: a sync, where due
 
@@ -126,8 +129,9 @@ class EpochPass:
         if self._taken():
             return self._left_for_another()  # another pass reset what it read
         loader.before_batch(self._delivered)
-        if loader.switches_mid_epoch:
-            requested = loader.take_request()
+        if loader.switches_mid_epoch:  # past the epoch's last batch: some wait for the next
+            done = loader.epoch_length is not None and self._delivered >= loader.epoch_length
+            requested = loader.take_request(epoch_done=done)
             if requested is not None and requested != loader.settings:
                 self._next = requested
         while True:

@@ -140,11 +140,19 @@ class Tuning:
         if self.ranks is not None and self.ranks.due(delivered):
             self.ranks.sync(self)
 
-    def take_request(self) -> PipelineConfig | None:
-        """The switch to make at the next batch: the loader's own, or the ranks' agreed."""
-        if self.ranks is not None:
-            return self.ranks.take_agreed()
-        return self._loader.asked()
+    def take_request(self, *, epoch_done: bool = False) -> PipelineConfig | None:
+        """The switch to make at the next batch: the loader's own, or the ranks' agreed.
+        Where the epoch has no batch left (``epoch_done``), one to workers that do not
+        persist waits for the next epoch's start: they would start, shut down and start again."""
+        ranks = self.ranks
+        asked = ranks.take_agreed() if ranks is not None else self._loader.asked()
+        if not (epoch_done and asked and asked.num_workers and not asked.workers_persist):
+            return asked
+        if ranks is not None:  # every rank's epoch is as long: each waits alike
+            ranks.agreed = asked
+        else:
+            self._loader.switch(asked)
+        return None
 
     def settled(self, reading: Reading) -> None:
         """A setting's reading settled: explored on (rank 0's at the next sync, for all)."""

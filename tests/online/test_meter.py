@@ -323,9 +323,11 @@ def test_a_switch_at_an_epoch_s_end_is_timed_in_the_next_epoch_not_untimeable() 
 
 def test_a_switch_made_past_an_epoch_s_last_batch_is_timed_on_the_real_loop() -> None:
     """Epochs of 16 batches: the switch's first batch, `w2 pf2`'s 4 extra warm-up batches
-    and a sub-window fit in the one after the switch."""
+    and a sub-window fit in the one after the switch (to workers that persist: made there)."""
     loader = Manual(torch.zeros(64, 1), batch_size=4)
-    settings = PipelineConfig(decoder=AS_IS, num_workers=2, prefetch_factor=2)
+    settings = PipelineConfig(
+        decoder=AS_IS, num_workers=2, prefetch_factor=2, persistent_workers=True
+    )
     for index, _ in enumerate(loader):
         if index == len(loader) - 1:
             loader.switch(settings)  # made as the loop asks past the epoch's last batch

@@ -201,6 +201,20 @@ def test_a_stream_switches_at_the_next_epoch_and_reads_each_item_once() -> None:
     assert [(s.epoch, s.at_batch, s.settings.num_workers) for s in loader.switches] == [(2, 0, 2)]
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_switch_asked_past_an_epoch_s_last_batch_starts_no_workers_for_nothing(persistent):
+    """Workers that do not persist would start there, find no batch left, shut down and
+    start again as the next epoch begins: the switch waits for it. Workers that persist
+    start there and read the next epoch."""
+    loader = Manual(Indices(), batch_size=10)
+    for index, _ in enumerate(loader):
+        if index == len(loader) - 1:
+            loader.switch(settings(2, persistent=persistent))
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(N))
+    made = [(s.epoch, s.at_batch, s.settings.num_workers) for s in loader.switches]
+    assert made == ([(1, 5, 2)] if persistent else [(2, 0, 2)])
+
+
 def test_a_stream_with_no_length_is_fingerprinted_for_its_record() -> None:
     from autotune.online.job_record import job_fingerprint
 
