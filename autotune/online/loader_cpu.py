@@ -75,11 +75,9 @@ class LoaderTime:
     samples: int = 0
 
     def add(self, wall_s: float, cpu: CpuTimes, samples: int) -> None:
-        self.wall_s, self.cpu, self.samples = (
-            self.wall_s + wall_s,
-            self.cpu + cpu,
-            self.samples + samples,
-        )
+        queued = max(cpu.queued_s, 0.0)  # less where a thread ended, its count with it
+        self.wall_s, self.samples = self.wall_s + wall_s, self.samples + samples
+        self.cpu += CpuTimes(cpu.ran_s, queued)
 
     def per_sample(self) -> dict[str, float]:
         """A ``Reading``'s fields: a sample's wall, CPU and queued seconds (0: unread)."""

@@ -63,14 +63,16 @@ def thread_times() -> CpuTimes:
 
 
 def process_times(pid: int) -> CpuTimes:
-    """Summed over the process's threads alive now (a worker's: its reading thread and the
-    one that sends its batches). Raises ``psutil.Error`` where the process is gone."""
-    if COUNTED:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError as exc:
-            raise psutil.NoSuchProcess(pid) from exc
-        tasks = [_read(f"/proc/{pid}/task/{tid}/schedstat") for tid in tids]
-        if all(t is not None for t in tasks):  # else a thread ended as it was read
-            return sum(tasks, ZERO)  # type: ignore[arg-type]
-    return CpuTimes(sum(psutil.Process(pid).cpu_times()[:2]), 0.0)
+    """The process's CPU seconds (its threads' that ended too), and the seconds its threads
+    alive now were queued for a CPU (a worker's: its reading thread and the one that sends
+    its batches; a thread that ends takes its own out). Raises ``psutil.Error`` where the
+    process is gone."""
+    ran = sum(psutil.Process(pid).cpu_times()[:2])
+    if not COUNTED:
+        return CpuTimes(ran, 0.0)
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError as exc:
+        raise psutil.NoSuchProcess(pid) from exc
+    each = (_read(f"/proc/{pid}/task/{tid}/schedstat") for tid in tids)
+    return CpuTimes(ran, sum(t.queued_s for t in each if t is not None))
