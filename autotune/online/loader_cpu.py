@@ -39,9 +39,8 @@ DATA_BOUND = 0.2  # the share of the loop's time spent waiting on the loader, at
 class WorkersCpu:
     """The CPU seconds used so far by the workers of the inner iterator being read, and
     those they were queued for a CPU (None: no workers, or one that cannot be read, such as
-    one that has just died). It holds the
-    iterator weakly: a loop that leaves an epoch early drops it, and torch then shuts its
-    workers down, as it would without this."""
+    one that has just died). It holds the iterator weakly: a loop that leaves an epoch early
+    drops it, and torch then shuts its workers down, as it would without this."""
 
     def __init__(self) -> None:
         self._iterator: Callable[[], Any] = lambda: None
