@@ -31,6 +31,11 @@ class Passes:
             self.left_after = batches
         self._last_left = batches
 
+    def raised(self) -> None:
+        """The loader raised in the pass under way (a worker that died, your Dataset's
+        error): a loop that leaves it for the next epoch does not leave its epochs early."""
+        self.asked = 0
+
     def ended(self, delivered: int) -> None:
         """An epoch of ``delivered`` batches read whole: the loop reads its epochs so."""
         self.asked = self.left_after = self._last_left = 0

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from autotune.online.epoch_batches import EpochBatches, HandedSampler, shut_down
 from autotune.online.meter import Meter
+from autotune.online.passes import Passes
 from autotune.online.torch_raised import loader_failure, moved_past
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure, classify, first_line
@@ -38,6 +39,7 @@ class Owner(Protocol):
     """What a pass asks of the loader it passes over (``autotune.DataLoader``)."""
 
     switches: list[Switch]  # each switch made, in order
+    passes: Passes  # how much of each epoch the loop reads
 
     @property
     def settings(self) -> PipelineConfig: ...  # what the batches are read with now
@@ -223,6 +225,7 @@ class EpochPass:
         except Exception as exc:
             workers = self._apart.num_workers > 0
             self._past_failed(exc, own=loader_failure(exc, workers=workers), workers=workers)
+            self._loader.passes.raised()
             raise
         self._batches.delivered()
         self._delivered += 1
@@ -274,6 +277,7 @@ class EpochPass:
         if fallback is None or not restartable or not own:
             if read:
                 self._past_failed(exc, own=own, workers=workers)
+            loader.passes.raised()
             raise exc
         why = first_line(exc)
         log.warning(

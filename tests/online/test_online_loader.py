@@ -355,6 +355,25 @@ def test_a_switch_whose_workers_crash_falls_back_and_loses_nothing(caplog) -> No
     assert loader.settings.num_workers == 1
 
 
+def test_your_own_workers_dying_raise_as_torch_s_and_are_not_a_loop_that_leaves(
+    tmp_path, caplog
+) -> None:
+    """Nothing worked before your settings: torch's error, each epoch. A loop that catches
+    it and goes on to the next epoch has not left its epochs early by its own shape."""
+    loader = autotune.DataLoader(
+        CrashesUnderThreeWorkers(),
+        batch_size=4,
+        num_workers=3,
+        storage=f"sqlite:///{tmp_path}/a.db",
+    )
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="DataLoader worker"):
+                sum(1 for _ in loader)
+    assert loader.passes.left_after == 0
+    assert "could not be timed" not in caplog.text
+
+
 class StreamDiesMidPassUnderThreeWorkers(IterableDataset):
     """Stream's items; with three workers, one really dies (SIGKILL) after its first items."""
 
