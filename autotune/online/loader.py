@@ -96,7 +96,7 @@ class DataLoader(RunState):
             _is_stream=is_stream,
             tuning=None,
             meter=None,
-            _threads=torch.get_num_threads(),  # what main_threads=None puts back
+            _threads=threads.yours(),  # what main_threads=None puts back
             # the main_threads last put in place (``threads``): the run's own till a switch
             _threads_applied=torch.get_num_threads(),
             _settings=own_settings(self),

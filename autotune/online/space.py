@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from autotune.machine import MachineFacts
+from autotune.online import threads
 from autotune.pipeline.config import AS_IS, SWITCHABLE, PipelineConfig
 from autotune.pipeline.streams import asks_its_share
 from autotune.schema import KnobConfig, SearchSpaceConfig
@@ -73,7 +74,7 @@ def own_settings(loader: torch.utils.data.DataLoader) -> PipelineConfig:
     workers = loader.num_workers
     return PipelineConfig(
         decoder=AS_IS,
-        main_threads=torch.get_num_threads(),
+        main_threads=threads.yours(),  # where a loader set the count in place: yours before
         num_workers=workers,
         prefetch_factor=loader.prefetch_factor if workers else None,
         persistent_workers=loader.persistent_workers and workers > 0,  # set on it since, too

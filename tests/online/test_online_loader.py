@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import logging
 import multiprocessing
 import os
@@ -284,6 +285,25 @@ def test_len_and_main_threads_follow_the_settings() -> None:
         torch.set_num_threads(before)
 
 
+def test_a_loader_gone_leaves_your_threads_and_one_made_anew_reads_them_as_your_own() -> None:
+    """A loop that makes its loader anew each epoch, or evaluates after training: the
+    count a loader set is not the process's once it is gone, nor another loader's own."""
+    before = torch.get_num_threads()
+    loader = Manual(Indices(), batch_size=4)
+    loader.switch(dataclasses.replace(settings(0), main_threads=before + 1))
+    try:
+        assert sum(1 for _ in loader) == len(loader)
+        assert torch.get_num_threads() == before + 1
+        anew = Manual(Indices(), batch_size=4)  # made while the first one's count is in place
+        assert sum(1 for _ in anew) == len(anew)
+        assert anew.own.main_threads == before
+        del loader, anew
+        gc.collect()
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("workers", [0, 1])
 def test_until_a_switch_changes_them_the_process_s_threads_are_left_as_the_user_sets_them(
     workers,
@@ -355,6 +375,7 @@ def test_a_switch_whose_workers_crash_falls_back_and_loses_nothing(caplog) -> No
     assert loader.settings.num_workers == 1
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker")  # torch's
 def test_your_own_workers_dying_raise_as_torch_s_and_are_not_a_loop_that_leaves(
     tmp_path, caplog
 ) -> None:

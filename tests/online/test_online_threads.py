@@ -18,6 +18,7 @@ class Owner:
 @pytest.fixture(autouse=True)
 def _threads_as_they_were(monkeypatch):
     monkeypatch.setattr(threads, "_last_set", None)
+    monkeypatch.setattr(threads, "_yours", None)
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
@@ -25,7 +26,8 @@ def _threads_as_they_were(monkeypatch):
 
 def test_a_loader_whose_setting_changed_sets_its_count() -> None:
     torch.set_num_threads(2)
-    threads.apply(Owner(), 1, changed=True)
+    loader = Owner()
+    threads.apply(loader, 1, changed=True)
     assert torch.get_num_threads() == 1
 
 
@@ -40,9 +42,27 @@ def test_a_count_another_live_loader_set_is_replaced_and_yours_is_not() -> None:
     assert torch.get_num_threads() == 3
 
 
-def test_a_count_a_loader_now_gone_set_is_left_alone() -> None:
+def test_a_loader_collected_puts_back_the_count_it_found_where_its_own_is_in_place() -> None:
     torch.set_num_threads(2)
     threads.apply(Owner(), 1, changed=True)  # its loader collected at once
     gc.collect()
-    threads.apply(Owner(), 2, changed=False)
-    assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
+    train = Owner()
+    threads.apply(train, 1, changed=True)
+    torch.set_num_threads(3)  # yours, since: left as it is
+    del train
+    gc.collect()
+    assert torch.get_num_threads() == 3
+
+
+def test_your_count_is_the_one_before_loaders_set_theirs() -> None:
+    torch.set_num_threads(2)
+    first, second = Owner(), Owner()
+    threads.apply(first, 1, changed=True)
+    threads.apply(second, 3, changed=True)
+    assert torch.get_num_threads() == 3 and threads.yours() == 2  # a loader made now: yours
+    del second  # the last to set one
+    gc.collect()
+    assert torch.get_num_threads() == threads.yours() == 2
+    torch.set_num_threads(4)
+    assert threads.yours() == 4
