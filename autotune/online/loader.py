@@ -293,7 +293,7 @@ class DataLoader(RunState):
         meter = self._meter
         meter.sized(self.passes.timeable(epoch))  # a stream's, learned as its first ends
         meter.epoch_ended(end_s, shorter=delivered < self.passes.longest)
-        self._tuning.epoch_ended(delivered, meter.settings if meter.untimeable else None)
+        self._tuning.epoch_ended(delivered, meter)
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

@@ -82,7 +82,7 @@ class Meter:
         self._workers_cpu, self._thread_cpu = workers_cpu, thread_cpu
         self._process_cpu, self._span_process_cpu, self._cpu_s = process_cpu, 0.0, 0.0
         self._loader = LoaderTime()
-        self.tally, self._steps = Tally(), StepWatch()
+        self.tally, self.steps = Tally(), StepWatch()
         self.first_batch_s: float | None = None
         self._warm_started: float | None = None  # the warm-up's (``_restart_warmup``)
         self._length = 0  # batches per sub-window, known after the warm-up
@@ -111,7 +111,7 @@ class Meter:
         self._warmup_left = warmup_batches(head, self._window.warmup_extra_batches)
         self._warm_started, self._warm_batches = None, 0
         self._span_start, self._span = None, (0, 0, 0.0, ZERO)
-        self._steps.forget()
+        self.steps.forget()
 
     def requested(self) -> None:
         """The loop asks for the next batch: the step of the last one is done."""
@@ -119,11 +119,11 @@ class Meter:
         self._asked_cpu = ZERO if self.settings.num_workers else self._thread_cpu()  # reads
         if self._ended_at is not None:  # an epoch's first batch: the time since, the loop's
             self._between_s, self._ended_at = self._between_s + now - self._ended_at, None
-        elif paused := self._steps.paused(now):  # the loop's own (``pauses``): untimed
+        elif paused := self.steps.paused(now):  # the loop's own (``pauses``): untimed
             self._between_s += paused
             # sub-windows fit between two pauses, after a warm-up of the buffer filled meanwhile
             buffered = self.settings.buffered_batches
-            if (between := self._steps.batches - buffered) > 1:
+            if (between := self.steps.batches - buffered) > 1:
                 self.sized(between)
             self._restart_warmup(buffered)
         if self._span_start is not None and self._span[0] == self._length:
@@ -137,7 +137,7 @@ class Meter:
     def received(self, batch: Any) -> None:
         """The loop has the batch it asked for."""
         now = self._clock()
-        self._steps.received(now)
+        self.steps.received(now)
         waited = now - self._asked
         if self._after_switch and self.first_batch_s is None:
             self.first_batch_s, self._epoch_head = waited, False

@@ -18,6 +18,7 @@ class StepWatch:
         self._usual: float | None = None
         self.batches = 0  # received since a warm-up began: a pause's, the loop's between two
         self._in_a_row = 0  # pauses
+        self.apart = 0  # the fewest batches the loop read up to a pause (0: none yet)
 
     def received(self, now: float) -> None:
         """The loop has a batch: its step begins."""
@@ -36,6 +37,7 @@ class StepWatch:
         long = usual is not None and step > max(PAUSE_STEPS * usual, PAUSE_MIN_S)
         self._in_a_row = self._in_a_row + 1 if long else 0
         if long and self._in_a_row < NEW_USUAL:
+            self.apart = min(self.apart or self.batches, self.batches)
             return step
         self._usual = step if usual is None or long else usual + (step - usual) / 8
         return 0.0

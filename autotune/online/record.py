@@ -44,12 +44,18 @@ RENEWED = Failure(
 )
 
 
-def untimeable(batches_per_epoch: int, left_after: int = 0) -> Failure:
+def untimeable(batches_per_epoch: int, left_after: int = 0, between_pauses: int = 0) -> Failure:
     """A setting a whole epoch (or, where the loop leaves its epochs early, a pass of
-    ``left_after`` batches) could not time."""
+    ``left_after`` batches; where it pauses often, the batches between two pauses) could not
+    time."""
     longer = f"an epoch of {batches_per_epoch} batches"
     if left_after:  # the step of the pass's last batch is never timed: no request follows it
         longer = f"the {left_after} batches your loop reads of an epoch before it leaves"
+    if 0 < between_pauses < batches_per_epoch:  # a warm-up begins after each pause
+        longer = (
+            f"the {between_pauses} batches your loop reads between its pauses (a save, a "
+            "validation: each one's time is the loop's, and the loader warms up after it)"
+        )
     why = f"its warm-up and one sub-window are longer than {longer}"
     return Failure(FailureKind.UNTIMEABLE, f"could not be timed on this run: {why}")
 

@@ -30,6 +30,7 @@ from autotune.online.budget import charged, shares
 from autotune.online.dataset_state import renewed_note
 from autotune.online.drift import DriftWatch
 from autotune.online.explorer import Explorer
+from autotune.online.meter import Meter
 from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
@@ -276,10 +277,12 @@ class Tuning:
         elif settings.workers_persist:
             self.failed(settings, record.RENEWED)
 
-    def epoch_ended(self, delivered: int, untimeable: PipelineConfig | None) -> None:
-        """Between epochs (``delivered`` batches; ``untimeable``: settings no whole epoch
-        could time): that setting failed; where the budget has grown, the next proposed."""
-        if untimeable is not None:
-            self.failed(untimeable, record.untimeable(delivered))
+    def epoch_ended(self, delivered: int, meter: Meter) -> None:
+        """Between epochs (``delivered`` batches): the setting ``meter`` times failed where
+        no whole epoch could time it; else, where the budget has grown, the next proposed."""
+        if meter.untimeable:
+            self.failed(
+                meter.settings, record.untimeable(delivered, between_pauses=meter.steps.apart)
+            )
         elif self.explorer is not None and self.share and not self.explorer.done:
             self._follow(lambda explorer: explorer.epoch_ended(delivered))
