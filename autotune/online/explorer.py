@@ -202,9 +202,9 @@ class Explorer:
             self._readings.pop(settings)
             self.proposals.never_again(settings)
 
-    def close(self) -> None:
-        """The run stopped while a setting was asked or measured: its trial interrupted."""
-        self.proposals.close()
+    def close(self, why: Failure = record.STOPPED) -> None:
+        """The run stopped (or its loader was collected) while a setting was measured."""
+        self.proposals.close(why)
 
     def _charge(self, between_epochs_s: float = 0.0) -> None:
         """The setting just told, its time to the budget (the run's own costs nothing)."""

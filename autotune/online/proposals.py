@@ -195,17 +195,18 @@ class Proposals:
         if self._recorded:
             record.record_kept(self.study, best)
 
-    def close(self) -> None:
-        """The run stopped while a setting was asked or measured: its trial interrupted."""
+    def close(self, why: Failure = record.STOPPED) -> None:
+        """The run stopped while a setting was asked or measured (``why``: or its loader was
+        collected): its trial failed with why."""
         if self._point is not None and self._recorded:  # recorded as stopped, as an asked one
             params, self._point = self._point, None
             try:
-                self._add(record.unasked_trial(params, self._of(params), None, record.STOPPED))
+                self._add(record.unasked_trial(params, self._of(params), None, why))
             except Exception as exc:  # noqa: BLE001 - at exit: one warning, never a traceback
                 record.not_recorded(self.study.study_name, exc)
         trial, self._trial = self._trial, None
         if trial is not None and self._recorded:
-            record.record_stopped(self.study, trial)
+            record.record_stopped(self.study, trial, why)
 
     def _fail(self, trial: optuna.Trial, config: PipelineConfig, failure: Failure) -> None:
         """``trial`` failed before it ran (``failure`` says why), costing nothing."""

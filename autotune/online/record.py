@@ -33,6 +33,8 @@ log = logging.getLogger("autotune.online.loader")
 
 DEFAULT_STORAGE = "sqlite:///studies/autotune.db"
 STOPPED = Failure(FailureKind.INTERRUPTED, "the run stopped while measuring it")
+# the loader collected mid-run, the loop reading on: with another loader, made anew
+ABANDONED = Failure(FailureKind.ABANDONED, "the loader was collected while measuring it")
 # queued by an earlier run that ended before asking for it, in a space this run's is not
 # (sized by another machine, or by reads that waited there)
 UNASKED = Failure(FailureKind.INTERRUPTED, "queued by an earlier run that ended before asking it")
@@ -147,10 +149,11 @@ def record_failed(trial: optuna.Trial, failure: Failure) -> None:
     store.set_trial_attr(trial, TrialKey.FAILURE, failure.to_dict())
 
 
-def record_stopped(study: optuna.Study, trial: optuna.Trial) -> None:
-    """The run stopped while measuring ``trial`` (Ctrl-C, the loop left): failed, with why."""
+def record_stopped(study: optuna.Study, trial: optuna.Trial, why: Failure = STOPPED) -> None:
+    """The run stopped while measuring ``trial`` (Ctrl-C; ``why``: the loader was collected
+    mid-run): failed, with why."""
     try:
-        record_failed(trial, STOPPED)
+        record_failed(trial, why)
         study.tell(trial, state=TrialState.FAIL)
     except Exception as exc:  # noqa: BLE001 - at exit: one warning, never a traceback
         not_recorded(study.study_name, exc)

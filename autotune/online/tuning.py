@@ -16,6 +16,7 @@ decision is every rank's switch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import weakref
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import torch
 import torch.utils.data
 
 from autotune.machine import MachineFacts, detect
-from autotune.online import best_yaml, job_record, record
+from autotune.online import best_yaml, job_record, made_anew, record
 from autotune.online.budget import charged, shares
 from autotune.online.dataset_state import renewed_note
 from autotune.online.drift import DriftWatch
@@ -133,7 +134,7 @@ class Tuning:
             return None
         self._started_from = self.job.origin  # explored again only where its rate moves:
         self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
-        log.info("autotune.DataLoader: %s, as %s", earlier.settings.short(), self.job.origin)
+        made_anew.say_once(f"{earlier.settings.short()}, as {self.job.origin}")
         return earlier.settings
 
     def before_batch(self, delivered: int) -> None:
@@ -207,7 +208,7 @@ class Tuning:
             self.share = 0.0
             return False
         # the loop left, the loader collected, the process ending (Ctrl-C; a rank's, too)
-        Finalize(loader, self.explorer.close, exitpriority=0)
+        Finalize(loader, functools.partial(made_anew.closed, self.explorer), exitpriority=0)
         self.explorer.budget.passes = loader.passes  # a pass it leaves early is its epoch
         return True
 

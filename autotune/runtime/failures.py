@@ -31,6 +31,7 @@ class FailureKind(str, enum.Enum):
     UNTIMEABLE = "untimeable"
     HOST_LOST = "host_lost"
     INTERRUPTED = "interrupted"
+    ABANDONED = "abandoned"
     ERROR = "error"
 
     __str__ = str.__str__  # "cuda_oom" in messages and tables, not "FailureKind.CUDA_OOM"
@@ -64,6 +65,8 @@ _HINTS = {
     FailureKind.HOST_LOST: "the host measuring it stopped sending heartbeats (it died): the "
     "study went on",
     FailureKind.INTERRUPTED: "stopped (Ctrl-C, SIGTERM): run the same command again to resume",
+    FailureKind.ABANDONED: "the loop dropped its loader while it measured this (it makes one "
+    "each epoch?): make the loader once, before the epoch loop, for it to tune",
     FailureKind.ERROR: "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }
 

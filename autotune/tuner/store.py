@@ -262,5 +262,7 @@ def is_repeat(trial: FrozenTrial) -> bool:
 
 
 def is_interrupted(trial: FrozenTrial) -> bool:
-    """Whether a stop (Ctrl-C, SIGTERM) ended the trial: it measured nothing."""
-    return has_failure(trial) and failure_kind(trial) is FailureKind.INTERRUPTED
+    """Whether a stop (Ctrl-C, SIGTERM; a run's loader collected) ended the trial: it
+    measured nothing."""
+    stopped = (FailureKind.INTERRUPTED, FailureKind.ABANDONED)
+    return has_failure(trial) and failure_kind(trial) in stopped

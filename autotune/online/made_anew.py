@@ -1,0 +1,44 @@
+"""A loop that makes its loader anew (each epoch, say, as curriculum scripts do): each
+``autotune.DataLoader`` starts over, and one dropped while it explored never tunes. What is
+said at a run's start is said once in the process; a loader collected while it explored,
+the process not exiting, was dropped by the loop: said once, and the setting it measured
+recorded as abandoned, not as stopped (Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+
+from autotune.online import record
+from autotune.online.explorer import Explorer
+
+log = logging.getLogger("autotune.online.loader")
+DROPPED = (
+    "a loader was collected while it explored, the loop reading on (one made anew each "
+    "epoch?): each new one starts over and none tunes; make the loader once, before your "
+    "epoch loop"
+)
+_exiting = False  # the process exits: a loader collected now was stopped, not dropped
+_said: set[str] = set()
+
+
+def say_once(line: str) -> None:
+    """Logs ``line`` the first time in the process."""
+    if line not in _said:
+        _said.add(line)
+        log.info("autotune.DataLoader: %s", line)
+
+
+@atexit.register  # runs before multiprocessing's finalizers (registered before this)
+def _process_exits() -> None:
+    global _exiting
+    _exiting = True
+
+
+def closed(explorer: Explorer) -> None:
+    """The loader collected, or the process exiting (Ctrl-C; a rank's too): the setting
+    asked or measured failed, with why."""
+    if not _exiting and not explorer.done:
+        say_once(DROPPED)
+    explorer.close(record.STOPPED if _exiting else record.ABANDONED)
