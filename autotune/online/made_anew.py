@@ -7,8 +7,8 @@ recorded as abandoned, not as stopped (Ctrl-C, SIGTERM).
 
 from __future__ import annotations
 
-import atexit
 import logging
+import multiprocessing.util
 
 from autotune.online import record
 from autotune.online.explorer import Explorer
@@ -19,7 +19,6 @@ DROPPED = (
     "epoch?): each new one starts over and none tunes; make the loader once, before your "
     "epoch loop"
 )
-_exiting = False  # the process exits: a loader collected now was stopped, not dropped
 _said: set[str] = set()
 
 
@@ -30,15 +29,12 @@ def say_once(line: str) -> None:
         log.info("autotune.DataLoader: %s", line)
 
 
-@atexit.register  # runs before multiprocessing's finalizers (registered before this)
-def _process_exits() -> None:
-    global _exiting
-    _exiting = True
-
-
 def closed(explorer: Explorer) -> None:
     """The loader collected, or the process exiting (Ctrl-C; a rank's too): the setting
     asked or measured failed, with why."""
-    if not _exiting and not explorer.done:
+    # set as multiprocessing runs the finalizers of a process that exits (its atexit; a
+    # process it started, which ends without atexit), before it runs this one
+    exiting = multiprocessing.util._exiting  # type: ignore[attr-defined]
+    if not exiting and not explorer.done:
         say_once(DROPPED)
-    explorer.close(record.STOPPED if _exiting else record.ABANDONED)
+    explorer.close(record.STOPPED if exiting else record.ABANDONED)

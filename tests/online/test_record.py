@@ -89,11 +89,12 @@ def test_a_run_stopped_while_measuring_leaves_no_trial_running(tmp_path) -> None
     while loader.explorer is None:  # the run's own settings measured: the next one asked
         next(batches)
     asked = loader.explorer.current  # the guides' setting, queued by the run: being measured
-    del batches, loader  # the loop left (as at Ctrl-C): the loader is collected
+    del batches, loader  # the loop left: the loader is collected, the process going on
     gc.collect()
     assert not [t for t in trials(storage) if t.state == TrialState.RUNNING]
     (stopped,) = [t for t in trials(storage) if t.state == TrialState.FAIL]
-    assert store.failure_kind(stopped) == FailureKind.INTERRUPTED
+    assert store.failure_kind(stopped) == FailureKind.ABANDONED  # at exit: INTERRUPTED
+    assert store.is_interrupted(stopped)  # it measured nothing
     assert store.setting_of(stopped, "num_workers") == asked.num_workers
 
 
