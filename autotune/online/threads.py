@@ -8,6 +8,7 @@ what runs after it (an evaluation, a loader made anew) has your threads."""
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -47,14 +48,16 @@ def _ref(owner: object) -> Any:
     ref = _refs.get(owner)
     if ref is None:
         ref = _refs[owner] = weakref.ref(owner)
-        weakref.finalize(owner, _gone, ref)
+        weakref.finalize(owner, _gone, ref, os.getpid())
     return ref
 
 
-def _gone(ref: Any) -> None:
-    """A loader collected: where the count in place is the one it set last, yours back."""
+def _gone(ref: Any, pid: int) -> None:
+    """A loader collected: where the count in place is the one it set last, yours back. Not
+    in a process forked since (a DataLoader worker, a rank): its copy of the loader is not
+    the one that set the count there, and OpenMP threads started in a fork can hang it."""
     global _last_set
-    if _last_set is None or _last_set[1] is not ref or _yours is None:
+    if os.getpid() != pid or _last_set is None or _last_set[1] is not ref or _yours is None:
         return
     if torch.get_num_threads() == _last_set[0]:
         torch.set_num_threads(_yours)

@@ -4,6 +4,7 @@ where its setting changed or another live loader set them; a count of the user's
 from __future__ import annotations
 
 import gc
+import multiprocessing
 
 import pytest
 import torch
@@ -66,3 +67,31 @@ def test_your_count_is_the_one_before_loaders_set_theirs() -> None:
     assert torch.get_num_threads() == threads.yours() == 2
     torch.set_num_threads(4)
     assert threads.yours() == 4
+
+
+_held: list[Owner] = []
+
+
+def _collect_in_the_fork(sent) -> None:
+    """A process forked after a loader set the count (a DataLoader worker, a rank): its copy
+    of the loader collected there."""
+    _held.clear()
+    gc.collect()
+    sent.send(torch.get_num_threads())
+
+
+def test_a_loader_collected_in_a_process_forked_since_leaves_that_process_s_count() -> None:
+    """The fork's count is its own (torch's workers run on one thread): set there, OpenMP's
+    threads can hang it."""
+    torch.set_num_threads(2)
+    _held.append(Owner())
+    threads.apply(_held[0], 1, changed=True)
+    context = multiprocessing.get_context("fork")
+    here, there = context.Pipe()
+    child = context.Process(target=_collect_in_the_fork, args=(there,))
+    child.start()
+    try:
+        assert here.poll(30) and here.recv() == 1
+    finally:
+        child.join(30)
+        _held.clear()
