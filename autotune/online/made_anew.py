@@ -22,10 +22,11 @@ DROPPED = (
 _said: set[str] = set()
 
 
-def say_once(line: str) -> None:
-    """Logs ``line`` the first time in the process."""
-    if line not in _said:
-        _said.add(line)
+def say_once(line: str, about: str = "") -> None:
+    """Logs ``line`` the first time in the process (``about``: a job's, the first time for
+    that job: two loaders of two jobs each say theirs)."""
+    if (key := f"{about}: {line}") not in _said:
+        _said.add(key)
         log.info("autotune.DataLoader: %s", line)
 
 

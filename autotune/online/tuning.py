@@ -134,7 +134,7 @@ class Tuning:
             return None
         self._started_from = self.job.origin  # explored again only where its rate moves:
         self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
-        made_anew.say_once(f"{earlier.settings.short()}, as {self.job.origin}")
+        made_anew.say_once(f"{earlier.settings.short()}, as {self.job.origin}", self.job.job.name)
         return earlier.settings
 
     def before_batch(self, delivered: int) -> None:

@@ -65,7 +65,9 @@ def test_loaders_dropped_while_they_explore_are_told_once_and_recorded_as_abando
 
 
 def test_what_a_run_says_at_its_start_is_said_once_in_the_process(caplog) -> None:
+    line = "w2 pf2 persist as_is t1 bs4, as kept by an earlier run"
     with caplog.at_level(logging.INFO, logger="autotune"):
         for _ in range(3):
-            made_anew.say_once("w2 pf2 persist as_is t1 bs4, as kept by an earlier run")
-    assert caplog.text.count("as kept by an earlier run") == 1
+            made_anew.say_once(line, "online-train-1a2b")
+        made_anew.say_once(line, "online-val-3c4d")  # another job's loader: its own line
+    assert caplog.text.count("as kept by an earlier run") == 2
