@@ -129,8 +129,5 @@ def time_sub_window(
     tally.cpu += cpu_clock() - cpu_start
     if gpu is not None:
         gpu.stop()
-    tally.waited = waited
-    tally.elapsed += span
-    tally.samples += samples
-    tally.batches += n_batches
-    tally.spans.append((samples, span))
+    tally.waited = waited  # summed batch by batch above: nothing more to add to it
+    tally.add(samples, span, n_batches, waited=0.0)
