@@ -14,17 +14,25 @@ from typing import Any
 
 import torch
 
-# what a loader set last in this process, and that loader (weakly: one gone sets nothing)
-_last_set: tuple[int, Any] | None = None
+# what a loader set last, that loader (weakly: one gone sets nothing), and the process it
+# set it in: a process forked since (a rank, a DataLoader worker) has a count of its own
+_last_set: tuple[int, Any, int] | None = None
 _yours: int | None = None  # the process's count before a loader set one over it
 _refs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # each loader's
+
+
+def _set_here() -> tuple[int, Any] | None:
+    """The count a loader set last in this process, and that loader's weak reference."""
+    if _last_set is None or _last_set[2] != os.getpid():
+        return None
+    return _last_set[0], _last_set[1]
 
 
 def yours() -> int:
     """The process's torch threads as you set them: where a loader's count is in place,
     the one it had before loaders set theirs."""
-    current = torch.get_num_threads()
-    if _last_set is not None and current == _last_set[0] and _yours is not None:
+    current, last = torch.get_num_threads(), _set_here()
+    if last is not None and current == last[0] and _yours is not None:
         return _yours
     return current
 
@@ -36,11 +44,11 @@ def apply(owner: object, wanted: int, *, changed: bool) -> None:
     current = torch.get_num_threads()
     if wanted == current:
         return
-    value, setter = _last_set or (None, lambda: None)
+    value, setter = _set_here() or (None, lambda: None)
     if changed or (current == value and setter() not in (None, owner)):
         _yours = yours()
         torch.set_num_threads(wanted)
-        _last_set = (wanted, _ref(owner))
+        _last_set = (wanted, _ref(owner), os.getpid())
 
 
 def _ref(owner: object) -> Any:
@@ -48,17 +56,18 @@ def _ref(owner: object) -> Any:
     ref = _refs.get(owner)
     if ref is None:
         ref = _refs[owner] = weakref.ref(owner)
-        weakref.finalize(owner, _gone, ref, os.getpid())
+        weakref.finalize(owner, _gone, ref)
     return ref
 
 
-def _gone(ref: Any, pid: int) -> None:
+def _gone(ref: Any) -> None:
     """A loader collected: where the count in place is the one it set last, yours back. Not
     in a process forked since (a DataLoader worker, a rank): its copy of the loader is not
     the one that set the count there, and OpenMP threads started in a fork can hang it."""
     global _last_set
-    if os.getpid() != pid or _last_set is None or _last_set[1] is not ref or _yours is None:
+    last = _set_here()
+    if last is None or last[1] is not ref or _yours is None:
         return
-    if torch.get_num_threads() == _last_set[0]:
+    if torch.get_num_threads() == last[0]:
         torch.set_num_threads(_yours)
     _last_set = None

@@ -75,14 +75,15 @@ _held: list[Owner] = []
 def _collect_in_the_fork(sent) -> None:
     """A process forked after a loader set the count (a DataLoader worker, a rank): its copy
     of the loader collected there."""
+    yours = threads.yours()  # the fork's count: the loader that set it is not its own
     _held.clear()
     gc.collect()
-    sent.send(torch.get_num_threads())
+    sent.send((yours, torch.get_num_threads()))
 
 
 def test_a_loader_collected_in_a_process_forked_since_leaves_that_process_s_count() -> None:
-    """The fork's count is its own (torch's workers run on one thread): set there, OpenMP's
-    threads can hang it."""
+    """The fork's count is its own (torch's workers, and ranks, run on one thread): read as
+    yours there, or set there, OpenMP's threads can hang it."""
     torch.set_num_threads(2)
     _held.append(Owner())
     threads.apply(_held[0], 1, changed=True)
@@ -91,7 +92,7 @@ def test_a_loader_collected_in_a_process_forked_since_leaves_that_process_s_coun
     child = context.Process(target=_collect_in_the_fork, args=(there,))
     child.start()
     try:
-        assert here.poll(30) and here.recv() == 1
+        assert here.poll(30) and here.recv() == (1, 1)
     finally:
         child.join(30)
         _held.clear()
