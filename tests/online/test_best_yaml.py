@@ -43,7 +43,10 @@ def _explored(storage: str, epochs: int = 30) -> autotune.DataLoader:
     loader = autotune.DataLoader(Paced(), **BATCHES, **run)
     for _ in range(epochs):
         assert sorted(i for (b,) in loader for i in b.tolist()) == list(range(64))
-        if loader.explorer is not None and loader.explorer.done:
+        explorer = loader.explorer
+        # done, and the switch to what it kept made (one decided as an epoch ended is made
+        # at the next epoch's first batch)
+        if explorer is not None and explorer.done and loader.settings == explorer.current:
             return loader
     raise AssertionError(f"nothing kept in {epochs} epochs")
 
