@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -146,10 +147,14 @@ class InnerLoaders:
     at each switch or epoch, except one whose workers persist, kept between epochs and read
     again while its settings stand."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: object) -> None:
         self._kept: InnerLoader | None = None
         self.workers_cpu = WorkersCpu()  # of the iterator opened last: the one being read
         self._seeded, self._built = None, 0  # the base seed built on last, loaders since
+        # the kept workers shut down as ``owner`` is collected, their queues alive: left to
+        # gc's sweep of a cycle, torch's shutdown put a worker's first index after gc had
+        # closed that queue's pipe, and its thread closed the descriptor again
+        weakref.finalize(owner, self.release).atexit = False
 
     def open(
         self,

@@ -103,7 +103,7 @@ class DataLoader(RunState):
             _requested=None,  # a switch asked for, not made yet
             _base_seed=0,
             epochs=0,  # begun (passes drawn)
-            _inner=InnerLoaders(),  # torch's loaders, reading with one setting each
+            _inner=InnerLoaders(self),  # torch's loaders, reading with one setting each
             switches=[],
             _epoch_length=epoch_length,
             _unsized=epoch_length is None,

@@ -14,6 +14,7 @@ import os
 import pickle
 import random
 import signal
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -798,3 +799,26 @@ def test_a_switch_whose_workers_cannot_start_falls_back_whatever_the_error(caplo
         (0, True),
     ]
     assert "back to w0" in caplog.text
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 4 workers on 2 CPUs
+def test_a_loader_collected_shuts_its_kept_workers_down_before_gc_takes_their_pipes(
+    monkeypatch,
+) -> None:
+    """Workers that persist, two of four never handed an index (an epoch of two batches),
+    and a loader collected by gc (a cycle, as a LightningModule's): shut down as the cycle
+    was finalized, a worker's first put started a queue thread after gc had marked its pipe
+    garbage, and the thread closed a pipe gc had closed ("Bad file descriptor"), or a file
+    opened since on the same descriptor. The kept workers are shut down first."""
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    for _ in range(4):  # the race came in 4 runs of 6, a loader each
+        loader = Manual(Indices(), batch_size=N // 2, num_workers=4, persistent_workers=True)
+        loader.cycle = loader
+        assert sum(1 for _ in loader) == 2
+        del loader
+        gc.collect()
+        for thread in threading.enumerate():
+            if thread.name == "QueueFeederThread":
+                thread.join(timeout=10)
+    assert raised == []
