@@ -115,6 +115,16 @@ def _of_the_run(factory: pytest.TempPathFactory, worker_id: str, name: str) -> P
     return folder
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_to_go_on_with() -> Iterator[None]:
+    """What a loader a test dropped explored is the job's next loader's in the process
+    (``autotune.online.made_anew``): never a later test's."""
+    yield
+    made_anew = sys.modules.get("autotune.online.made_anew")
+    if made_anew is not None:
+        made_anew._explorations.clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
     """Synthetic datasets go to the run's cache, not the user's ~/.cache (the workers share

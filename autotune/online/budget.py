@@ -61,7 +61,10 @@ def setting_cap(
 
 
 def charged(
-    reading: Reading, restarts: dict[PipelineConfig, float], batches_per_epoch: int | None
+    reading: Reading,
+    restarts: dict[PipelineConfig, float],
+    batches_per_epoch: int | None,
+    made_anew: bool = False,
 ) -> Reading:
     """``reading`` over whole epochs, by the tuner's rule (``tuner.metrics.startup_per_epoch``):
     each epoch starts with an empty buffer, and pays, once an epoch, what its boundary (the
@@ -74,11 +77,12 @@ def charged(
     tokenizer, is paid once a run, and charging it would read the setting slower until an
     epoch's start was read, and then faster, a drift of a steady machine. Spans timed within
     epochs never see any of it, and short epochs of many workers would read as their bursts
-    of ready batches."""
+    of ready batches. Where the loop makes its loader anew (``made_anew``), its workers start
+    again each epoch whether they persist or not: each setting is charged as if they did not."""
     settings, per_batch = reading.settings, reading.seconds / max(1, reading.batches)
     if not settings.num_workers or not batches_per_epoch:
         return reading
-    if not settings.persistent_workers:
+    if made_anew or not settings.persistent_workers:
         seen = max(reading.first_batch_s, reading.epoch_start_s) - per_batch
         restarts[settings] = max(restarts.get(settings, 0.0), seen)
     elif reading.epoch_start_s:
@@ -106,6 +110,7 @@ class Budget:
     spent_s: float = 0.0
     # how much of each epoch the loop reads (the loader's): a pass it leaves early is an epoch
     passes: Passes = field(default_factory=Passes)
+    made_anew: bool = False  # the loop makes its loader anew: every worker starts each epoch
     _batch_rate: float = 0.0  # the best rate measured so far, in batches/s
 
     def first_reading(self, reading: Reading) -> None:

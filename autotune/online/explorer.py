@@ -27,7 +27,7 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.online import record
-from autotune.online.budget import Budget, charged, min_setting_s
+from autotune.online.budget import Budget, Passes, charged, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
 from autotune.online.proposals import Proposals
@@ -62,19 +62,16 @@ class Explorer:
         persist_refused: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``batches_per_epoch``: None until known (a stream's, at its first epoch's end:
-        ``epoch_ended``); ``whole_epochs``: a switch waits for the next epoch, so a proposal
-        runs one; ``fewest_batches``: the fewest batches of an epoch that can time a setting
-        (a proposal longer than an epoch is failed at once); ``study``: where each setting is
-        recorded (``record.open_record``); else kept in memory; ``persist_refused``: the loop
-        changes its Dataset between epochs (``refuse_persistent``)."""
+        """``batches_per_epoch``: None until known (a stream's, at its first epoch's end);
+        ``whole_epochs``: a switch waits for the next epoch, so a proposal runs one;
+        ``fewest_batches``: the fewest batches of an epoch that can time a setting (one longer
+        fails at once); ``study``: where each setting is recorded (``record.open_record``),
+        else memory; ``persist_refused``: the loop changes its Dataset (``refuse_persistent``)."""
         self.space, self._clock = space, clock
-        self.budget = Budget(
-            share, run_share, whole_epochs, min_setting_s, batches_per_epoch, clock=clock
-        )
+        budget = share, run_share, whole_epochs, min_setting_s, batches_per_epoch
+        self.budget = Budget(*budget, clock=clock)
         self._fewest_batches, self._start = fewest_batches, start
-        self.proposals = Proposals(space, study)
-        self._asked_at = 0.0
+        self.proposals, self._asked_at = Proposals(space, study), 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
         self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
         self._looks_due: list[PipelineConfig] = []  # measured once more, in this order
@@ -84,8 +81,7 @@ class Explorer:
         self._current, self.done = start, False
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
-        self._priors_due = False
-        self._persist_refused = persist_refused  # the loop changes its Dataset between epochs
+        self._priors_due, self._persist_refused = False, persist_refused
         start_params = space.params_of(start)
         if start_params is not None:  # measured first, as a trial of the space
             self.proposals.queue(start_params)
@@ -149,7 +145,7 @@ class Explorer:
         if self.budget.started is None:
             self.budget.first_reading(reading)
         pass_length = batches_a_pass or self.budget.batches_per_epoch
-        reading = charged(reading, self._restarts, pass_length)
+        reading = charged(reading, self._restarts, pass_length, self.budget.made_anew)
         if reading.settings == self._start and self.start_reading is None:
             self.start_reading = reading
         if self.settled:  # the kept setting read again: has its rate moved?
@@ -195,12 +191,16 @@ class Explorer:
 
     def refuse_persistent(self) -> None:
         """Workers that persist would not see the Dataset the loop changes between epochs:
-        none measured is kept, none proposed is measured (failed as it is asked, costing
-        nothing)."""
+        none measured is kept, none proposed is measured (failed as it is asked, for nothing)."""
         self._persist_refused = True
         for settings in [s for s in self._readings if s.workers_persist]:
             self._readings.pop(settings)
             self.proposals.never_again(settings)
+
+    def joined(self, passes: Passes, *, made_anew: bool = False) -> None:
+        """A loader explores with this from here: its passes, what it measures charged."""
+        self.budget.passes, self.budget.made_anew = passes, made_anew
+        self._asked_at = self._clock()
 
     def close(self, why: Failure = record.STOPPED) -> None:
         """The run stopped (or its loader was collected) while a setting was measured."""

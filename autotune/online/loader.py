@@ -58,6 +58,7 @@ class DataLoader(RunState):
     _requested: PipelineConfig | None
     _epoch_length: int | None
     _window: WindowConfig  # the timing rules: ``window``'s, else a trial's
+    made_anew = False  # goes on from a loader the loop dropped: each epoch may be its last
 
     def __init__(
         self,
@@ -165,9 +166,8 @@ class DataLoader(RunState):
 
     @property
     def switches_mid_epoch(self) -> bool:
-        """Whether a switch may come between two batches of an epoch: the batches are drawn
-        here and delivered in the order they are drawn (not a stream, nor ``in_order=False``,
-        whose workers deliver as they finish)."""
+        """Whether a switch may come between two batches of an epoch: they are drawn here and
+        delivered in that order (not a stream's, nor ``in_order=False``'s, as workers finish)."""
         return not self._is_stream and self.in_order
 
     def __iter__(self) -> EpochPass:  # type: ignore[override]
@@ -193,10 +193,10 @@ class DataLoader(RunState):
             self._inner.release()
             self._tuning.dataset_changed(names)
 
-    def start_at(self, settings: PipelineConfig) -> None:
-        """Before the first batch: the run starts at ``settings`` (kept by an earlier run)."""
-        self._set(_settings=self._settings.switched_to(settings))
-        self._set(meter=self._new_meter(self._settings, after_switch=True, drain=True))
+    def start_at(self, settings: PipelineConfig, *, made_anew: bool = False) -> None:
+        """Before the first batch: the run starts at ``settings`` (kept, or a dropped loader's)."""
+        self._set(_settings=self._settings.switched_to(settings), made_anew=made_anew)
+        self._set(meter=self._new_meter(self._settings, after_switch=True, drain=not made_anew))
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered`` (counted); the ranks agree there, if due."""
@@ -267,11 +267,11 @@ class DataLoader(RunState):
         epoch, tuning, window = self.pass_length, self._tuning, self._window
         exploring = epoch and tuning.exploring
         cap = setting_cap(tuning.share, epoch, window, tuning.best_rate) if exploring else None
-        # a proposal's switch that waits for the next epoch runs it whole: nothing to save
-        rival = tuning.rival(settings) if exploring and self.switches_mid_epoch else None
+        mid = self.switches_mid_epoch  # else a proposal runs its epoch whole: nothing to save
+        rival = tuning.rival(settings) if exploring and mid else None
         return Meter(
             settings, window, after_switch=after_switch, drain=drain, cap_s=cap, rival=rival,
-            epoch_batches=self.passes.timeable(epoch), whole_epoch=not self.switches_mid_epoch,
+            epoch_batches=self.passes.timeable(epoch), whole_epoch=not mid or self.made_anew,
             count=counter(self._auto_collation, self.batch_size),
             workers_cpu=self._inner.workers_cpu,
             timed_before=any(r.settings == settings for r in self.readings),

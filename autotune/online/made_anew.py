@@ -1,25 +1,55 @@
-"""A loop that makes its loader anew (each epoch, say, as curriculum scripts do): each
-``autotune.DataLoader`` starts over, and one dropped while it explored never tunes. What is
-said at a run's start is said once in the process; a loader collected while it explored,
-the process not exiting, was dropped by the loop: said once, and the setting it measured
-recorded as abandoned, not as stopped (Ctrl-C, SIGTERM).
+"""A loop that makes its loader anew (each epoch, say, as curriculum scripts do, or Lightning's
+``reload_dataloaders_every_n_epochs``): what one loader explored, the next loader of the same
+job goes on with, in the same process.
+
+A loader collected while it explored, the process reading on, leaves its explorer here, the
+setting it was measuring still running; the job's next loader takes it up as its first epoch
+starts, and measures that setting afresh: the study is one run's, however many loaders read
+it. One the process ends with (a run that ends, Ctrl-C, SIGTERM) is recorded as stopped, as
+a loader's that lives to the end is. Where several ranks decide together, each rank's loader
+starts over; one dropped while it explored says so once, and the setting it measured is
+recorded as abandoned. What is said at a run's start is said once in the process.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing.util
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any
 
 from autotune.online import record
 from autotune.online.explorer import Explorer
+from autotune.online.job_record import Job, JobRecord
 
 log = logging.getLogger("autotune.online.loader")
+GOES_ON = (
+    "the loop made its loader anew (one each epoch?): it goes on with what the loader "
+    "before it explored"
+)
 DROPPED = (
-    "a loader was collected while it explored, the loop reading on (one made anew each "
-    "epoch?): each new one starts over and none tunes; make the loader once, before your "
-    "epoch loop"
+    "a loader was collected while its ranks explored, the loop reading on (one made anew "
+    "each epoch?): each new one starts over and none tunes; make the loader once, before "
+    "your epoch loop"
 )
 _said: set[str] = set()
+
+
+@dataclass
+class _Exploring:
+    """A job's exploration in this process, its record, and the loader exploring with it."""
+
+    explorer: Explorer
+    record: JobRecord
+    loader: weakref.ref[Any]  # dead: dropped by the loop, left for the job's next loader
+    pid: int  # a process forked since (a rank, a worker) inherits this and never reads it
+
+
+_explorations: dict[Job, _Exploring] = {}  # by the job: its storage, study, fingerprint
+_closes_at_exit: int | None = None  # the process whose exit closes what was left (``_ended``)
 
 
 def say_once(line: str, about: str = "") -> None:
@@ -30,12 +60,55 @@ def say_once(line: str, about: str = "") -> None:
         log.info("autotune.DataLoader: %s", line)
 
 
-def closed(explorer: Explorer) -> None:
-    """The loader collected, or the process exiting (Ctrl-C; a rank's too): the setting
-    asked or measured failed, with why."""
+def explores(record: JobRecord | None, loader: Any, explorer: Explorer) -> None:
+    """``loader`` explores the job ``record`` records with ``explorer``: closed as the process
+    ends, and, as the loader is collected before, left for the job's next loader (none where
+    ``record`` is None: several ranks deciding together each start over)."""
+    global _closes_at_exit
+    job = record.job if record is not None else None
+    if record is not None:
+        if _closes_at_exit != os.getpid():  # what the loops dropped, closed as it ends
+            multiprocessing.util.Finalize(None, _ended, exitpriority=0)
+            _closes_at_exit = os.getpid()
+        _explorations[record.job] = _Exploring(explorer, record, weakref.ref(loader), os.getpid())
+    close = functools.partial(closed, job, explorer)
+    multiprocessing.util.Finalize(loader, close, exitpriority=0)
+
+
+def taken_up(job: Job, loader: Any) -> tuple[Explorer, JobRecord] | None:
+    """The explorer, and the record, a loader of ``job`` the loop dropped left, for ``loader``
+    to go on with; None where none was left (or it is done: the setting it kept is recorded)."""
+    left = _explorations.get(job)
+    if left is None or left.pid != os.getpid() or left.loader() is not None:
+        return None
+    if left.explorer.done:
+        del _explorations[job]
+        return None
+    left.loader = weakref.ref(loader)
+    say_once(GOES_ON, job.name)
+    return left.explorer, left.record
+
+
+def closed(job: Job | None, explorer: Explorer) -> None:
+    """A loader exploring ``job`` with ``explorer`` was collected, or the process exits: the
+    setting asked or measured is left for the job's next loader, or failed, with why (one
+    of several ranks', or one another loader of the job explored beside: abandoned)."""
     # set as multiprocessing runs the finalizers of a process that exits (its atexit; a
     # process it started, which ends without atexit), before it runs this one
     exiting = multiprocessing.util._exiting  # type: ignore[attr-defined]
-    if not exiting and not explorer.done:
+    left = _explorations.get(job) if job is not None else None
+    if left is not None and left.explorer is explorer:
+        if left.loader() is not None or not (exiting or explorer.done):
+            return  # taken up by a loader that lives; or left for the next
+        del _explorations[job]  # type: ignore[arg-type]
+    if job is None and not exiting and not explorer.done:
         say_once(DROPPED)
     explorer.close(record.STOPPED if exiting else record.ABANDONED)
+
+
+def _ended() -> None:
+    """The process ends: what the loops dropped and no loader took up, stopped."""
+    for job, left in list(_explorations.items()):
+        if left.pid == os.getpid() and left.loader() is None:
+            del _explorations[job]
+            left.explorer.close(record.STOPPED)

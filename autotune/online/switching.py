@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from autotune.online.epoch_batches import EpochBatches, HandedSampler, shut_down
 from autotune.online.meter import Meter
 from autotune.online.passes import Passes
+from autotune.online.record import untimeable
 from autotune.online.torch_raised import loader_failure, moved_past
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure, classify, first_line
@@ -39,6 +40,7 @@ class Owner(Protocol):
     """What a pass asks of the loader it passes over (``autotune.DataLoader``)."""
 
     switches: list[Switch]  # each switch made, in order
+    made_anew: bool  # the loop makes its loader anew: each epoch may be its last
     passes: Passes  # how much of each epoch the loop reads
 
     @property
@@ -165,15 +167,17 @@ class EpochPass:
             last = loader.switches[-1]
             first = loader.meter.first_batch_s
             loader.switches[-1] = dataclasses.replace(last, first_batch_s=first)
-        if loader.meter.done:  # settled: keep the reading, go on measuring the same
+        last = loader.made_anew and self._delivered == loader.epoch_length  # none asked after?
+        if loader.meter.done or (last and loader.meter.cut()):  # settled: the reading kept
             loader.measured()
+        elif last and not loader.switches and loader.meter.first_batch_s is not None:
+            loader.failed(untimeable(self._delivered))  # its whole epoch timed none: never
         return batch
 
     def _taken(self) -> bool:
-        """Whether this pass lost what it read: where your workers persist, to a pass begun
-        since (torch's one iterator), whatever the settings now; else the workers kept alive
-        that it read, shut down or serving another pass's batches (torch's iterator keeps its
-        loader's sampler; a stream's: a pass begun since)."""
+        """Whether this pass lost what it read: where your workers persist, to a pass begun since
+        (torch's one iterator), whatever the settings; else the workers kept alive it read, shut
+        down or serving another pass (torch's iterator keeps its loader's sampler; a stream's)."""
         loader, kept = self._loader, self._loader._iterator
         on_kept_lost = self._on_kept and kept is not self._it
         if loader.persistent_workers and loader.num_workers:
@@ -186,10 +190,9 @@ class EpochPass:
         return loader.current_pass is not self
 
     def _left_for_another(self) -> Any:
-        """A pass begun while this one was live took the workers kept alive that this one
-        read. torch's loader, where you asked for workers that persist, hands both passes one
-        iterator: so does this one. Where you did not, torch's gives two passes apart: this
-        one reads on apart, with workers of its own that do not persist (``_read_apart``)."""
+        """A pass begun while this one was live took the workers kept alive that it read.
+        torch's loader hands both passes one iterator where you asked for workers that persist:
+        so does this one; else two apart: this one reads on with its own (``_read_apart``)."""
         loader, current = self._loader, self._loader.current_pass
         resumes = loader.switches_mid_epoch and self._batches is not None
         if current is self and (resumes or not self._delivered):  # shut down from outside

@@ -16,7 +16,6 @@ decision is every rank's switch.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import weakref
 from collections.abc import Callable
@@ -68,7 +67,8 @@ class Tuning:
         self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then
         self._started_from = job_record.YOURS  # else an earlier run's, a study's
-        self._dataset_renewed = False  # the loop changes its Dataset between epochs
+        # the loop changes its Dataset between epochs; made the loader anew (``made_anew``)
+        self._dataset_renewed = self.made_anew = False
 
     @property
     def _loader(self) -> Switchable:
@@ -87,9 +87,8 @@ class Tuning:
         return self.explorer.budget.best_rate if self.explorer is not None else None
 
     def rival(self, settings: PipelineConfig) -> float | None:
-        """The rate a proposal of ``settings`` races: the best so far, which it stops at
-        once clearly below (``meter``); none for a setting that is not a proposal (the run's
-        own, the kept one) or that is the best, nor where several ranks read the node."""
+        """The rate a proposal of ``settings`` races (``meter``: stopped once clearly below):
+        the best so far's; none for the run's own or kept setting, the best, or several ranks'."""
         explorer = self.explorer
         if explorer is None or explorer.settled or self.ranks is not None:
             return None
@@ -119,7 +118,7 @@ class Tuning:
             first = ranks.start(self._loader.epoch_length, lambda: Decision(start, self.share))
             start, self.share = first.settings, first.share
         if start is not None:
-            self._loader.start_at(start)
+            self._loader.start_at(start, made_anew=self.made_anew)
 
     def _resume(
         self, loader: Loader, storage: str, name: str | None, ranks: int
@@ -127,6 +126,12 @@ class Tuning:
         """The setting an earlier run of the job kept, from its record (``JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
+        goes_on = self.share and self.ranks is None  # several ranks' loaders each start over
+        left = made_anew.taken_up(self.job.job, loader) if goes_on else None
+        if left is not None:  # the loop made its loader anew: it goes on with what was explored
+            (explorer, self.job), self.made_anew = left, True  # and may drop this one, too
+            self._explores(explorer)
+            return explorer.current
         earlier = self.job.start()
         if self.job.deferred:  # the note's: checked against the storage when the run ends
             self._check_at_end = Finalize(loader, self.job.check_deferred, exitpriority=0)
@@ -207,10 +212,15 @@ class Tuning:
             record.not_recorded("the study's storage", exc)
             self.share = 0.0
             return False
-        # the loop left, the loader collected, the process ending (Ctrl-C; a rank's, too)
-        Finalize(loader, functools.partial(made_anew.closed, self.explorer), exitpriority=0)
-        self.explorer.budget.passes = loader.passes  # a pass it leaves early is its epoch
+        self._explores(self.explorer)
         return True
+
+    def _explores(self, explorer: Explorer) -> None:
+        """This run explores with ``explorer``: its own, or one a loader made before it left."""
+        loader, self.explorer = self._loader, explorer
+        explorer.joined(loader.passes, made_anew=self.made_anew)  # a pass left early: an epoch
+        # left for the job's next loader where the loop drops this one (several ranks: not)
+        made_anew.explores(self.job if self.ranks is None else None, loader, explorer)
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
         """Switches to what the explorer ``propose``s (each of its decisions), the setting kept

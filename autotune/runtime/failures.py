@@ -65,8 +65,9 @@ _HINTS = {
     FailureKind.HOST_LOST: "the host measuring it stopped sending heartbeats (it died): the "
     "study went on",
     FailureKind.INTERRUPTED: "stopped (Ctrl-C, SIGTERM): run the same command again to resume",
-    FailureKind.ABANDONED: "the loop dropped its loader while it measured this (it makes one "
-    "each epoch?): make the loader once, before the epoch loop, for it to tune",
+    FailureKind.ABANDONED: "the loop dropped its loader while it measured this, and no later "
+    "loader went on with it (one of the job's explored beside it; several ranks each start "
+    "over): make the loader once, before the epoch loop",
     FailureKind.ERROR: "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }
 

@@ -88,6 +88,9 @@ def test_every_setting_with_workers_is_charged_an_epoch_s_start_once_an_epoch() 
     assert switched.samples_per_s == pytest.approx(100.0 * 2.0 / 2.05)
     started_slowly = charged(read(True, first_batch_s=1.1), {}, 20)  # a worker_init_fn of 1 s
     assert started_slowly.samples_per_s == pytest.approx(100.0 * 2.0 / 2.1)
+    # a loader made anew each epoch starts its workers with it, persisting or not: all of it
+    anew = charged(read(True, first_batch_s=1.1), {}, 20, made_anew=True)
+    assert anew.samples_per_s == pytest.approx(once.samples_per_s)
     # the switch's stands in only till an epoch's start is read; where workers start again,
     # the most seen of either stays
     for persistent, charge in ((True, 0.5), (False, 1.0)):

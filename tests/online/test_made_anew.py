@@ -1,11 +1,13 @@
-"""Tests for autotune.online.made_anew: a loop that makes its loader anew each epoch is told
-once why none tunes, and the settings its loaders measured when dropped say so; what a run
-says at its start is said once in the process."""
+"""Tests for autotune.online.made_anew: a loop that makes its loader anew each epoch tunes, each
+loader going on with what the one before it explored, losing no sample; what one dropped was
+measuring is recorded as stopped only where the process ends with it; a loader made while the
+one before it lives starts over; what a run says at its start is said once in the process."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import time
 
 import optuna
@@ -31,37 +33,81 @@ class Paced(torch.utils.data.Dataset):
 
 
 @pytest.fixture(autouse=True)
-def _nothing_said_yet(monkeypatch):
+def _nothing_said_or_left_yet(monkeypatch):
     monkeypatch.setattr(made_anew, "_said", set())
+    monkeypatch.setattr(made_anew, "_explorations", {})
 
 
-def _epoch(storage: str) -> autotune.DataLoader:
+def _epoch(storage: str, tune: float = 3.0) -> autotune.DataLoader:
     """One epoch of a loader made for it, as a loop that makes one each epoch reads it."""
     loader = autotune.DataLoader(
-        Paced(), batch_size=4, tune=3.0, window=BRIEF_WINDOW, storage=storage
+        Paced(), batch_size=4, shuffle=True, tune=tune, window=BRIEF_WINDOW, storage=storage
     )
     assert sorted(i for b in loader for i in b.tolist()) == list(range(64))
     return loader
 
 
-@pytest.mark.slow  # four epochs of real loaders: seconds
-def test_loaders_dropped_while_they_explore_are_told_once_and_recorded_as_abandoned(
+def _trials(storage: str) -> list[optuna.trial.FrozenTrial]:
+    (study,) = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=study, storage=storage).trials
+
+
+def _proposals_measured(storage: str) -> None:
+    """Settings other than the loop's own (no workers) measured whole, by a loader that went
+    on (the first measures its own settings); none left measuring nothing."""
+    trials = _trials(storage)
+    measured = {t.user_attrs["config"] for t in trials if t.state.name == "COMPLETE"}
+    assert {c for c in measured if not c.startswith("w0 ")}, measured
+    assert not [t for t in trials if store.has_failure(t) and store.is_interrupted(t)]
+
+
+@pytest.mark.slow  # eight epochs of real loaders, workers started in each: seconds
+def test_loaders_made_anew_each_epoch_go_on_with_what_the_one_before_explored(
     tmp_path, caplog
 ) -> None:
     storage = f"sqlite:///{tmp_path}/a.db"
+    explorers = []
     with caplog.at_level(logging.INFO, logger="autotune"):
-        for _ in range(4):
-            loader = _epoch(storage)
-            assert not loader.explorer or not loader.explorer.done  # each starts over
-        del loader
-        gc.collect()
-    assert caplog.text.count(made_anew.DROPPED) == 1
-    (study,) = optuna.get_all_study_names(storage)
-    failed = [t for t in optuna.load_study(study_name=study, storage=storage).trials if
-              store.has_failure(t)]  # fmt: skip
-    kinds = {store.failure_kind(t) for t in failed}
+        for _ in range(8):  # a budget of ten epochs' time: one proposal failing costs one
+            loader = _epoch(storage, tune=10.0)
+            explorers.append(loader.explorer)
+            del loader
+    assert caplog.text.count(made_anew.GOES_ON) == 1 and made_anew.DROPPED not in caplog.text
+    first = explorers[0]
+    assert first is not None and explorers[1] is first  # the second loader went on with it
+    _proposals_measured(storage)
+
+
+@pytest.mark.slow  # real loaders, their exploration left and taken up: seconds
+def test_what_a_dropped_loader_measured_is_stopped_only_as_the_process_ends(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/b.db"
+    _epoch(storage, tune=50.0)  # dropped with much left to explore
+    gc.collect()
+    (left,) = made_anew._explorations.values()  # left for the job's next loader
+    assert not left.explorer.done and not [t for t in _trials(storage) if store.has_failure(t)]
+    child = os.fork()
+    if child == 0:  # a process forked since (a rank, a worker) never takes it up
+        os._exit(0 if made_anew.taken_up(left.record.job, object()) is None else 1)
+    assert os.waitpid(child, 0)[1] == 0
+    made_anew._ended()  # as the process exits
+    trials = _trials(storage)
+    assert "RUNNING" not in {t.state.name for t in trials}
+    assert store.failure_kind(trials[-1]) is FailureKind.INTERRUPTED
+    assert made_anew._explorations == {}
+
+
+@pytest.mark.slow  # two loaders of one job alive at once: seconds
+def test_a_loader_made_while_the_one_before_lives_starts_over(tmp_path, caplog) -> None:
+    storage = f"sqlite:///{tmp_path}/c.db"
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        before = _epoch(storage, tune=50.0)
+        after = _epoch(storage, tune=50.0)
+    assert after.explorer is not None and after.explorer is not before.explorer
+    assert made_anew.GOES_ON not in caplog.text
+    del before
+    gc.collect()  # what it measured: no later loader's to go on with
+    kinds = {store.failure_kind(t) for t in _trials(storage) if store.has_failure(t)}
     assert FailureKind.ABANDONED in kinds and FailureKind.INTERRUPTED not in kinds
-    assert all(store.is_interrupted(t) for t in failed if t.user_attrs.get("failure"))
 
 
 def test_what_a_run_says_at_its_start_is_said_once_in_the_process(caplog) -> None:
@@ -71,3 +117,47 @@ def test_what_a_run_says_at_its_start_is_said_once_in_the_process(caplog) -> Non
             made_anew.say_once(line, "online-train-1a2b")
         made_anew.say_once(line, "online-val-3c4d")  # another job's loader: its own line
     assert caplog.text.count("as kept by an earlier run") == 2
+
+
+@pytest.mark.slow  # a real Trainer, its loader made anew each epoch: seconds
+def test_lightning_reloading_its_loader_each_epoch_tunes(tmp_path, caplog) -> None:
+    """Lightning's ``reload_dataloaders_every_n_epochs=1``: a loader each epoch, each iterated
+    twice (a pass begun as the data is set up, then the epoch's), and never asked past its
+    last batch (Lightning knows the length): each goes on with what the last explored."""
+    import lightning as L
+
+    storage = f"sqlite:///{tmp_path}/d.db"
+    explorers = []
+
+    class Data(L.LightningDataModule):
+        def train_dataloader(self) -> autotune.DataLoader:
+            loader = autotune.DataLoader(
+                Paced(), batch_size=4, shuffle=True, tune=10.0, window=BRIEF_WINDOW,
+                storage=storage,
+            )  # fmt: skip
+            explorers.append(lambda: loader.explorer)  # read as the epoch ends: weakly held
+            return loader
+
+    class Model(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
+            return self.layer(batch.float()[:, None]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def on_train_epoch_end(self) -> None:
+            explorers[-1] = explorers[-1]()
+
+    trainer = L.Trainer(
+        max_epochs=4, reload_dataloaders_every_n_epochs=1, accelerator="cpu", logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        trainer.fit(Model(), Data())
+    assert caplog.text.count(made_anew.GOES_ON) == 1
+    assert explorers[0] is not None and explorers[1] is explorers[0]
+    _proposals_measured(storage)
