@@ -71,7 +71,7 @@ def explores(record: JobRecord | None, loader: Any, explorer: Explorer) -> None:
             multiprocessing.util.Finalize(None, _ended, exitpriority=0)
             _closes_at_exit = os.getpid()
         _explorations[record.job] = _Exploring(explorer, record, weakref.ref(loader), os.getpid())
-    close = functools.partial(closed, job, explorer)
+    close = functools.partial(closed, job, explorer, weakref.ref(loader))
     multiprocessing.util.Finalize(loader, close, exitpriority=0)
 
 
@@ -89,17 +89,17 @@ def taken_up(job: Job, loader: Any) -> tuple[Explorer, JobRecord] | None:
     return left.explorer, left.record
 
 
-def closed(job: Job | None, explorer: Explorer) -> None:
-    """A loader exploring ``job`` with ``explorer`` was collected, or the process exits: the
-    setting asked or measured is left for the job's next loader, or failed, with why (one
-    of several ranks', or one another loader of the job explored beside: abandoned)."""
+def closed(job: Job | None, explorer: Explorer, own: weakref.ref[Any]) -> None:
+    """The loader ``own`` exploring ``job`` with ``explorer`` was collected, or the process
+    exits: the setting asked or measured is left for the job's next loader, or failed, with
+    why (one of several ranks', or one another loader of the job explored beside: abandoned)."""
     # set as multiprocessing runs the finalizers of a process that exits (its atexit; a
     # process it started, which ends without atexit), before it runs this one
     exiting = multiprocessing.util._exiting  # type: ignore[attr-defined]
     left = _explorations.get(job) if job is not None else None
     if left is not None and left.explorer is explorer:
-        if left.loader() is not None or not (exiting or explorer.done):
-            return  # taken up by a loader that lives; or left for the next
+        if left.loader() not in (None, own()) or not (exiting or explorer.done):
+            return  # taken up by another loader, alive; or left for the next
         del _explorations[job]  # type: ignore[arg-type]
     if job is None and not exiting and not explorer.done:
         say_once(DROPPED)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -94,6 +97,42 @@ def test_what_a_dropped_loader_measured_is_stopped_only_as_the_process_ends(tmp_
     assert "RUNNING" not in {t.state.name for t in trials}
     assert store.failure_kind(trials[-1]) is FailureKind.INTERRUPTED
     assert made_anew._explorations == {}
+
+
+_ENDS_EXPLORING = """
+import sys, time, torch, autotune
+sys.path.insert(0, {tests!r})
+from helpers import BRIEF_WINDOW
+
+class Paced(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        time.sleep(0.002)
+        return torch.tensor(index)
+
+loader = autotune.DataLoader(
+    Paced(), batch_size=4, tune=1000.0, window=BRIEF_WINDOW, storage={storage!r}
+)
+for _ in range(2):
+    for batch in loader:
+        pass
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter, its run ending long before its budget
+def test_a_run_that_ends_while_its_loader_explores_records_what_it_measured(tmp_path) -> None:
+    """The loader alive as the process exits: what it was measuring is recorded as stopped,
+    not left to a next loader that will never come."""
+    storage = f"sqlite:///{tmp_path}/e.db"
+    script = _ENDS_EXPLORING.format(tests=str(Path(__file__).parents[1]), storage=storage)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    trials = _trials(storage)
+    assert "RUNNING" not in {t.state.name for t in trials}
+    failed = [store.failure_kind(t) for t in trials if store.has_failure(t)]
+    assert failed == [FailureKind.INTERRUPTED]
 
 
 @pytest.mark.slow  # two loaders of one job alive at once: seconds
