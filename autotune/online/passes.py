@@ -41,6 +41,14 @@ class Passes:
         self.asked = self.left_after = self._last_left = 0
         self.longest = max(self.longest, delivered)
 
+    def follows(self, earlier: Passes, epoch: int | None) -> None:
+        """A loader made anew in place of ``earlier``'s, whose last pass the loop read to its
+        ``epoch``'s last batch and asked for none after it (Lightning, knowing the length): so
+        is this one read, the step of an epoch's last batch never timed. A pass left sooner (a
+        peek at a batch) says nothing of the next."""
+        if epoch and earlier.asked == epoch:
+            self.left_after = self._last_left = epoch
+
     def length(self, epoch: int | None) -> int | None:
         """An epoch's batches (``epoch``: None where unknown), or a pass's the loop leaves."""
         left = self.left_after

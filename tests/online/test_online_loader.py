@@ -629,6 +629,7 @@ def test_lightning_s_end_of_fit_shuts_the_kept_workers_down() -> None:
 
     loader = Manual(Indices(), batch_size=4)
     loader.switch(settings(2, persistent=True))
+    gc.collect()  # an earlier test's loader, in a cycle, shuts its workers down now, not within
     before = workers()
     assert sum(1 for _ in loader) == len(loader) and workers() == before + 2  # kept alive
     _shutdown_workers_and_reset_iterator(loader)  # as its fetchers' teardown calls it

@@ -28,6 +28,18 @@ def test_two_passes_in_a_row_left_at_the_same_batch_make_it_the_loop_s_epoch() -
     assert (passes.left_after, passes.length(100), passes.timeable(100)) == (0, 100, 100)
 
 
+def test_a_loader_made_anew_is_read_as_the_one_before_it_to_its_last_batch_and_no_more() -> None:
+    read_to_its_last, peeked, read_whole = Passes(), Passes(), Passes()
+    for delivered in range(16):  # Lightning: every batch, and no request after the last
+        read_to_its_last.asked_for(delivered)
+    peeked.asked_for(0)  # next(iter(loader)), and the loader dropped
+    read_whole.ended(16)  # a loop asked past the last batch: the epoch ended
+    for earlier, timeable in ((read_to_its_last, 15), (peeked, 16), (read_whole, 16)):
+        anew = Passes()
+        anew.follows(earlier, 16)
+        assert (anew.length(16), anew.timeable(16)) == (16, timeable)
+
+
 def test_the_longest_epoch_read_whole_is_kept_where_epochs_vary() -> None:
     passes = Passes()
     for delivered in (40, 60, 2):  # a bucketing sampler's epochs
