@@ -6,14 +6,14 @@ The run's own settings are measured first, then the guides' (``priors``); then t
 proposes while the budget left (``budget``) holds a setting's shortest timing, each stopped
 once clearly below the best so far (``meter``: the study's pruning rule). While it is
 short, the best so far runs and is kept (recorded), until the run has earned another timing.
-A proposal already measured is told its rate, not run again: three in a row, or every point
-measured, end it; one no epoch can time is failed at once (``proposals``: the study's ask
-and tell). The run's own settings are kept unless another measured faster by more than half
-the two readings' spreads; where the fastest other read faster within that noise, both are
-measured once more, and each one's two readings pooled, before one is kept. A setting whose
-workers failed is recorded as failed and never kept (a kept one: the next fastest in its
-place). Once settled, where the kept setting's rate moves (``drift``), the runners-up and then
-the kept setting are measured again, then the sampler, with a fresh start's budget.
+A proposal already measured is told its rate, not run again (three in a row, or every point
+measured, end it); one no epoch can time fails at once (``proposals``: ask and tell). The
+run's own settings are kept unless another measured faster by more than half the two
+readings' spreads; where the fastest other read faster within that noise, both are measured
+once more, and each one's two readings pooled, before one is kept. A setting whose workers
+failed is recorded as failed and never kept (a kept one: the next fastest in its place). Once
+settled, where the kept setting's rate moves (``drift``), the runners-up and then the kept
+setting are measured again, then the sampler, with a fresh start's budget.
 """
 
 from __future__ import annotations
@@ -100,10 +100,9 @@ class Explorer:
         workers: tuple[int, ...] | None = None,
         **budget: Any,
     ) -> Explorer:
-        """An explorer of the settings a run on this machine may switch (``online_space``, a
-        rank's share of it; workers beyond the CPUs where the ``first`` reading says reads
-        wait; only ``workers``' counts, where given), from the setting it read, each timed by
-        ``window``'s rules; ``budget``: the explorer's own arguments (``share``, ...)."""
+        """An explorer of what a run here may switch (``online_space``, a rank's share; workers
+        past the CPUs where ``first`` reads wait; only ``workers``' counts, where given), from
+        the setting it read, timed by ``window``'s rules; ``budget``: its own (``share``, ...)."""
         waits, cuda = reads_wait(first, facts, ranks), trains_on_cuda()
         space = online_space(
             facts, batch_size=batch_size, cuda=cuda, ranks=ranks, read_wait=waits, workers=workers
@@ -198,7 +197,9 @@ class Explorer:
             self.proposals.never_again(settings)
 
     def joined(self, passes: Passes, *, made_anew: bool = False) -> None:
-        """A loader explores with this from here: its passes, what it measures charged."""
+        """A loader explores with this from here: its passes (one made anew: ``follows``)."""
+        if made_anew:
+            passes.follows(self.budget.passes, self.budget.batches_per_epoch)
         self.budget.passes, self.budget.made_anew = passes, made_anew
         self._asked_at = self._clock()
 
@@ -234,8 +235,7 @@ class Explorer:
         return self._keep_best(self._current)
 
     def _keep_best(self, otherwise: PipelineConfig) -> PipelineConfig:
-        """The fastest setting measured (``otherwise`` where none is) is kept, recorded, and
-        its rate watched."""
+        """The fastest setting measured (``otherwise`` where none is) kept, recorded, watched."""
         best = self.best
         self._current = best.settings if best is not None else otherwise
         self._drift = DriftWatch(best) if best is not None else None

@@ -85,7 +85,6 @@ def taken_up(job: Job, loader: Any) -> tuple[Explorer, JobRecord] | None:
         del _explorations[job]
         return None
     left.loader = weakref.ref(loader)
-    loader.passes.follows(left.explorer.budget.passes, loader.epoch_length)  # the last one's
     say_once(GOES_ON, job.name)
     return left.explorer, left.record
 
