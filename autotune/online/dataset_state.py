@@ -12,8 +12,9 @@ What is compared: the Dataset's own attributes, and those of the Datasets it wra
 start: a value set again is another object. What the Dataset sets on itself while it reads
 (a file it opens at its first read) is set within an epoch and not counted, except where the
 loop left that epoch early (``break``, Lightning's ``limit_train_batches``): there the epoch's
-start is compared, to miss nothing the loop set. An in-place change to a list it holds is not
-seen.
+start is compared, to miss nothing the loop set. An epoch read to its last batch ends there,
+though the loop asks for none after it (Lightning, knowing the length). An in-place change to
+a list it holds is not seen.
 """
 
 from __future__ import annotations

@@ -47,8 +47,6 @@ class DataLoader(RunState):
     way, and the same batches in the same order for the same ``generator``; its loader
     settings change between two batches (``switch``), losing and repeating no sample."""
 
-    tuning: Tuning | None  # what asks for the switches: made as the first epoch starts
-    meter: Meter | None  # times the current settings (from the first epoch's start)
     switches: list[Switch]
     readings: list[Reading]
     passes: Passes  # how much of each epoch the loop reads
@@ -153,16 +151,6 @@ class DataLoader(RunState):
     def take_request(self, *, epoch_done: bool = False) -> PipelineConfig | None:
         """The switch to make, handed to the pass that makes it (ranks': the one agreed)."""
         return self._tuning.take_request(epoch_done=epoch_done)
-
-    @property
-    def _tuning(self) -> Tuning:  # in an epoch, and between epochs
-        assert self.tuning is not None
-        return self.tuning
-
-    @property
-    def _meter(self) -> Meter:
-        assert self.meter is not None
-        return self.meter
 
     @property
     def switches_mid_epoch(self) -> bool:
@@ -294,6 +282,15 @@ class DataLoader(RunState):
         meter.sized(self.passes.timeable(epoch))  # a stream's, learned as its first ends
         meter.epoch_ended(end_s, shorter=delivered < self.passes.longest)
         self._tuning.epoch_ended(delivered, meter)
+
+    def last_batch(self, delivered: int) -> None:
+        """The epoch's last batch is delivered; a loop may ask for none after it (Lightning
+        knows the length): the Dataset is compared from here, a loader made anew read now."""
+        self._between.ended(self.dataset)  # what it set on itself as it read is set by now
+        if self.made_anew and self._meter.cut():  # its epoch was the setting's one chance
+            self.measured()
+        elif self.made_anew and not self.switches and self._meter.first_batch_s is not None:
+            self.failed(record.untimeable(delivered))  # that whole epoch timed none
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

@@ -15,9 +15,15 @@ from typing import Any
 
 import torch.utils.data
 
+from autotune.online.meter import Meter
+from autotune.online.tuning import Tuning
+
 
 class RunState(torch.utils.data.DataLoader):
     """A DataLoader with a run's own state (``_fresh``'s names) beside torch's arguments."""
+
+    tuning: Tuning | None  # what asks for the switches: made as the first epoch starts
+    meter: Meter | None  # times the current settings (from the first epoch's start)
 
     def _fresh(self) -> dict[str, Any]:
         """The loader's own state before its first epoch: its names are the run's."""
@@ -42,6 +48,16 @@ class RunState(torch.utils.data.DataLoader):
     def _iterator(self, value: Any) -> None:  # None: torch's __init__, or Lightning's end
         if value is None and (inner := vars(self).get("_inner")) is not None:
             inner.release()
+
+    @property
+    def _tuning(self) -> Tuning:  # in an epoch, and between epochs
+        assert self.tuning is not None
+        return self.tuning
+
+    @property
+    def _meter(self) -> Meter:
+        assert self.meter is not None
+        return self.meter
 
     def _set(self, **state: Any) -> None:
         """Sets the loader's own state past ``__setattr__``, which Lightning records."""

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from autotune.online.epoch_batches import EpochBatches, HandedSampler, shut_down
 from autotune.online.meter import Meter
 from autotune.online.passes import Passes
-from autotune.online.record import untimeable
 from autotune.online.torch_raised import loader_failure, moved_past
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure, classify, first_line
@@ -40,7 +39,6 @@ class Owner(Protocol):
     """What a pass asks of the loader it passes over (``autotune.DataLoader``)."""
 
     switches: list[Switch]  # each switch made, in order
-    made_anew: bool  # the loop makes its loader anew: each epoch may be its last
     passes: Passes  # how much of each epoch the loop reads
 
     @property
@@ -65,6 +63,8 @@ class Owner(Protocol):
     def switched(self, switch: Switch) -> None: ...  # reads with its settings from now
 
     def measured(self) -> None: ...  # the meter settled: its reading kept
+
+    def last_batch(self, delivered: int) -> None: ...  # the epoch's last batch delivered
 
     def inner(
         self, settings: PipelineConfig, batches: EpochBatches | None, *, apart: bool = False
@@ -167,11 +167,10 @@ class EpochPass:
             last = loader.switches[-1]
             first = loader.meter.first_batch_s
             loader.switches[-1] = dataclasses.replace(last, first_batch_s=first)
-        last = loader.made_anew and self._delivered == loader.epoch_length  # none asked after?
-        if loader.meter.done or (last and loader.meter.cut()):  # settled: the reading kept
+        if loader.meter.done:  # settled: the reading kept
             loader.measured()
-        elif last and not loader.switches and loader.meter.first_batch_s is not None:
-            loader.failed(untimeable(self._delivered))  # its whole epoch timed none: never
+        if self._delivered == loader.epoch_length:  # a loop may ask for none after it
+            loader.last_batch(self._delivered)
         return batch
 
     def _taken(self) -> bool:

@@ -6,6 +6,7 @@ as torch's."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +32,29 @@ class Staged(Dataset):
 
     def __getitem__(self, index: int) -> tuple[int, int]:
         return index, self.stage
+
+
+class OpensAtFirstRead(Dataset):
+    """Opens what it reads at its first read, in the process that reads it (the pattern of
+    h5py and LMDB files: each worker opens its own): it sets this on itself as it reads."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] | None = None
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, index: int) -> int:
+        if self.lines is None:
+            self.lines = Path(__file__).read_text().splitlines()
+        return index
+
+
+def _as_lightning_reads(loader: torch.utils.data.DataLoader) -> list[int]:
+    """One epoch, read as Lightning reads a loader whose length it knows: its batches, and
+    no request after the last (no StopIteration)."""
+    batches = iter(loader)
+    return [int(i) for _ in range(len(loader)) for i in next(batches)]
 
 
 def test_an_attribute_set_again_is_a_change_and_one_changed_in_place_is_not() -> None:
@@ -104,3 +128,65 @@ def test_where_the_user_asked_for_workers_that_persist_it_reads_as_torch_s() -> 
 
     assert stages(torch.utils.data.DataLoader) == [{0}, {0}, {0}]  # a copy kept from the start
     assert stages(lambda *a, **k: autotune.DataLoader(*a, tune=False, **k)) == [{0}, {0}, {0}]
+
+
+def test_what_a_dataset_sets_on_itself_as_it_reads_is_not_a_change_where_none_is_asked_after(
+    caplog,
+) -> None:
+    """Read in the training process (no workers), the Dataset opens its file in the first
+    epoch; a loop that asks for no batch after the last (Lightning) ends its epoch there all
+    the same: what the Dataset set on itself is not the loop changing it."""
+    loader = autotune.DataLoader(OpensAtFirstRead(), batch_size=4, tune=False)
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        epochs = [sorted(_as_lightning_reads(loader)) for _ in range(3)]
+    assert epochs == [list(range(N))] * 3
+    assert "the loop changes its Dataset" not in caplog.text
+
+
+def test_a_loop_that_asks_no_batch_past_the_last_is_seen_changing_the_dataset() -> None:
+    loader = autotune.DataLoader(Staged(), batch_size=4, num_workers=1, tune=False)
+    loader.switch(PipelineConfig(decoder=AS_IS, num_workers=1, persistent_workers=True))
+    read = []
+    for epoch in range(3):
+        loader.dataset.stage = epoch
+        batches = iter(loader)
+        read.append({int(s) for _ in range(len(loader)) for s in next(batches)[1]})
+    assert read == [{0}, {1}, {2}]
+    assert not loader.settings.persistent_workers  # their twin that does not persist
+    loader.release()
+
+
+@pytest.mark.slow  # a real Trainer: seconds
+def test_under_lightning_a_dataset_that_opens_its_file_as_it_reads_may_keep_its_workers(
+    tmp_path, caplog
+) -> None:
+    """A real ``Trainer`` over your own settings (no workers): workers that persist are
+    measured and may be kept, as in a plain loop. Before, each epoch's start was compared
+    with the last one's, and the file opened in the first read as your loop's change."""
+    import lightning as L
+
+    loader = autotune.DataLoader(
+        OpensAtFirstRead(), batch_size=4, tune=10.0, window=BRIEF_WINDOW,
+        storage=f"sqlite:///{tmp_path}/autotune.db",
+    )  # fmt: skip
+
+    class Model(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
+            return self.layer(batch.float()[:, None]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = L.Trainer(
+        max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
+        trainer.fit(Model(), train_dataloaders=loader)
+    assert "the loop changes its Dataset" not in caplog.text
+    assert any(r.settings.persistent_workers for r in loader.readings[1:])
+    loader.release()
