@@ -27,8 +27,11 @@ from autotune.tuner import store
 class Paced(torch.utils.data.Dataset):
     """Samples that wait 2 ms each on a read: workers read them faster than the loop alone."""
 
+    def __init__(self, samples: int = 64) -> None:
+        self.samples = samples
+
     def __len__(self) -> int:
-        return 64
+        return self.samples
 
     def __getitem__(self, index: int) -> torch.Tensor:
         time.sleep(0.002)
@@ -41,12 +44,13 @@ def _nothing_said_or_left_yet(monkeypatch):
     monkeypatch.setattr(made_anew, "_explorations", {})
 
 
-def _epoch(storage: str, tune: float = 3.0) -> autotune.DataLoader:
+def _epoch(storage: str, tune: float = 3.0, samples: int = 64) -> autotune.DataLoader:
     """One epoch of a loader made for it, as a loop that makes one each epoch reads it."""
     loader = autotune.DataLoader(
-        Paced(), batch_size=4, shuffle=True, tune=tune, window=BRIEF_WINDOW, storage=storage
-    )
-    assert sorted(i for b in loader for i in b.tolist()) == list(range(64))
+        Paced(samples), batch_size=4, shuffle=True, tune=tune, window=BRIEF_WINDOW,
+        storage=storage,
+    )  # fmt: skip
+    assert sorted(i for b in loader for i in b.tolist()) == list(range(samples))
     return loader
 
 
@@ -72,7 +76,9 @@ def test_loaders_made_anew_each_epoch_go_on_with_what_the_one_before_explored(
     explorers = []
     with caplog.at_level(logging.INFO, logger="autotune"):
         for _ in range(8):  # a budget of ten epochs' time: one proposal failing costs one
-            loader = _epoch(storage, tune=10.0)
+            # epochs of 32 batches: a proposal's warm-up and a sub-window fit in one with
+            # room to spare, on a machine loaded by other tests too (16 did not, once)
+            loader = _epoch(storage, tune=10.0, samples=128)
             explorers.append(loader.explorer)
             del loader
     assert caplog.text.count(made_anew.GOES_ON) == 1 and made_anew.DROPPED not in caplog.text
@@ -170,7 +176,7 @@ def test_lightning_reloading_its_loader_each_epoch_tunes(tmp_path, caplog) -> No
 
     class Data(L.LightningDataModule):
         def train_dataloader(self) -> autotune.DataLoader:
-            loader = autotune.DataLoader(
+            loader = autotune.DataLoader(  # 16 batches: no setting settles before the last
                 Paced(), batch_size=4, shuffle=True, tune=10.0, window=BRIEF_WINDOW,
                 storage=storage,
             )  # fmt: skip
