@@ -176,7 +176,7 @@ def test_lightning_reloading_its_loader_each_epoch_tunes(tmp_path, caplog) -> No
 
     class Data(L.LightningDataModule):
         def train_dataloader(self) -> autotune.DataLoader:
-            loader = autotune.DataLoader(  # 16 batches: no setting settles before the last
+            loader = autotune.DataLoader(  # 16 batches: w14's epoch times none: failed
                 Paced(), batch_size=4, shuffle=True, tune=10.0, window=BRIEF_WINDOW,
                 storage=storage,
             )  # fmt: skip
