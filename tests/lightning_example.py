@@ -1,6 +1,7 @@
 """A Lightning project, as the tests use it: a LightningDataModule over the spectrogram clips
-and a LightningModule whose ``training_step`` logs and returns its loss. Importable as
-``lightning_example`` (the tests' folder is on the path)."""
+and a LightningModule whose ``training_step`` logs and returns its loss; and the least module
+and the quiet ``Trainer`` the loader's own Lightning tests fit over index batches. Importable
+as ``lightning_example`` (the tests' folder is on the path)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,26 @@ class ToneModule(L.LightningModule):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.lr)
         schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
         return {"optimizer": optimizer, "lr_scheduler": schedule}
+
+
+class IndexModule(L.LightningModule):
+    """One weight over batches of sample indices: a step as small as Lightning allows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+
+    def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
+        return self.layer(batch.float()[:, None]).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def quiet_trainer(**options: object) -> L.Trainer:
+    """A ``Trainer`` on the CPU that writes nothing (no logger, checkpoint, progress bar or
+    summary), with ``options`` (``max_epochs``, ...)."""
+    return L.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, **options,
+    )  # fmt: skip

@@ -163,30 +163,14 @@ def test_under_lightning_a_dataset_that_opens_its_file_as_it_reads_may_keep_its_
     """A real ``Trainer`` over your own settings (no workers): workers that persist are
     measured and may be kept, as in a plain loop. Before, each epoch's start was compared
     with the last one's, and the file opened in the first read as your loop's change."""
-    import lightning as L
+    from lightning_example import IndexModule, quiet_trainer
 
     loader = autotune.DataLoader(
         OpensAtFirstRead(), batch_size=4, tune=10.0, window=BRIEF_WINDOW,
         storage=f"sqlite:///{tmp_path}/autotune.db",
     )  # fmt: skip
-
-    class Model(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(1, 1)
-
-        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
-            return self.layer(batch.float()[:, None]).pow(2).mean()
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    trainer = L.Trainer(
-        max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
     with caplog.at_level(logging.INFO, logger="autotune.online.loader"):
-        trainer.fit(Model(), train_dataloaders=loader)
+        quiet_trainer(max_epochs=4).fit(IndexModule(), train_dataloaders=loader)
     assert "the loop changes its Dataset" not in caplog.text
     assert any(r.settings.persistent_workers for r in loader.readings[1:])
     loader.release()

@@ -170,6 +170,7 @@ def test_lightning_reloading_its_loader_each_epoch_tunes(tmp_path, caplog) -> No
     twice (a pass begun as the data is set up, then the epoch's), and never asked past its
     last batch (Lightning knows the length): each goes on with what the last explored."""
     import lightning as L
+    from lightning_example import IndexModule, quiet_trainer
 
     storage = f"sqlite:///{tmp_path}/d.db"
     explorers = []
@@ -183,24 +184,11 @@ def test_lightning_reloading_its_loader_each_epoch_tunes(tmp_path, caplog) -> No
             explorers.append(lambda: loader.explorer)  # read as the epoch ends: weakly held
             return loader
 
-    class Model(L.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(1, 1)
-
-        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
-            return self.layer(batch.float()[:, None]).pow(2).mean()
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
+    class Model(IndexModule):
         def on_train_epoch_end(self) -> None:
             explorers[-1] = explorers[-1]()
 
-    trainer = L.Trainer(
-        max_epochs=4, reload_dataloaders_every_n_epochs=1, accelerator="cpu", logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+    trainer = quiet_trainer(max_epochs=4, reload_dataloaders_every_n_epochs=1)
     with caplog.at_level(logging.INFO, logger="autotune"):
         trainer.fit(Model(), Data())
     assert caplog.text.count(made_anew.GOES_ON) == 1
