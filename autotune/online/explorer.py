@@ -82,8 +82,7 @@ class Explorer:
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
         self._priors_due, self._persist_refused = False, persist_refused
-        start_params = space.params_of(start)
-        if start_params is not None:  # measured first, as a trial of the space
+        if (start_params := space.params_of(start)) is not None:  # measured first, a trial
             self.proposals.queue(start_params)
             self._ask()
         self._priors_due = True  # asked next: enqueued then, when a stream's epoch is known
@@ -197,11 +196,12 @@ class Explorer:
             self.proposals.never_again(settings)
 
     def joined(self, passes: Passes, *, made_anew: bool = False) -> None:
-        """A loader explores with this from here: its passes (one made anew: ``follows``)."""
-        if made_anew:
-            passes.follows(self.budget.passes, self.budget.batches_per_epoch)
+        """A loader explores with this from here: its passes (one made anew: each epoch). A
+        proposal they cannot time (a loop that reads fewer batches of it) fails as it joins."""
         self.budget.passes, self.budget.made_anew = passes, made_anew
         self._asked_at = self._clock()
+        if self.proposals.asked and (why := self._refused(self._current)) is not None:
+            self.failed(why)
 
     def close(self, why: Failure = record.STOPPED) -> None:
         """The run stopped (or its loader was collected) while a setting was measured."""

@@ -284,13 +284,16 @@ class DataLoader(RunState):
         self._tuning.epoch_ended(delivered, meter)
 
     def last_batch(self, delivered: int) -> None:
-        """The epoch's last batch is delivered; a loop may ask for none after it (Lightning
-        knows the length): the Dataset is compared from here, a loader made anew read now."""
-        self._between.ended(self.dataset)  # what it set on itself as it read is set by now
+        """The last batch of the epoch, or of a pass the loop leaves, is delivered; a loop may
+        ask for none after it (Lightning knows the length) or drop a loader made anew: the
+        Dataset is compared from an epoch's, and a loader made anew is read now."""
+        if delivered == self._epoch_length:  # what it set on itself as it read is set by now
+            self._between.ended(self.dataset)
         if self.made_anew and self._meter.cut():  # its epoch was the setting's one chance
             self.measured()
         elif self.made_anew and not self.switches and self._meter.first_batch_s is not None:
-            self.failed(record.untimeable(delivered))  # that whole epoch timed none
+            left = 0 if delivered == self._epoch_length else delivered  # a pass's: timed none
+            self.failed(record.untimeable(self._epoch_length or delivered, left))
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

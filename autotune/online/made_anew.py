@@ -1,14 +1,17 @@
 """A loop that makes its loader anew (each epoch, say, as curriculum scripts do, or Lightning's
-``reload_dataloaders_every_n_epochs``): what one loader explored, the next loader of the same
-job goes on with, in the same process.
+``reload_dataloaders_every_n_epochs``): what one loader explored, the next loader of the
+same job goes on with, in the same process.
 
 A loader collected while it explored, the process reading on, leaves its explorer here, the
 setting it was measuring still running; the job's next loader takes it up as its first epoch
 starts, and measures that setting afresh: the study is one run's, however many loaders read
-it. One the process ends with (a run that ends, Ctrl-C, SIGTERM) is recorded as stopped, as
-a loader's that lives to the end is. Where several ranks decide together, each rank's loader
-starts over; one dropped while it explored says so once, and the setting it measured is
-recorded as abandoned. What is said at a run's start is said once in the process.
+it. One dropped before its first setting was read (nothing explored yet: an epoch too short
+for the first reading's warm-up and sub-windows) leaves that to the next, which reads it as
+a proposal is read, in its one epoch. One the process ends with (a run that ends, Ctrl-C,
+SIGTERM) is recorded as stopped, as a loader's that lives to the end is. Where several ranks
+decide together, each rank's loader starts over; one dropped while it explored says so once,
+and the setting it measured is recorded as abandoned. What is said at a run's start is said
+once in the process.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from autotune.online import record
 from autotune.online.explorer import Explorer
 from autotune.online.job_record import Job, JobRecord
+from autotune.online.passes import Passes
 
 log = logging.getLogger("autotune.online.loader")
 GOES_ON = (
@@ -49,6 +53,8 @@ class _Exploring:
 
 
 _explorations: dict[Job, _Exploring] = {}  # by the job: its storage, study, fingerprint
+# by the job: its last loader here, and how the loop read it
+_last_loaders: dict[Job, tuple[weakref.ref[Any], Passes, int]] = {}
 _closes_at_exit: int | None = None  # the process whose exit closes what was left (``_ended``)
 
 
@@ -85,8 +91,20 @@ def taken_up(job: Job, loader: Any) -> tuple[Explorer, JobRecord] | None:
         del _explorations[job]
         return None
     left.loader = weakref.ref(loader)
-    say_once(GOES_ON, job.name)
     return left.explorer, left.record
+
+
+def dropped_before(job: Job, loader: Any) -> bool:
+    """``loader`` of ``job`` starts; True where the job's loader before it here was dropped by
+    the loop first: this one is made anew, read as that one was (``Passes.follows``), and
+    each epoch may be its last."""
+    before = _last_loaders.get(job)
+    _last_loaders[job] = (weakref.ref(loader), loader.passes, os.getpid())
+    if before is None or before[2] != os.getpid() or before[0]() is not None:
+        return False  # the first, one of a process forked since, or one beside it
+    loader.passes.follows(before[1], loader.epoch_length)
+    say_once(GOES_ON, job.name)
+    return True
 
 
 def closed(job: Job | None, explorer: Explorer, own: weakref.ref[Any]) -> None:

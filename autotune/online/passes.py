@@ -42,12 +42,17 @@ class Passes:
         self.longest = max(self.longest, delivered)
 
     def follows(self, earlier: Passes, epoch: int | None) -> None:
-        """A loader made anew in place of ``earlier``'s, whose last pass the loop read to its
-        ``epoch``'s last batch and asked for none after it (Lightning, knowing the length): so
-        is this one read, the step of an epoch's last batch never timed. A pass left sooner (a
-        peek at a batch) says nothing of the next."""
-        if epoch and earlier.asked == epoch:
-            self.left_after = self._last_left = epoch
+        """A loader made anew in place of ``earlier``'s reads as the loop read that one: a pass
+        it was dropped in was left there (``left``: two in a row at one batch make the loop's
+        epoch); else to its ``epoch``'s last batch and no more, its reading taken as that
+        batch is handed out (``DataLoader.last_batch``: the loop may drop the loader there,
+        asking for none after it, as Lightning does), so that batch's step is never timed."""
+        self.left_after, self._last_left = earlier.left_after, earlier._last_left
+        if earlier.asked not in (0, epoch):  # 0: it ended; ``epoch``: read to its last batch
+            self.asked = earlier.asked
+            self.left()
+        if epoch and not self.left_after:
+            self.left_after = epoch
 
     def length(self, epoch: int | None) -> int | None:
         """An epoch's batches (``epoch``: None where unknown), or a pass's the loop leaves."""

@@ -34,4 +34,4 @@ class Switchable(Protocol):
 
     def asked(self) -> PipelineConfig | None: ...  # the switch asked for, not made yet
 
-    def start_at(self, settings: PipelineConfig) -> None: ...  # before the first batch
+    def start_at(self, settings: PipelineConfig, *, made_anew: bool) -> None: ...  # first batch

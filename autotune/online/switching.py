@@ -64,7 +64,7 @@ class Owner(Protocol):
 
     def measured(self) -> None: ...  # the meter settled: its reading kept
 
-    def last_batch(self, delivered: int) -> None: ...  # the epoch's last batch delivered
+    def last_batch(self, delivered: int) -> None: ...  # an epoch's (or pass's) last delivered
 
     def inner(
         self, settings: PipelineConfig, batches: EpochBatches | None, *, apart: bool = False
@@ -169,8 +169,8 @@ class EpochPass:
             loader.switches[-1] = dataclasses.replace(last, first_batch_s=first)
         if loader.meter.done:  # settled: the reading kept
             loader.measured()
-        if self._delivered == loader.epoch_length:  # a loop may ask for none after it
-            loader.last_batch(self._delivered)
+        if self._delivered in (loader.epoch_length, loader.passes.length(loader.epoch_length)):
+            loader.last_batch(self._delivered)  # a loop may ask for none after it
         return batch
 
     def _taken(self) -> bool:

@@ -117,8 +117,8 @@ class Tuning:
         if ranks is not None:
             first = ranks.start(self._loader.epoch_length, lambda: Decision(start, self.share))
             start, self.share = first.settings, first.share
-        if start is not None:
-            self._loader.start_at(start, made_anew=self.made_anew)
+        if start is not None or self.made_anew:  # a loader made anew reads in one epoch
+            self._loader.start_at(start or self._loader.own, made_anew=self.made_anew)
 
     def _resume(
         self, loader: Loader, storage: str, name: str | None, ranks: int
@@ -127,9 +127,10 @@ class Tuning:
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
         goes_on = self.share and self.ranks is None  # several ranks' loaders each start over
-        left = made_anew.taken_up(self.job.job, loader) if goes_on else None
-        if left is not None:  # the loop made its loader anew: it goes on with what was explored
-            (explorer, self.job), self.made_anew = left, True  # and may drop this one, too
+        # the loop made its loader anew: it goes on with what the one before explored, if any
+        self.made_anew = bool(goes_on) and made_anew.dropped_before(self.job.job, loader)
+        if self.made_anew and (left := made_anew.taken_up(self.job.job, loader)) is not None:
+            explorer, self.job = left  # and the loop may drop this one, too
             self._explores(explorer)
             return explorer.current
         earlier = self.job.start()
@@ -251,7 +252,8 @@ class Tuning:
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
         elif explorer is None and self.share and failure and failure.kind is UNTIMEABLE:
-            log.info("autotune.DataLoader: %s %s; not tuned", settings.short(), failure.message)
+            about = self.job.job.name if self.job else ""  # said once: each loader made anew
+            made_anew.say_once(f"{settings.short()} {failure.message}; not tuned", about)
             self.share = 0.0  # nothing else can be read against it
         elif explorer is None and failure == record.RENEWED:  # several ranks': the twin, for all
             self._loader.switch(dataclasses.replace(settings, persistent_workers=False))
@@ -292,8 +294,7 @@ class Tuning:
         """Between epochs (``delivered`` batches): the setting ``meter`` times failed where
         no whole epoch could time it; else, where the budget has grown, the next proposed."""
         if meter.untimeable:
-            self.failed(
-                meter.settings, record.untimeable(delivered, between_pauses=meter.steps.apart)
-            )
+            why = record.untimeable(delivered, between_pauses=meter.steps.apart)
+            self.failed(meter.settings, why)
         elif self.explorer is not None and self.share and not self.explorer.done:
             self._follow(lambda explorer: explorer.epoch_ended(delivered))

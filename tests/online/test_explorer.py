@@ -23,6 +23,7 @@ from autotune.machine import detect
 from autotune.online import explorer as explorer_module
 from autotune.online.drift import SUSTAINED
 from autotune.online.explorer import Explorer
+from autotune.online.passes import Passes
 from autotune.online.reading import Reading
 from autotune.online.space import online_space
 from autotune.online.sub_window import fewest_batches
@@ -453,6 +454,29 @@ def test_a_proposal_no_epoch_can_time_is_failed_with_why_at_once_costing_nothing
     assert all(fewest(space.config_at(t.params)) > epoch for t in failed)
     # nothing measured but the settings run: the budget went to them alone (1 s each)
     assert clock.now == len(tried) and explorer.done
+
+
+def test_a_proposal_the_passes_of_a_loader_made_anew_cannot_time_fails_as_it_joins() -> None:
+    """Asked where a whole epoch of 32 batches could time it, then taken up by a loader made
+    anew whose loop reads 10 batches of it: failed with why, the next asked in its place."""
+    space = online_space(dataclasses.replace(FACTS, usable_cpus=8), batch_size=4, cuda=False)
+    clock = Clock()
+
+    def fewest(settings: PipelineConfig) -> int:
+        return fewest_batches(settings, BRIEF_WINDOW)
+
+    explorer = Explorer(
+        space, START, share=100.0, batches_per_epoch=32, fewest_batches=fewest, clock=clock
+    )
+    explorer.measured(reading(START, rate_of(START)))
+    while fewest(explorer.current) <= 9:  # measured until a proposal needs more than 9
+        explorer.measured(reading(explorer.current, rate_of(explorer.current)))
+    asked = explorer.current
+    anew = Passes(left_after=10, _last_left=10)  # ten steps a loader: nine timed
+    explorer.joined(anew, made_anew=True)
+    assert explorer.current != asked and fewest(explorer.current) <= 9
+    (failed,) = [t for t in explorer.study.trials if space.config_at(t.params) == asked]
+    assert failed.state == optuna.trial.TrialState.FAIL  # told why where recorded
 
 
 def test_a_budget_shorter_than_a_setting_s_shortest_timing_explores_nothing() -> None:

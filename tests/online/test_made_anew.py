@@ -42,13 +42,16 @@ class Paced(torch.utils.data.Dataset):
 def _nothing_said_or_left_yet(monkeypatch):
     monkeypatch.setattr(made_anew, "_said", set())
     monkeypatch.setattr(made_anew, "_explorations", {})
+    monkeypatch.setattr(made_anew, "_last_loaders", {})
 
 
-def _epoch(storage: str, tune: float = 3.0, samples: int = 64) -> autotune.DataLoader:
+def _epoch(
+    storage: str, tune: float = 3.0, samples: int = 64, workers: int = 0
+) -> autotune.DataLoader:
     """One epoch of a loader made for it, as a loop that makes one each epoch reads it."""
     loader = autotune.DataLoader(
         Paced(samples), batch_size=4, shuffle=True, tune=tune, window=BRIEF_WINDOW,
-        storage=storage,
+        storage=storage, num_workers=workers,
     )  # fmt: skip
     assert sorted(i for b in loader for i in b.tolist()) == list(range(samples))
     return loader
@@ -85,6 +88,51 @@ def test_loaders_made_anew_each_epoch_go_on_with_what_the_one_before_explored(
     first = explorers[0]
     assert first is not None and explorers[1] is first  # the second loader went on with it
     _proposals_measured(storage)
+
+
+@pytest.mark.slow  # six epochs of real loaders, eight workers started in each: seconds
+def test_a_loader_made_anew_reads_the_first_setting_where_one_epoch_cannot_read_it_whole(
+    tmp_path, caplog
+) -> None:
+    """Your eight workers' first reading (their buffer drained, then two sub-windows) is longer
+    than an epoch of 16 batches: the first loader leaves it, and the next reads it in its one
+    epoch, cut at its last batch with the one sub-window that fits; the run explores on."""
+    storage = f"sqlite:///{tmp_path}/f.db"
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        explorers = [_epoch(storage, tune=10.0, workers=8).explorer for _ in range(6)]
+    assert caplog.text.count(made_anew.GOES_ON) == 1
+    first, second = explorers[:2]
+    assert first is None and second is not None and second.start_reading is not None
+    assert second.start_reading.settings.num_workers == 8  # yours, read by the second loader
+    assert len([t for t in _trials(storage) if t.state.name == "COMPLETE"]) >= 2
+
+
+@pytest.mark.slow  # four epochs of real loaders, fourteen workers started in each: seconds
+def test_settings_no_epoch_of_a_loader_made_anew_can_time_are_said_so_once(
+    tmp_path, caplog
+) -> None:
+    storage = f"sqlite:///{tmp_path}/g.db"
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        for _ in range(4):  # a warm-up and one sub-window of 14 batches: not in 15 of 16
+            _epoch(storage, tune=10.0, workers=14)
+    assert caplog.text.count("not tuned") == 1
+    assert "an epoch of 16 batches" in caplog.text
+
+
+@pytest.mark.slow  # six loaders of real workers, each read ten batches and dropped: seconds
+def test_loaders_made_anew_and_left_after_ten_batches_each_tune(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/h.db"
+    for _ in range(6):
+        loader = autotune.DataLoader(
+            Paced(128), batch_size=4, shuffle=True, tune=10.0, window=BRIEF_WINDOW,
+            storage=storage, num_workers=2,
+        )  # fmt: skip
+        for step, _batch in enumerate(loader):
+            if step == 9:
+                break
+        del loader, _batch
+    measured = [t for t in _trials(storage) if t.state.name == "COMPLETE"]
+    assert len(measured) >= 3, [t.user_attrs["config"] for t in measured]
 
 
 @pytest.mark.slow  # real loaders, their exploration left and taken up: seconds

@@ -28,16 +28,35 @@ def test_two_passes_in_a_row_left_at_the_same_batch_make_it_the_loop_s_epoch() -
     assert (passes.left_after, passes.length(100), passes.timeable(100)) == (0, 100, 100)
 
 
-def test_a_loader_made_anew_is_read_as_the_one_before_it_to_its_last_batch_and_no_more() -> None:
-    read_to_its_last, peeked, read_whole = Passes(), Passes(), Passes()
+def test_a_loader_made_anew_is_read_to_its_last_batch_and_no_more() -> None:
+    """Its reading is taken as the last batch is handed out: that step is never timed, however
+    the loop read the one before; a loop that leaves its passes early leaves its passes so."""
+    read_to_its_last, peeked, read_whole, left_early = Passes(), Passes(), Passes(), Passes()
     for delivered in range(16):  # Lightning: every batch, and no request after the last
         read_to_its_last.asked_for(delivered)
     peeked.asked_for(0)  # next(iter(loader)), and the loader dropped
     read_whole.ended(16)  # a loop asked past the last batch: the epoch ended
-    for earlier, timeable in ((read_to_its_last, 15), (peeked, 16), (read_whole, 16)):
+    _left_after(left_early, 10)
+    _left_after(left_early, 10)  # ten steps an epoch
+    cases = ((read_to_its_last, 16, 15), (peeked, 16, 15), (read_whole, 16, 15))
+    for earlier, length, timeable in (*cases, (left_early, 10, 9)):
         anew = Passes()
         anew.follows(earlier, 16)
-        assert (anew.length(16), anew.timeable(16)) == (16, timeable)
+        assert (anew.length(16), anew.timeable(16)) == (length, timeable)
+
+
+def test_loaders_made_anew_and_dropped_in_their_passes_leave_them_there() -> None:
+    """A loop that reads ten batches of each loader and drops it: the second such loader may
+    have followed a peek; from the third, its epochs are ten batches."""
+    earlier, lengths = Passes(), []
+    for _ in range(3):
+        for delivered in range(10):
+            earlier.asked_for(delivered)
+        anew = Passes()
+        anew.follows(earlier, 16)
+        lengths.append(anew.length(16))
+        earlier = anew
+    assert lengths == [16, 10, 10]
 
 
 def test_the_longest_epoch_read_whole_is_kept_where_epochs_vary() -> None:
