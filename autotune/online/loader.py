@@ -56,7 +56,6 @@ class DataLoader(RunState):
     _requested: PipelineConfig | None
     _epoch_length: int | None
     _window: WindowConfig  # the timing rules: ``window``'s, else a trial's
-    made_anew = False  # goes on from a loader the loop dropped: each epoch may be its last
 
     def __init__(
         self,
@@ -292,8 +291,9 @@ class DataLoader(RunState):
         if self.made_anew and self._meter.cut():  # its epoch was the setting's one chance
             self.measured()
         elif self.made_anew and not self.switches and self._meter.first_batch_s is not None:
-            left = 0 if delivered == self._epoch_length else delivered  # a pass's: timed none
-            self.failed(record.untimeable(self._epoch_length or delivered, left))
+            self.failed(record.untimeable(self._epoch_length or delivered, self.passes.left_after))
+        if self.made_anew and (ranks := self._tuning.ranks) is not None:
+            ranks.pass_ended(self._tuning)  # each rank's reading, to rank 0 before it is dropped
 
     def release(self) -> None:
         """Shuts the kept loader's persistent workers down."""

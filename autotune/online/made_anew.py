@@ -9,8 +9,9 @@ it. One dropped before its first setting was read (nothing explored yet: an epoc
 for the first reading's warm-up and sub-windows) leaves that to the next, which reads it as
 a proposal is read, in its one epoch. One the process ends with (a run that ends, Ctrl-C,
 SIGTERM) is recorded as stopped, as a loader's that lives to the end is. Where several ranks
-decide together, each rank's loader starts over; one dropped while it explored says so once,
-and the setting it measured is recorded as abandoned. What is said at a run's start is said
+decide together, rank 0's loader goes on so (only it explores), and every rank's new loader
+starts where rank 0's does; what each rank read of its loader's last pass is told to rank 0
+at that pass's last batch, before the loop drops it. What is said at a run's start is said
 once in the process.
 """
 
@@ -33,11 +34,6 @@ log = logging.getLogger("autotune.online.loader")
 GOES_ON = (
     "the loop made its loader anew (one each epoch?): it goes on with what the loader "
     "before it explored"
-)
-DROPPED = (
-    "a loader was collected while its ranks explored, the loop reading on (one made anew "
-    "each epoch?): each new one starts over and none tunes; make the loader once, before "
-    "your epoch loop"
 )
 _said: set[str] = set()
 
@@ -66,18 +62,16 @@ def say_once(line: str, about: str = "") -> None:
         log.info("autotune.DataLoader: %s", line)
 
 
-def explores(record: JobRecord | None, loader: Any, explorer: Explorer) -> None:
+def explores(record: JobRecord, loader: Any, explorer: Explorer) -> None:
     """``loader`` explores the job ``record`` records with ``explorer``: closed as the process
-    ends, and, as the loader is collected before, left for the job's next loader (none where
-    ``record`` is None: several ranks deciding together each start over)."""
+    ends, and, as the loader is collected before, left for the job's next loader (with several
+    ranks, rank 0's: only it explores)."""
     global _closes_at_exit
-    job = record.job if record is not None else None
-    if record is not None:
-        if _closes_at_exit != os.getpid():  # what the loops dropped, closed as it ends
-            multiprocessing.util.Finalize(None, _ended, exitpriority=0)
-            _closes_at_exit = os.getpid()
-        _explorations[record.job] = _Exploring(explorer, record, weakref.ref(loader), os.getpid())
-    close = functools.partial(closed, job, explorer, weakref.ref(loader))
+    if _closes_at_exit != os.getpid():  # what the loops dropped, closed as it ends
+        multiprocessing.util.Finalize(None, _ended, exitpriority=0)
+        _closes_at_exit = os.getpid()
+    _explorations[record.job] = _Exploring(explorer, record, weakref.ref(loader), os.getpid())
+    close = functools.partial(closed, record.job, explorer, weakref.ref(loader))
     multiprocessing.util.Finalize(loader, close, exitpriority=0)
 
 
@@ -107,20 +101,18 @@ def dropped_before(job: Job, loader: Any) -> bool:
     return True
 
 
-def closed(job: Job | None, explorer: Explorer, own: weakref.ref[Any]) -> None:
+def closed(job: Job, explorer: Explorer, own: weakref.ref[Any]) -> None:
     """The loader ``own`` exploring ``job`` with ``explorer`` was collected, or the process
     exits: the setting asked or measured is left for the job's next loader, or failed, with
-    why (one of several ranks', or one another loader of the job explored beside: abandoned)."""
+    why (one another loader of the job explored beside: abandoned)."""
     # set as multiprocessing runs the finalizers of a process that exits (its atexit; a
     # process it started, which ends without atexit), before it runs this one
     exiting = multiprocessing.util._exiting  # type: ignore[attr-defined]
-    left = _explorations.get(job) if job is not None else None
+    left = _explorations.get(job)
     if left is not None and left.explorer is explorer:
         if left.loader() not in (None, own()) or not (exiting or explorer.done):
             return  # taken up by another loader, alive; or left for the next
-        del _explorations[job]  # type: ignore[arg-type]
-    if job is None and not exiting and not explorer.done:
-        say_once(DROPPED)
+        del _explorations[job]
     explorer.close(record.STOPPED if exiting else record.ABANDONED)
 
 

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.utils.data
 from torch.utils.data import DistributedSampler
 
+from autotune.online.passes import Passes
 from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -59,6 +60,7 @@ class Decision(NamedTuple):
     settings: PipelineConfig | None  # read with these from this batch on (None: as they are)
     share: float  # the exploring budget (``tune``); 0: the run explores nothing, no more syncs
     every: int = 0  # batches to the next sync within the epoch (0: only at epochs' starts)
+    anew: Passes | None = None  # at the start: the loop made the loaders anew, read so
 
 
 class Leader(Protocol):
@@ -141,13 +143,19 @@ class Ranks:
     def leader(self) -> bool:
         return self.rank == 0
 
-    def start(self, batches: int | None, first: Callable[[], Decision]) -> Decision:
-        """Before the first batch: rank 0's starting settings and budget (``first``, called
-        there) for every rank; syncs within epochs only where the epochs' lengths agree."""
-        rows = self._gather(Row(None, None, batches))
+    def start(
+        self, loader: torch.utils.data.DataLoader, first: Callable[[], Decision]
+    ) -> Decision:
+        """Before ``loader``'s first batch: rank 0's starting settings and budget (``first``,
+        called there) for every rank, and where the loop makes its loaders anew, how they are
+        read (each rank's as rank 0's); syncs within epochs only where their lengths agree."""
+        rows = self._gather(Row(None, None, loader.epoch_length))
         lengths = {row.batches for row in rows}
         self._epoch = lengths.pop() or 0 if len(lengths) == 1 else 0
-        return self._agree(first if self.leader else None)
+        decision = self._agree(first if self.leader else None)
+        if decision.anew is not None and not self.leader:
+            loader.passes.follows(decision.anew, loader.epoch_length)  # type: ignore[attr-defined]
+        return decision
 
     def due(self, delivered: int) -> bool:
         """Whether a sync comes before the epoch's batch ``delivered`` (counted from 0)."""
@@ -191,6 +199,13 @@ class Ranks:
         if decision.settings is not None and (read is None or read.settings != decision.settings):
             self._mine = Row(None, None)
         return decision
+
+    def pass_ended(self, leader: Leader) -> None:
+        """A loader made anew handed out its pass's last batch, the loop about to drop it: a
+        sync there on every rank (their passes are as long), what each read told to rank 0,
+        whose explorer the next loaders go on with."""
+        if self.syncing and self._epoch:
+            self.sync(leader)
 
     def epoch_started(self) -> None:
         """A new epoch: its first sync within it ``every`` batches in."""

@@ -51,7 +51,7 @@ def untimeable(batches_per_epoch: int, left_after: int = 0, between_pauses: int 
     ``left_after`` batches; where it pauses often, the batches between two pauses) could not
     time."""
     longer = f"an epoch of {batches_per_epoch} batches"
-    if left_after:  # the step of the pass's last batch is never timed: no request follows it
+    if left_after and left_after != batches_per_epoch:  # its last step is never timed
         longer = f"the {left_after} batches your loop reads of an epoch before it leaves"
     if 0 < between_pauses < batches_per_epoch:  # a warm-up begins after each pause
         longer = (

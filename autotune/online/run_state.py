@@ -24,6 +24,7 @@ class RunState(torch.utils.data.DataLoader):
 
     tuning: Tuning | None  # what asks for the switches: made as the first epoch starts
     meter: Meter | None  # times the current settings (from the first epoch's start)
+    made_anew = False  # goes on from a loader the loop dropped: each epoch may be its last
 
     def _fresh(self) -> dict[str, Any]:
         """The loader's own state before its first epoch: its names are the run's."""

@@ -114,9 +114,10 @@ class Tuning:
         start = None
         if ranks is None or ranks.leader:
             start = self._resume(loader, storage, name, ranks.world if ranks else 1)
-        if ranks is not None:
-            first = ranks.start(self._loader.epoch_length, lambda: Decision(start, self.share))
-            start, self.share = first.settings, first.share
+        if ranks is not None:  # rank 0's start and budget, and its loaders made anew, for all
+            anew = self._loader.passes if self.made_anew else None
+            first = ranks.start(loader, lambda: Decision(start, self.share, anew=anew))
+            start, self.share, self.made_anew = first.settings, first.share, first.anew is not None
         if start is not None or self.made_anew:  # a loader made anew reads in one epoch
             self._loader.start_at(start or self._loader.own, made_anew=self.made_anew)
 
@@ -126,9 +127,8 @@ class Tuning:
         """The setting an earlier run of the job kept, from its record (``JobRecord``)."""
         self._facts = detect(want_cuda=torch.cuda.is_available())
         self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
-        goes_on = self.share and self.ranks is None  # several ranks' loaders each start over
         # the loop made its loader anew: it goes on with what the one before explored, if any
-        self.made_anew = bool(goes_on) and made_anew.dropped_before(self.job.job, loader)
+        self.made_anew = bool(self.share) and made_anew.dropped_before(self.job.job, loader)
         if self.made_anew and (left := made_anew.taken_up(self.job.job, loader)) is not None:
             explorer, self.job = left  # and the loop may drop this one, too
             self._explores(explorer)
@@ -220,8 +220,7 @@ class Tuning:
         """This run explores with ``explorer``: its own, or one a loader made before it left."""
         loader, self.explorer = self._loader, explorer
         explorer.joined(loader.passes, made_anew=self.made_anew)  # a pass left early: an epoch
-        # left for the job's next loader where the loop drops this one (several ranks: not)
-        made_anew.explores(self.job if self.ranks is None else None, loader, explorer)
+        made_anew.explores(self.job, loader, explorer)  # the next loader's where this is dropped
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
         """Switches to what the explorer ``propose``s (each of its decisions), the setting kept

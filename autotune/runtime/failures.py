@@ -66,8 +66,8 @@ _HINTS = {
     "study went on",
     FailureKind.INTERRUPTED: "stopped (Ctrl-C, SIGTERM): run the same command again to resume",
     FailureKind.ABANDONED: "the loop dropped its loader while it measured this, and no later "
-    "loader went on with it (one of the job's explored beside it; several ranks each start "
-    "over): make the loader once, before the epoch loop",
+    "loader went on with it (one of the job's explored beside it): make the loader once, "
+    "before the epoch loop",
     FailureKind.ERROR: "see the message; AUTOTUNE_DEBUG=1 logs the trial's traceback",
 }
 

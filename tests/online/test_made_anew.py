@@ -84,7 +84,7 @@ def test_loaders_made_anew_each_epoch_go_on_with_what_the_one_before_explored(
             loader = _epoch(storage, tune=10.0, samples=128)
             explorers.append(loader.explorer)
             del loader
-    assert caplog.text.count(made_anew.GOES_ON) == 1 and made_anew.DROPPED not in caplog.text
+    assert caplog.text.count(made_anew.GOES_ON) == 1
     first = explorers[0]
     assert first is not None and explorers[1] is first  # the second loader went on with it
     _proposals_measured(storage)

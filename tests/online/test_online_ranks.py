@@ -381,8 +381,9 @@ def _lightning_parts() -> tuple[type, type]:
     return IndexedData, Recorder
 
 
-def _fit(out: Path, devices: int) -> None:
-    """Lightning's fit on ``devices`` CPU ranks (forked by it for more than one)."""
+def _fit(out: Path, devices: int, reload: int = 0) -> None:
+    """Lightning's fit on ``devices`` CPU ranks (forked by it for more than one), the loaders
+    made anew each ``reload`` epochs (0: made once)."""
     import lightning as L
 
     IndexedData, Recorder = _lightning_parts()  # noqa: N806  # classes, named as classes
@@ -391,6 +392,7 @@ def _fit(out: Path, devices: int) -> None:
         devices=devices,
         strategy="ddp_fork" if devices > 1 else "auto",
         max_epochs=EPOCHS,
+        reload_dataloaders_every_n_epochs=reload,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -399,17 +401,22 @@ def _fit(out: Path, devices: int) -> None:
     trainer.fit(Recorder(out), datamodule=IndexedData(f"sqlite:///{out}/autotune.db"))
 
 
+def _fit_apart(out: Path, devices: int, reload: int = 0) -> None:
+    """``_fit`` in a fresh process: autograd refuses a fork where it has run threads, as
+    another test in this process may have had it do."""
+    fit = multiprocessing.get_context("spawn").Process(target=_fit, args=(out, devices, reload))
+    fit.start()
+    fit.join(300)
+    assert fit.exitcode == 0
+
+
 @pytest.mark.slow  # Lightning's Trainer, two ranks forked by it
 @pytest.mark.parametrize("devices", [1, 2])
 def test_lightning_re_creates_it_for_its_ranks_and_they_tune_together(tmp_path, devices) -> None:
     if devices == 1:
         _fit(tmp_path, devices)
-    else:  # from a fresh process: autograd refuses a fork where it has run threads, as
-        # another test in this process may have had it do
-        fit = multiprocessing.get_context("spawn").Process(target=_fit, args=(tmp_path, devices))
-        fit.start()
-        fit.join(300)
-        assert fit.exitcode == 0
+    else:
+        _fit_apart(tmp_path, devices)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(devices)]
     for epoch in range(EPOCHS):  # each index once an epoch, the ranks' shares together
         read = [i for rank in ranks for e, batch in rank["seen"] if e == epoch for i in batch]
@@ -420,6 +427,24 @@ def test_lightning_re_creates_it_for_its_ranks_and_they_tune_together(tmp_path, 
     assert ranks[0]["switches"] and all(r["switches"] == ranks[0]["switches"] for r in ranks)
     assert [rank["explored"] for rank in ranks] == [True] + [False] * (devices - 1)
     assert all(rank["epoch_length"][0] == rank["epoch_length"][1] for rank in ranks)  # its own
+
+
+@pytest.mark.slow  # Lightning's Trainer, two ranks forked by it
+def test_lightning_s_ranks_reloading_their_loaders_each_epoch_tune_together(tmp_path) -> None:
+    """``reload_dataloaders_every_n_epochs=1`` under DDP: each rank's loader made anew each
+    epoch (and re-created by Lightning with its DistributedSampler); rank 0's exploration goes
+    on across them, every index read once an epoch."""
+    _fit_apart(tmp_path, 2, reload=1)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for epoch in range(EPOCHS):
+        read = [i for rank in ranks for e, batch in rank["seen"] if e == epoch for i in batch]
+        assert sorted(read) == list(range(N))
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    (name,) = optuna.get_all_study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    settings = {t.user_attrs.get(TrialKey.CONFIG) for t in trials if t.state.name == "COMPLETE"}
+    assert len(settings) >= 2  # a setting measured by one epoch's loaders, another by a later
+    assert not [t for t in trials if t.user_attrs.get("failure", {}).get("kind") == "abandoned"]
 
 
 # autotune.DataLoader first used in a LightningDataModule's train_dataloader(), as in a script
@@ -573,3 +598,49 @@ def _validates_on_rank_0_main(rank: int, rendezvous: str, storage: str, out: Con
 def test_a_loader_rank_0_reads_alone_tunes_on_its_own_and_no_rank_waits_for_it(tmp_path) -> None:
     validated = _sent_by_each_rank(tmp_path, _validates_on_rank_0_main)
     assert validated == [2 * len(Work()), 0]
+
+
+def _anew_main(rank: int, rendezvous: str, storage: str, out: Connection) -> None:
+    """Both ranks make their loader anew each epoch; each sends the indices it read, the
+    settings of each epoch's batches, and (rank 0) each loader's explorer, as an id."""
+
+    def read() -> tuple[list[list[int]], list[list[PipelineConfig]], list[int | None]]:
+        sampler = _sampler(rank)
+        indices, settings, explorers = [], [], []
+        for epoch in range(8):
+            sampler.set_epoch(epoch)
+            loader = autotune.DataLoader(
+                Work(), batch_size=4, sampler=sampler, tune=10.0, window=BRIEF_WINDOW,
+                storage=storage,
+            )  # fmt: skip
+            read, at = [], []
+            for batch in loader:
+                read.extend(batch.tolist())
+                at.append(loader.settings)
+            indices.append(read)
+            settings.append(at)
+            explorers.append(id(loader.explorer) if loader.explorer is not None else None)
+            del loader
+        return indices, settings, explorers
+
+    _as_rank(rank, rendezvous, out, read)
+
+
+@pytest.mark.slow  # two rank processes, a loader each epoch on each
+def test_ranks_that_make_their_loaders_anew_go_on_together(tmp_path, caplog) -> None:
+    (indices_0, settings_0, explorers_0), (indices_1, settings_1, _) = _sent_by_each_rank(
+        tmp_path, _anew_main
+    )
+    for epoch, (zero, one) in enumerate(zip(indices_0, indices_1, strict=True)):
+        sampler = _sampler(0)
+        sampler.set_epoch(epoch)
+        assert zero == list(sampler)
+        assert sorted(set(zero) | set(one)) == list(range(N))
+    assert settings_0 == settings_1  # every batch of every epoch read with the same settings
+    going_on = [e for e in explorers_0 if e is not None]
+    assert len(going_on) >= 2 and len(set(going_on)) == 1  # one exploration, gone on with
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    (name,) = optuna.get_all_study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert len([t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]) >= 3
+    assert not [t for t in trials if t.user_attrs.get("failure", {}).get("kind") == "abandoned"]
