@@ -196,11 +196,11 @@ class Explorer:
             self.proposals.never_again(settings)
 
     def joined(self, passes: Passes, *, made_anew: bool = False) -> None:
-        """A loader explores with this from here: its passes (one made anew: each epoch). A
-        proposal they cannot time (a loop that reads fewer batches of it) fails as it joins."""
+        """A loader explores with this from here: its passes (one made anew: each epoch); the
+        proposal one made anew takes up and cannot time (its loop reads fewer batches) fails."""
         self.budget.passes, self.budget.made_anew = passes, made_anew
         self._asked_at = self._clock()
-        if self.proposals.asked and (why := self._refused(self._current)) is not None:
+        if made_anew and self.proposals.asked and (why := self._refused(self._current)):
             self.failed(why)
 
     def close(self, why: Failure = record.STOPPED) -> None:
