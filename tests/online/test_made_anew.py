@@ -104,7 +104,8 @@ def test_a_loader_made_anew_reads_the_first_setting_where_one_epoch_cannot_read_
     first, second = explorers[:2]
     assert first is None and second is not None and second.start_reading is not None
     assert second.start_reading.settings.num_workers == 8  # yours, read by the second loader
-    assert len([t for t in _trials(storage) if t.state.name == "COMPLETE"]) >= 2
+    measured = [t.user_attrs["config"] for t in _trials(storage) if t.state.name == "COMPLETE"]
+    assert [c for c in measured if not c.startswith("w8 pf2 ")], measured  # and a proposal
 
 
 @pytest.mark.slow  # four epochs of real loaders, fourteen workers started in each: seconds
@@ -132,7 +133,7 @@ def test_loaders_made_anew_and_left_after_ten_batches_each_tune(tmp_path) -> Non
                 break
         del loader, _batch
     measured = [t for t in _trials(storage) if t.state.name == "COMPLETE"]
-    assert len(measured) >= 3, [t.user_attrs["config"] for t in measured]
+    assert len(measured) >= 2, [t.user_attrs["config"] for t in measured]  # it stalled at one
 
 
 @pytest.mark.slow  # real loaders, their exploration left and taken up: seconds

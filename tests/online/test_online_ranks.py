@@ -642,5 +642,5 @@ def test_ranks_that_make_their_loaders_anew_go_on_together(tmp_path, caplog) -> 
     storage = f"sqlite:///{tmp_path}/autotune.db"
     (name,) = optuna.get_all_study_names(storage)
     trials = optuna.load_study(study_name=name, storage=storage).trials
-    assert len([t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]) >= 3
+    assert len({t.user_attrs[TrialKey.CONFIG] for t in trials if t.state.name == "COMPLETE"}) >= 2
     assert not [t for t in trials if t.user_attrs.get("failure", {}).get("kind") == "abandoned"]
