@@ -155,9 +155,9 @@ def test_a_window_with_workers_times_the_next_epoch_s_start(source) -> None:
         batch_size=4, num_workers=1, prefetch_factor=2, persistent_workers=True
     )
     m = measure(job(source, pipeline=persistent), ignore)
+    # timed, on this machine's clock: what it adds up is pinned on a scripted clock in
+    # test_window (a wall time here, against another, would be the machine's noise)
     assert m.epoch_start_s is not None and m.epoch_start_s > 0
-    # the same workers refill: no fork, so less than the run's first start
-    assert m.epoch_start_s < m.time_to_first_batch_s
 
 
 def test_a_trial_of_a_dataset_of_the_user_s_own_runs_its_getitem(monkeypatch) -> None:
