@@ -3,9 +3,9 @@ reading leads to, and what is recorded.
 
 The loader (``loader``) reads each epoch's batches with its current settings, times them
 (``meter``) and switches them between two batches when asked; this is what asks. At the first
-epoch's start the run starts at the setting an earlier run of the job kept (``record``: the
-host's note, else the study's storage), its rate watched (``drift``), and explores nothing
-unless that rate moves; else it starts at the user's own settings. Each settled reading goes
+epoch's start the run starts at the setting an earlier run of the job kept, and explores
+nothing unless that setting's rate moves; else at the user's own settings (``run_start``).
+Each settled reading goes
 to the explorer (``explorer``), whose proposal is the loader's next switch, within the
 budget ``tune=`` gives (``budget``). A setting whose workers failed, or that no epoch could
 time, is the explorer's to replace. Where several ranks decide together (``ranks``), this is
@@ -19,21 +19,18 @@ import dataclasses
 import logging
 import weakref
 from collections.abc import Callable
-from multiprocessing.util import Finalize
 
 import torch
 import torch.utils.data
 
-from autotune.machine import MachineFacts, detect
-from autotune.online import best_yaml, job_record, made_anew, record
-from autotune.online.budget import charged, shares
+from autotune.online import best_yaml, made_anew, record
+from autotune.online.budget import shares
 from autotune.online.dataset_state import renewed_note
-from autotune.online.drift import DriftWatch
 from autotune.online.explorer import Explorer
 from autotune.online.meter import Meter
-from autotune.online.proposals import sampler
 from autotune.online.ranks import Decision, Ranks
 from autotune.online.reading import Reading
+from autotune.online.run_start import RunStart
 from autotune.online.space import stream_workers, unsplit_note
 from autotune.online.switchable import Switchable
 from autotune.pipeline.config import PipelineConfig
@@ -60,13 +57,9 @@ class Tuning:
         self.share, self._run_share = shares(tune)
         # tune=False: torch's loader with these arguments, nothing read or recorded
         self._record_at: tuple[str, str | None] | None = (storage, study) if tune else None
-        self.job: job_record.JobRecord | None = None
-        self._facts: MachineFacts | None = None
+        self.start = RunStart()  # where the run starts: an earlier run's kept setting, say
         self.explorer: Explorer | None = None  # None before the first setting is measured
         self.ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
-        self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
-        self._check_at_end: Finalize | None = None  # a note's start: the study checked then
-        self._started_from = job_record.YOURS  # else an earlier run's, a study's
         # the loop changes its Dataset between epochs; made the loader anew (``made_anew``)
         self._dataset_renewed = self.made_anew = False
 
@@ -100,48 +93,31 @@ class Tuning:
         """An epoch starts (``loader``'s, before its batches are drawn): the first decides
         where the run starts; while the ranks tune, each is a sync."""
         if self._record_at is not None:
-            self._start(loader, *self._record_at)
+            self._begin(loader, *self._record_at)
         elif self.ranks is not None and self.ranks.syncing:  # an epoch's start: agreed
             self.ranks.sync(self)
         if self.ranks is not None:
             self.ranks.epoch_started()
 
-    def _start(self, loader: torch.utils.data.DataLoader, storage: str, name: str | None) -> None:
-        """Where the run starts: the setting an earlier run kept, else as it is (rank 0 reads
-        it, and the budget, for all)."""
+    def _begin(self, loader: torch.utils.data.DataLoader, storage: str, name: str | None) -> None:
+        """Where the run starts (``run_start``): rank 0 reads it, and the budget, for all."""
         self._record_at = None
         self.ranks = ranks = Ranks.joined(loader)
         start = None
         if ranks is None or ranks.leader:
-            start = self._resume(loader, storage, name, ranks.world if ranks else 1)
+            world = ranks.world if ranks else 1
+            start = self.start.resume(
+                loader, storage, name, ranks=world, exploring=bool(self.share)
+            )
+            self.made_anew = self.start.made_anew
+            if self.start.taken_up is not None:  # the loop dropped the loader exploring
+                self._explores(self.start.taken_up)
         if ranks is not None:  # rank 0's start and budget, and its loaders made anew, for all
             anew = self._loader.passes if self.made_anew else None
             first = ranks.start(loader, lambda: Decision(start, self.share, anew=anew))
             start, self.share, self.made_anew = first.settings, first.share, first.anew is not None
         if start is not None or self.made_anew:  # a loader made anew reads in one epoch
             self._loader.start_at(start or self._loader.own, made_anew=self.made_anew)
-
-    def _resume(
-        self, loader: Loader, storage: str, name: str | None, ranks: int
-    ) -> PipelineConfig | None:
-        """The setting an earlier run of the job kept, from its record (``JobRecord``)."""
-        self._facts = detect(want_cuda=torch.cuda.is_available())
-        self.job = job_record.JobRecord.of(loader, self._facts, storage, name, sampler(), ranks)
-        # the loop made its loader anew: it goes on with what the one before explored, if any
-        self.made_anew = bool(self.share) and made_anew.dropped_before(self.job.job, loader)
-        if self.made_anew and (left := made_anew.taken_up(self.job.job, loader)) is not None:
-            explorer, self.job = left  # and the loop may drop this one, too
-            self._explores(explorer)
-            return explorer.current
-        earlier = self.job.start()
-        if self.job.deferred:  # the note's: checked against the storage when the run ends
-            self._check_at_end = Finalize(loader, self.job.check_deferred, exitpriority=0)
-        if earlier is None:
-            return None
-        self._started_from = self.job.origin  # explored again only where its rate moves:
-        self._watch = DriftWatch(kept_rate=earlier.samples_per_s) if self.share else None
-        made_anew.say_once(f"{earlier.settings.short()}, as {self.job.origin}", self.job.job.name)
-        return earlier.settings
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered`` (counted): several ranks agree, if due."""
@@ -178,15 +154,8 @@ class Tuning:
         """Tells the explorer a settled reading; switches to the setting it proposes next."""
         if not self.share:  # off
             return
-        if (watch := self._watch) is not None and self.job is not None:  # started at a kept
-            whole = charged(reading, watch.restarts, self._loader.pass_length)  # as kept
-            if watch.kept is None:  # the run's first reading of it: its rate, where none was kept
-                self.job.started_at(whole)
-            if not watch.drifted(whole):
-                return
-            log.info("autotune.DataLoader: %s: %s; exploring", reading.settings.short(), watch.why)
-            self._watch = None
-            self.job.check_deferred()  # the study a note put off, opened to record in
+        if self.start.holds(reading, self._loader.pass_length):  # an earlier run's, as it was
+            return
         if self.explorer is None and not self._explore_from(reading):
             return
         if reading.settings == self.explorer.current:  # type: ignore[union-attr]
@@ -201,13 +170,13 @@ class Tuning:
             log.info("autotune.DataLoader: %s", unsplit_note(loader.dataset, workers))
         try:
             self.explorer = Explorer.on_run(
-                self._facts or detect(want_cuda=torch.cuda.is_available()), first,
+                self.start.facts, first,
                 batch_size=loader.batch_size or 1, ranks=self.ranks.local if self.ranks else 1,
                 window=self._window, workers=workers, share=self.share,
                 persist_refused=self._dataset_renewed,  # the loop changes its Dataset
                 run_share=self._run_share, batches_per_epoch=loader.epoch_length,
                 whole_epochs=not loader.switches_mid_epoch,
-                study=self.job.study if self.job else None,
+                study=self.start.job.study if self.start.job else None,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the storage failed: the run goes on
             record.not_recorded("the study's storage", exc)
@@ -220,7 +189,9 @@ class Tuning:
         """This run explores with ``explorer``: its own, or one a loader made before it left."""
         loader, self.explorer = self._loader, explorer
         explorer.joined(loader.passes, made_anew=self.made_anew)  # a pass left early: an epoch
-        made_anew.explores(self.job, loader, explorer)  # the next loader's where this is dropped
+        made_anew.explores(
+            self.start.job, loader, explorer
+        )  # the next loader's where this is dropped
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
         """Switches to what the explorer ``propose``s (each of its decisions), the setting kept
@@ -251,28 +222,27 @@ class Tuning:
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
         elif explorer is None and self.share and failure and failure.kind is UNTIMEABLE:
-            about = self.job.job.name if self.job else ""  # said once: each loader made anew
+            about = (
+                self.start.job.job.name if self.start.job else ""
+            )  # said once: each loader made anew
             made_anew.say_once(f"{settings.short()} {failure.message}; not tuned", about)
             self.share = 0.0  # nothing else can be read against it
         elif explorer is None and failure == record.RENEWED:  # several ranks': the twin, for all
             self._loader.switch(dataclasses.replace(settings, persistent_workers=False))
-        elif self._watch is not None and self.job and failure and failure.kind in WORKERS_FAILED:
-            log.info("autotune.DataLoader: %s kept no more; exploring", settings.short())
-            self._watch, self._started_from = None, job_record.YOURS
-            self.job.forget_kept()
+        elif failure and failure.kind in WORKERS_FAILED and self.start.kept_failed(settings):
             self._loader.switch(self._loader.own)  # every rank's, where one fell back alone
 
     def _note_kept(self, loader: Loader) -> None:
         """The setting kept, where one is, noted for the next run here and as the study's
         best.yaml, where it is news (at once: a loop may leave before its epoch ends)."""
-        job, explorer = self.job, self.explorer
+        job, explorer = self.start.job, self.explorer
         if explorer is None or not explorer.settled or job is None:
             return
         if job.note_kept(explorer.current, explorer.best):  # and best.yaml beside its study
             best_yaml.kept_on_run(
-                loader, explorer, job, started_from=self._started_from,
+                loader, explorer, job, started_from=self.start.origin,
                 ranks=self.ranks.local if self.ranks else 1,
-                facts=self._facts or detect(want_cuda=torch.cuda.is_available()),
+                facts=self.start.facts,
             )  # fmt: skip
 
     def dataset_changed(self, names: list[str]) -> None:

@@ -70,8 +70,8 @@ def test_a_loop_that_leaves_before_its_epoch_ends_still_has_the_setting_kept_wri
     study = loader.explorer.study.study_name
     written = best_file.read(tmp_path / study / "best.yaml")
     assert written.as_is == kept
-    assert loader.tuning.job is not None
-    assert note.read(*loader.tuning.job.job).settings == kept  # the next run starts there
+    assert loader.tuning.start.job is not None
+    assert note.read(*loader.tuning.start.job.job).settings == kept  # the next run starts there
 
 
 def test_the_folder_is_the_study_s_beside_an_sqlite_storage_else_under_studies() -> None:

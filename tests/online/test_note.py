@@ -44,14 +44,14 @@ def _one_epoch(loader: autotune.DataLoader) -> list[PipelineConfig]:
     seen = []
     for _ in loader:
         seen.append(loader.settings)
-        assert loader.tuning.job is not None and loader.tuning.job.study is None
+        assert loader.tuning.start.job is not None and loader.tuning.start.job.study is None
     return seen
 
 
 def _run_ends(loader: autotune.DataLoader) -> None:
     """The loader collected, as at the end of a run: its check of the storage runs once."""
-    loader.tuning._check_at_end()
-    assert not loader.tuning._check_at_end.still_active()
+    loader.tuning.start._check_at_end()
+    assert not loader.tuning.start._check_at_end.still_active()
 
 
 def test_a_later_run_starts_at_the_noted_setting_and_checks_the_storage_when_it_ends(
@@ -68,7 +68,7 @@ def test_a_later_run_starts_at_the_noted_setting_and_checks_the_storage_when_it_
         assert set(_one_epoch(loader)) == {loader.settings} and loader.settings.main_threads == 1
     assert loader.explorer is None and not loader.switches  # nothing explored
     _run_ends(loader)
-    job_record = loader.tuning.job
+    job_record = loader.tuning.start.job
     assert job_record is not None and job_record.study is not None  # opened at the end
     assert note.read(*job) == (kept, None)  # agreed
 
@@ -96,7 +96,7 @@ def test_the_storage_wins_over_a_note_it_does_not_back_from_the_next_run_on(tmp_
     loader = _loader(storage)
     iter(loader)  # no note: the storage opened before the first batch
     tuning = loader.tuning
-    assert tuning.share > 0 and tuning.job is not None and not tuning.job.deferred
+    assert tuning.share > 0 and tuning.start.job is not None and not tuning.start.job.deferred
 
 
 def test_a_note_of_another_job_or_unreadable_is_no_note(tmp_path) -> None:

@@ -467,7 +467,7 @@ new = _update_dataloader(old, sampler)
 read = sorted(i for batch in new for i in batch.tolist())
 print(new.epoch_length, len(new), read == sorted(sampler), new.tuning is not old.tuning,
       (new.tune, new.window, new.storage) == (2.0, window, "{storage}"),
-      new.tuning.share, new.tuning.job.job.storage == "{storage}", new.epochs)
+      new.tuning.share, new.tuning.start.job.job.storage == "{storage}", new.epochs)
 """
 
 
@@ -484,7 +484,7 @@ def test_a_loader_made_outside_a_hook_is_re_created_with_its_arguments(tmp_path)
     assert new.epoch_length == len(new) == 9  # its share: 35 samples in batches of 4
     next(iter(new))
     assert new.tuning is not None and new.tuning.share == 2.0
-    assert new.tuning.job is not None and new.tuning.job.job.storage == storage
+    assert new.tuning.start.job is not None and new.tuning.start.job.job.storage == storage
 
 
 @pytest.mark.slow  # a fresh interpreter, where autotune's class is made after Lightning's patch

@@ -150,7 +150,7 @@ def test_its_study_s_report_says_what_it_kept(tmp_path) -> None:
     # and noted on this host, where the next run starts before its first batch
     # with the rate it was kept at: a next run far off it is not this job (``DriftWatch``)
     rate = store.study_attr(loader.explorer.study, StudyKey.ONLINE_KEPT_RATE)
-    job_record = loader.tuning.job
+    job_record = loader.tuning.start.job
     assert job_record is not None and note.read(*job_record.job) == (kept, rate) and rate > 0
 
 
@@ -184,24 +184,26 @@ def test_with_no_setting_kept_a_run_starts_at_the_newest_offline_pick_for_its_lo
     assert first.switches == [] and first.explorer is None  # it explores nothing
     assert f"{starts_at.short()}, as the offline study newer picked" in caplog.text
     # the run's own study records no trial; the pick is noted where the next run starts
-    assert not optuna.load_study(study_name=first.tuning.job.job.name, storage=storage).trials
+    assert not optuna.load_study(
+        study_name=first.tuning.start.job.job.name, storage=storage
+    ).trials
     _epochs_until(first, lambda: bool(first.readings), epochs=20)  # the run has read the pick
     assert first.explorer is None and not first.switches
     # then kept at the rate this run read it at, over whole epochs (each epoch's start
     # charged: till one is read, a worker's batch): a later run far off it is another job
     rate = round(charged(first.readings[0], {}, len(first)).samples_per_s, 2)
     assert rate < round(first.readings[0].samples_per_s, 2)
-    study = optuna.load_study(study_name=first.tuning.job.job.name, storage=storage)
+    study = optuna.load_study(study_name=first.tuning.start.job.job.name, storage=storage)
     assert store.study_attr(study, StudyKey.ONLINE_KEPT) == pick.to_dict()
     assert store.study_attr(study, StudyKey.ONLINE_KEPT_RATE) == rate
-    assert note.read(*first.tuning.job.job) == (pick, rate) and not study.trials
+    assert note.read(*first.tuning.start.job.job) == (pick, rate) and not study.trials
     markdown.write_report(storage, study.study_name, tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
     assert f"kept `{pick.short()}` at {rate:.1f} samples/s" in text
     assert "the setting the run started at (its own, or an offline study's pick)" in text
     second = loader()
     sum(1 for _ in second)
-    assert second.settings == starts_at and second.tuning.job.study is None  # from the note
+    assert second.settings == starts_at and second.tuning.start.job.study is None  # from the note
 
 
 def test_points_an_earlier_run_queued_and_never_asked_are_failed_at_the_next_open(
@@ -323,7 +325,7 @@ def test_a_kept_setting_whose_workers_fail_falls_back_to_yours_and_is_kept_no_mo
     # torch's loader with your arguments (no workers) reads every epoch: so does this run
     _epochs_until(first, lambda: first.explorer is not None, epochs=5)
     assert first.switches and first.switches[-1].settings == first.own  # fell back
-    assert first.switches[-1].fell_back and first.tuning._started_from.startswith("your")
+    assert first.switches[-1].fell_back and first.tuning.start.origin.startswith("your")
     noted, stored = note.read(*job), record.kept(record.open_record(*job, sampler()))
     assert kept not in {noted and noted.settings, stored and stored.settings}
     again = run()  # starts where this run left: never at the setting that failed
