@@ -212,9 +212,11 @@ def _profile(
     source = copy.data() if copy is not None else session.source
     profiled = _cpu_decoder(pipeline.decoder)
     log.info("diagnose: timing each stage on %d samples", min(len(source), conf.diagnose.samples))
+    # the slowest listed, timed again with as many more: one preempted once is not listed
     profile = profile_stages(
-        source, recipe, profiled, conf.diagnose.samples, pipeline.batch_size, conf.seed
-    )
+        source, recipe, profiled, conf.diagnose.samples, pipeline.batch_size, conf.seed,
+        second_look=2 * conf.diagnose.slowest,
+    )  # fmt: skip
     if isinstance(source, DecodedPixels):
         return profile, {}
     compared = pick(len(source), conf.diagnose.decoder_samples, conf.seed + 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from autotune.diagnose.markdown import tail_lines
 from autotune.pipeline import loader, recipes
 from autotune.pipeline.config import PipelineConfig
 from autotune.pipeline.sources import Source, scan_imagefolder, synthetic
+from autotune.runtime import stages
 from autotune.runtime.copy_profile import profile_copy
 from autotune.runtime.job import TrialJob
 from autotune.runtime.sample_stages import LOADER_STAGES
@@ -124,13 +126,44 @@ def test_slowest_files_are_the_large_ones(mixed_folder: tuple[Source, set[str]])
     sizes = {p: Path(p).stat().st_size for p in source.paths}
     small_median = float(np.median([s for p, s in sizes.items() if p not in large]))
     assert min(sizes[p] for p in large) > 20 * small_median  # the folder is what it claims
-    profile = profile_stages(source, recipes.from_config(RecipeConfig()), "pil", len(source))
+    recipe = recipes.from_config(RecipeConfig())
+    profile = profile_stages(source, recipe, "pil", len(source), second_look=6)
     assert {s.path for s in profile.slowest(3)} == large
     listed = re.findall(r"^\| (/\S+) \|", "\n".join(tail_lines(profile, 5)), re.M)
     assert set(listed[:3]) == large and len(listed) == 5
     assert all("2400x1800 |" in line for line in tail_lines(profile, 3)[-3:])
     p50, p99 = profile.load_percentiles((50, 99)).values()
     assert p99 > 5 * p50  # 3 of 33 files: the tail is theirs
+
+
+def test_a_small_file_preempted_once_is_not_taken_for_a_slow_one(
+    mixed_folder: tuple[Source, set[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, large = mixed_folder
+    small = next(p for p in source.paths[2:] if p not in large)  # past the warm-up's two
+    its_bytes, preempted = Path(small).read_bytes(), []
+    real = stages.sample_stages
+
+    def once_preempted(*args, **kwargs):
+        sample = real(*args, **kwargs)
+
+        def timed(data, clock):
+            if data == its_bytes and not preempted:  # the machine took its CPU mid-decode
+                preempted.append(small)
+                time.sleep(0.5)
+            return sample(data, clock)
+
+        return timed
+
+    monkeypatch.setattr(stages, "sample_stages", once_preempted)
+    recipe = recipes.from_config(RecipeConfig())
+    once = profile_stages(source, recipe, "pil", len(source))
+    assert preempted and once.slowest(1)[0].path == small  # the fault, timed once
+    preempted.clear()
+    again = profile_stages(source, recipe, "pil", len(source), second_look=6)
+    assert preempted and {s.path for s in again.slowest(3)} == large
+    (its,) = [s for s in again.samples if s.path == small]
+    assert its.load_s < min(s.load_s for s in again.samples if s.path in large)
 
 
 def test_profile_skips_a_file_damaged_past_its_header(tmp_path: Path) -> None:
