@@ -9,10 +9,16 @@ sample's wall time as slow storage does; only the run-queue delay says which it 
 
 Where the kernel does not count them (no ``/proc``, no ``CONFIG_SCHED_INFO``), the CPU time
 comes from the process's own clocks and nothing is said to have queued.
+
+Another process's CPU time is read from its CPU-time clock (``clock_getcpuclockid``: in
+nanoseconds, its threads that ended too), not from ``/proc/<pid>/stat``, which counts in
+clock ticks of 10 ms: a worker that sleeps in its reads uses a few milliseconds in a span
+of tens, and whole ticks would read it as 0 or as twice its use.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from dataclasses import dataclass
@@ -54,6 +60,10 @@ def _read(path: str) -> CpuTimes | None:
 
 
 COUNTED = _read("/proc/thread-self/schedstat") is not None  # this kernel counts them
+# another process's CPU-time clock, where the C library gives one (glibc, musl: not macOS)
+_getcpuclockid = (
+    getattr(ctypes.CDLL(None), "clock_getcpuclockid", None) if os.name == "posix" else None
+)
 
 
 def thread_times() -> CpuTimes:
@@ -62,12 +72,31 @@ def thread_times() -> CpuTimes:
     return counted or CpuTimes(time.thread_time(), 0.0)
 
 
+def _cpu_clock(pid: int) -> int | None:
+    """The id of process ``pid``'s CPU-time clock; None where this C library has none."""
+    clock = ctypes.c_int()
+    if _getcpuclockid is None or _getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        return None
+    return clock.value
+
+
+def _process_cpu_s(pid: int) -> float:
+    """Process ``pid``'s CPU seconds, its threads' that ended too (``psutil.Error``: gone)."""
+    clock = _cpu_clock(pid)
+    if clock is None:  # no such clock here: the kernel's ticks
+        return sum(psutil.Process(pid).cpu_times()[:2])
+    try:
+        return time.clock_gettime(clock)
+    except OSError as exc:  # the process is gone (its clock with it)
+        raise psutil.NoSuchProcess(pid) from exc
+
+
 def process_times(pid: int) -> CpuTimes:
     """The process's CPU seconds (its threads' that ended too), and the seconds its threads
     alive now were queued for a CPU (a worker's: its reading thread and the one that sends
     its batches; a thread that ends takes its own out). Raises ``psutil.Error`` where the
     process is gone."""
-    ran = sum(psutil.Process(pid).cpu_times()[:2])
+    ran = _process_cpu_s(pid)
     if not COUNTED:
         return CpuTimes(ran, 0.0)
     try:

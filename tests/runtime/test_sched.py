@@ -4,6 +4,8 @@ as the kernel counts them, with real processes holding the CPUs."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -55,6 +57,40 @@ def test_a_process_s_times_are_read_while_it_lives_and_a_gone_one_raises(neighbo
     child.wait()
     with pytest.raises(psutil.Error):
         sched.process_times(child.pid)
+
+
+# a child that spins 3 ms of its own CPU time for each line it reads, and says so
+_SPIN_ON_ASK = """
+import sys, time
+for _ in sys.stdin:
+    end = time.thread_time() + 0.003
+    while time.thread_time() < end:
+        pass
+    print("spun", flush=True)
+"""
+
+
+def test_a_process_s_cpu_time_is_read_finer_than_the_kernel_s_10_ms_ticks() -> None:
+    """A worker that sleeps in its reads uses a few milliseconds of CPU in a span: read in
+    whole ticks, that is 0 or 10 ms."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SPIN_ON_ASK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        spans = []
+        for _ in range(4):  # the first span: its start too (an interpreter's)
+            before = sched.process_times(child.pid)
+            child.stdin.write("spin\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "spun\n"
+            spans.append((sched.process_times(child.pid) - before).ran_s)
+        # its 3 ms, and the little it takes to read a line and write one
+        assert all(0.003 <= ran < 0.005 for ran in spans[1:]), spans
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_where_the_kernel_does_not_count_cpu_time_comes_from_the_process_clocks(
