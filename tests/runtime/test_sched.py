@@ -52,7 +52,9 @@ def test_a_process_s_times_are_read_while_it_lives_and_a_gone_one_raises(neighbo
     later = sched.process_times(child.pid) - first
     wall = time.perf_counter() - wall  # the sleep and what this process waited to wake
     assert later.ran_s > 0  # it spun on a CPU in between
-    assert later.ran_s + later.queued_s <= wall + 0.01  # one thread: no more than its wall
+    # one thread: no more than its wall, but for the wait it was in at the first read, which
+    # the kernel charges whole as it ends (a slice or a few of the spinners beside it)
+    assert later.ran_s + later.queued_s <= wall + 0.05
     child.kill()
     child.wait()
     with pytest.raises(psutil.Error):
