@@ -37,7 +37,8 @@ class RunStart:
         self.job: job_record.JobRecord | None = None  # rank 0's, from the first epoch's start
         self.origin = job_record.YOURS  # where the setting the run started at is from
         self.taken_up: Explorer | None = None  # a dropped loader's, this one goes on with
-        self.made_anew = False  # the loop dropped the job's loader before this one
+        # the loop dropped the job's loader before this one (with several ranks: rank 0's)
+        self.made_anew = False
         self._facts: MachineFacts | None = None
         self._watch: DriftWatch | None = None  # started at a kept setting: its rate watched
         self._check_at_end: Finalize | None = None  # a note's start: the study checked then

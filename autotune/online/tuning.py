@@ -5,12 +5,11 @@ The loader (``loader``) reads each epoch's batches with its current settings, ti
 (``meter``) and switches them between two batches when asked; this is what asks. At the first
 epoch's start the run starts at the setting an earlier run of the job kept, and explores
 nothing unless that setting's rate moves; else at the user's own settings (``run_start``).
-Each settled reading goes
-to the explorer (``explorer``), whose proposal is the loader's next switch, within the
-budget ``tune=`` gives (``budget``). A setting whose workers failed, or that no epoch could
-time, is the explorer's to replace. Where several ranks decide together (``ranks``), this is
-the ``Leader`` of their syncs: only rank 0's explores, on the node's readings, and its
-decision is every rank's switch.
+Each settled reading goes to the explorer (``explorer``), whose proposal is the loader's
+next switch, within the budget ``tune=`` gives (``budget``). A setting whose workers failed,
+or that no epoch could time, is the explorer's to replace. Where several ranks decide
+together (``ranks``), this is the ``Leader`` of their syncs: only rank 0's explores, on the
+node's readings, and its decision is every rank's switch.
 """
 
 from __future__ import annotations
@@ -60,8 +59,7 @@ class Tuning:
         self.start = RunStart()  # where the run starts: an earlier run's kept setting, say
         self.explorer: Explorer | None = None  # None before the first setting is measured
         self.ranks: Ranks | None = None  # several ranks deciding together: rank 0 for all
-        # the loop changes its Dataset between epochs; made the loader anew (``made_anew``)
-        self._dataset_renewed = self.made_anew = False
+        self._dataset_renewed = False  # the loop changes its Dataset between epochs
 
     @property
     def _loader(self) -> Switchable:
@@ -109,15 +107,15 @@ class Tuning:
             start = self.start.resume(
                 loader, storage, name, ranks=world, exploring=bool(self.share)
             )
-            self.made_anew = self.start.made_anew
             if self.start.taken_up is not None:  # the loop dropped the loader exploring
                 self._explores(self.start.taken_up)
         if ranks is not None:  # rank 0's start and budget, and its loaders made anew, for all
-            anew = self._loader.passes if self.made_anew else None
+            anew = self._loader.passes if self.start.made_anew else None
             first = ranks.start(loader, lambda: Decision(start, self.share, anew=anew))
-            start, self.share, self.made_anew = first.settings, first.share, first.anew is not None
-        if start is not None or self.made_anew:  # a loader made anew reads in one epoch
-            self._loader.start_at(start or self._loader.own, made_anew=self.made_anew)
+            start, self.share = first.settings, first.share
+            self.start.made_anew = first.anew is not None
+        if start is not None or self.start.made_anew:  # a loader made anew reads in one epoch
+            self._loader.start_at(start or self._loader.own, made_anew=self.start.made_anew)
 
     def before_batch(self, delivered: int) -> None:
         """Before the epoch's batch ``delivered`` (counted): several ranks agree, if due."""
@@ -188,7 +186,9 @@ class Tuning:
     def _explores(self, explorer: Explorer) -> None:
         """This run explores with ``explorer``: its own, or one a loader made before it left."""
         loader, self.explorer = self._loader, explorer
-        explorer.joined(loader.passes, made_anew=self.made_anew)  # a pass left early: an epoch
+        explorer.joined(
+            loader.passes, made_anew=self.start.made_anew
+        )  # a pass left early: an epoch
         made_anew.explores(
             self.start.job, loader, explorer
         )  # the next loader's where this is dropped
