@@ -9,7 +9,9 @@ A point the sampler proposes again is told its rate without running (a repeat, c
 nothing): ``REPEATS_TO_STOP`` of them in a row, or every point measured, and the sampler has
 nothing new. A point queued outside the run's space (by an earlier build's run), or one no
 epoch can time, is failed with why before it runs; for the sampler's, the point with the
-most workers below it that an epoch can time is measured in its place. A setting asked or
+most workers below it that an epoch can time, and not measured yet, is measured in its
+place (the sampler, told nothing of a failed point, asks for its like again: the one most
+workers below, once measured, would end the asking as repeats). A setting asked or
 being measured when the run stops is recorded as interrupted. What to measure when, and
 what to keep, is the explorer's (``explorer``).
 """
@@ -114,10 +116,11 @@ class Proposals:
                 self._fail(trial, config, why)
                 if why.kind is not FailureKind.UNTIMEABLE:
                     continue
-                if (nearest := self._timeable_below(config, untimeable)) is None:
+                below = self._timeable_below(config, untimeable)
+                if not below:
                     return None  # no fewer workers fit: nothing here can be timed
-                if nearest in self._told:
-                    repeats += 1
+                if (nearest := next((c for c in below if c not in self._told), None)) is None:
+                    repeats += 1  # each that fits measured already
                     continue
                 self._point, config = self.space.params_of(nearest), nearest
             return config
@@ -125,17 +128,14 @@ class Proposals:
 
     def _timeable_below(
         self, config: PipelineConfig, untimeable: Callable[[PipelineConfig], Failure | None]
-    ) -> PipelineConfig | None:
-        """``config`` with the most workers below its own that an epoch can time (it times
-        whole rounds of them: fewer fit sooner), measured in its place: else the sampler,
-        told nothing of a failed point, asks for its like again and again."""
+    ) -> list[PipelineConfig]:
+        """``config`` with each count of workers below its own that an epoch can time (it
+        times whole rounds of them: fewer fit sooner), the most first."""
         params = self.space.params_of(config) or {}
         below = [w for w in self.space.choices("num_workers") if w < config.num_workers]
-        for workers in sorted(below, reverse=True):
-            nearest = self.space.config_at(params | {"num_workers": workers})
-            if self.space.params_of(nearest) is not None and untimeable(nearest) is None:
-                return nearest
-        return None
+        fewer = [self.space.config_at(params | {"num_workers": w}) for w in sorted(below)[::-1]]
+        fitting = [c for c in fewer if self.space.params_of(c) is not None and not untimeable(c)]
+        return list(dict.fromkeys(fitting))  # no workers: one setting, whatever else is asked
 
     def tell(
         self, settings: PipelineConfig, reading: Reading | None, failure: Failure | None = None

@@ -64,7 +64,8 @@ def test_a_point_no_epoch_can_time_is_failed_with_why_and_the_next_asked(proposa
 def test_a_sampler_point_no_epoch_can_time_is_measured_with_the_most_workers_that_fit() -> None:
     """Told nothing of a failed point, the sampler would ask for its like again and again
     (a trial each, in the training loop's time): the same point with fewer workers, as many
-    as an epoch can time, is measured in its place; once measured, a repeat."""
+    as an epoch can time, is measured in its place; once measured, the next fewer that fit;
+    once each is measured, a repeat."""
     space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 2, 4, 8))
     proposals = Proposals(space, optuna.create_study(direction="maximize"))
     many = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "main_threads": 1}
@@ -80,9 +81,12 @@ def test_a_sampler_point_no_epoch_can_time_is_measured_with_the_most_workers_tha
     proposals.tell(asked, reading(asked, 100.0))
     measured = proposals.study.trials[1]
     assert measured.params == space.params_of(asked) and measured.value == 100.0
-    for _ in range(REPEATS_TO_STOP):  # its like, beyond reach: the nearest measured already
+    for _ in range(1 + REPEATS_TO_STOP):  # its like, beyond reach, the nearest measured
         proposals.study.enqueue_trial({**many, "num_workers": 4})
-    assert proposals.ask(fits) is None and not proposals.asked  # nothing new
+    fewer = proposals.ask(fits)  # the next fewer workers that fit, not measured yet
+    assert fewer == space.config_at({**many, "num_workers": 0})
+    proposals.tell(fewer, reading(fewer, 50.0))
+    assert proposals.ask(fits) is None and not proposals.asked  # each measured: nothing new
     # where no fewer workers fit either, nothing here can be timed: one trial, no more asked
     trials = len(proposals.study.trials)
     proposals.study.enqueue_trial({**many, "prefetch_factor": 2})
