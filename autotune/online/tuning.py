@@ -186,12 +186,9 @@ class Tuning:
     def _explores(self, explorer: Explorer) -> None:
         """This run explores with ``explorer``: its own, or one a loader made before it left."""
         loader, self.explorer = self._loader, explorer
-        explorer.joined(
-            loader.passes, made_anew=self.start.made_anew
-        )  # a pass left early: an epoch
-        made_anew.explores(
-            self.start.job, loader, explorer
-        )  # the next loader's where this is dropped
+        # a pass the loop leaves early is its epoch; where it drops the loader, the next goes on
+        explorer.joined(loader.passes, made_anew=self.start.made_anew)
+        made_anew.explores(self.start.job, loader, explorer)
 
     def _follow(self, propose: Callable[[Explorer], PipelineConfig]) -> None:
         """Switches to what the explorer ``propose``s (each of its decisions), the setting kept
@@ -222,9 +219,8 @@ class Tuning:
         if explorer is not None and settings == explorer.current:  # kept too: the next best
             self._follow(lambda explorer: explorer.failed(failure))
         elif explorer is None and self.share and failure and failure.kind is UNTIMEABLE:
-            about = (
-                self.start.job.job.name if self.start.job else ""
-            )  # said once: each loader made anew
+            # said once for the job: each loader made anew would say it again
+            about = self.start.job.job.name if self.start.job else ""
             made_anew.say_once(f"{settings.short()} {failure.message}; not tuned", about)
             self.share = 0.0  # nothing else can be read against it
         elif explorer is None and failure == record.RENEWED:  # several ranks': the twin, for all
