@@ -136,6 +136,7 @@ def test_slowest_files_are_the_large_ones(mixed_folder: tuple[Source, set[str]])
     assert p99 > 5 * p50  # 3 of 33 files: the tail is theirs
 
 
+@pytest.mark.slow  # two profiles of the folder, its large files decoded again: seconds
 def test_a_small_file_preempted_once_is_not_taken_for_a_slow_one(
     mixed_folder: tuple[Source, set[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
