@@ -23,6 +23,8 @@ import torch.utils.data
 from torch.utils.data import _utils
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _MultiProcessingDataLoaderIter
 
+from autotune.online.frozen_fork import frozen_in_forked_workers
+
 CHECK_S = 0.1  # a read waiting on the workers checks that they live this often
 
 
@@ -61,7 +63,8 @@ class _WatchedWorkers(_MultiProcessingDataLoaderIter):
 
 class WatchedDataLoader(torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose workers' deaths are raised by its iterator's
-    ``next()`` alone (within ``CHECK_S``); ``base_seed``, where set, seeds its workers."""
+    ``next()`` alone (within ``CHECK_S``); ``base_seed``, where set, seeds its workers, and
+    a worker forked freezes what it inherited (``frozen_fork``)."""
 
     base_seed: int | None = None
 
@@ -69,4 +72,5 @@ class WatchedDataLoader(torch.utils.data.DataLoader):
         if self.num_workers == 0:
             return super()._get_iterator()
         self.check_worker_number_rationality()
-        return _WatchedWorkers(self)
+        with frozen_in_forked_workers():
+            return _WatchedWorkers(self)
