@@ -7,7 +7,8 @@ proposes while the budget left (``budget``) holds a setting's shortest timing, e
 once clearly below the best so far (``meter``: the study's pruning rule). While it is
 short, the best so far runs and is kept (recorded), until the run has earned another timing.
 A proposal already measured is told its rate, not run again (three in a row, or every point
-measured, end it); one no epoch can time fails at once (``proposals``: ask and tell). The
+measured, end it); one no epoch can time fails at once, and one whose workers' start the
+budget left cannot pay waits until it can (``admission``; ``proposals``: ask and tell). The
 run's own settings are kept unless another measured faster by more than half the two
 readings' spreads; where the fastest other read faster within that noise, both are measured
 once more, and each one's two readings pooled, before one is kept. A setting whose workers
@@ -27,6 +28,7 @@ import optuna
 
 from autotune.machine import MachineFacts
 from autotune.online import record
+from autotune.online.admission import Admission, WorkerStarts
 from autotune.online.budget import Budget, Passes, charged, min_setting_s
 from autotune.online.drift import DriftWatch
 from autotune.online.loader_cpu import reads_wait
@@ -60,17 +62,20 @@ class Explorer:
         run_share: float = 0.0,
         study: optuna.Study | None = None,
         persist_refused: bool = False,
+        starts: WorkerStarts | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``batches_per_epoch``: None until known (a stream's, at its first epoch's end);
         ``whole_epochs``: a switch waits for the next epoch, so a proposal runs one;
         ``fewest_batches``: the fewest batches of an epoch that can time a setting (one longer
         fails at once); ``study``: where each setting is recorded (``record.open_record``),
-        else memory; ``persist_refused``: the loop changes its Dataset (``refuse_persistent``)."""
-        self.space, self._clock = space, clock
+        else memory; ``persist_refused``: the loop changes its Dataset (``refuse_persistent``);
+        ``starts``: its workers' starts, predicted (None: each as quick as a fork)."""
+        self.space, self._clock, self._start = space, clock, start
         budget = share, run_share, whole_epochs, min_setting_s, batches_per_epoch
         self.budget = Budget(*budget, clock=clock)
-        self._fewest_batches, self._start = fewest_batches, start
+        starts, refused = starts or WorkerStarts(1, slow=False), persist_refused
+        self.admission = Admission(self.budget, fewest_batches, starts, persist_refused=refused)
         self.proposals, self._asked_at = Proposals(space, study), 0.0
         self.paused = False  # the budget is short: the best so far runs until it has grown
         self._readings: dict[PipelineConfig, Reading] = {}  # charged their restarts
@@ -81,7 +86,7 @@ class Explorer:
         self._current, self.done = start, False
         self.rechecks = 0  # times the kept setting's rate moved and the choice was remade
         self._drift: DriftWatch | None = None  # once settled: the kept setting's rate watched
-        self._priors_due, self._persist_refused = False, persist_refused
+        self._priors_due = False
         if (start_params := space.params_of(start)) is not None:  # measured first, a trial
             self.proposals.queue(start_params)
             self._ask()
@@ -97,11 +102,13 @@ class Explorer:
         ranks: int,
         window: WindowConfig,
         workers: tuple[int, ...] | None = None,
+        slow_starts: bool = False,
         **budget: Any,
     ) -> Explorer:
         """An explorer of what a run here may switch (``online_space``, a rank's share; workers
         past the CPUs where ``first`` reads wait; only ``workers``' counts, where given), from
-        the setting it read, timed by ``window``'s rules; ``budget``: its own (``share``, ...)."""
+        the setting it read, timed by ``window``'s rules; ``slow_starts``: each worker starts
+        an interpreter (``admission``); ``budget``: its own (``share``, ...)."""
         waits, cuda = reads_wait(first, facts, ranks), trains_on_cuda()
         space = online_space(
             facts, batch_size=batch_size, cuda=cuda, ranks=ranks, read_wait=waits, workers=workers
@@ -110,7 +117,8 @@ class Explorer:
             log.info("autotune.DataLoader: %s", waits.note(max(1, facts.usable_cpus // ranks)))
         return cls(
             space, first.settings, min_setting_s=min_setting_s(window),
-            fewest_batches=lambda settings: fewest_batches(settings, window), **budget,
+            fewest_batches=lambda settings: fewest_batches(settings, window),
+            starts=WorkerStarts(facts.usable_cpus // ranks, slow=slow_starts), **budget,
         )  # fmt: skip
 
     @property
@@ -142,6 +150,7 @@ class Explorer:
         setting to run next."""
         if self.budget.started is None:
             self.budget.first_reading(reading)
+        self.admission.starts.seen(reading)
         pass_length = batches_a_pass or self.budget.batches_per_epoch
         reading = charged(reading, self._restarts, pass_length, self.budget.made_anew)
         if reading.settings == self._start and self.start_reading is None:
@@ -190,7 +199,7 @@ class Explorer:
     def refuse_persistent(self) -> None:
         """Workers that persist would not see the Dataset the loop changes between epochs:
         none measured is kept, none proposed is measured (failed as it is asked, for nothing)."""
-        self._persist_refused = True
+        self.admission.persist_refused = True
         for settings in [s for s in self._readings if s.workers_persist]:
             self._readings.pop(settings)
             self.proposals.never_again(settings)
@@ -200,7 +209,7 @@ class Explorer:
         proposal one made anew takes up and cannot time (its loop reads fewer batches) fails."""
         self.budget.passes, self.budget.made_anew = passes, made_anew
         self._asked_at = self._clock()
-        if made_anew and self.proposals.asked and (why := self._refused(self._current)):
+        if made_anew and self.proposals.asked and (why := self.admission.refused(self._current)):
             self.failed(why)
 
     def close(self, why: Failure = record.STOPPED) -> None:
@@ -221,16 +230,18 @@ class Explorer:
         if self._looks_due:  # a second look
             self._current, self.done, self.paused = self._looks_due[0], False, False
             return self._current
-        short = self.budget.short
-        if short and self.paused:
+        if self.paused and self.admission.short:  # until it pays a timing, or what waits
             return self._current
+        short = self.budget.short
         if not short and self._ask():
             self.paused = False
             return self._current
         if self._second_look():
             return self._next()
-        # the budget spent (for now, where it grows), or nothing left to try
-        self.done = not (short and self.budget.grows)
+        # the budget spent (for now, where it grows), or a setting waiting for it to pay its
+        # workers' start, or nothing left to try
+        waiting = self.admission.waiting_s is not None
+        self.done = not ((short or waiting) and self.budget.grows)
         self.paused = not self.done
         return self._keep_best(self._current)
 
@@ -278,23 +289,11 @@ class Explorer:
         """Asks the sampler for a setting not measured yet; False where none is left."""
         if self._priors_due:
             self._priors_due = False
-            for prior in priors(self.space, self._start, fits=lambda c: not self._too_long(c)):
+            for prior in priors(self.space, self._start, fits=self.admission.timeable):
                 self.proposals.queue(prior)
-        config = self.proposals.ask(self._refused)
+        self.admission.asking()
+        config = self.proposals.ask(self.admission.refused, self.admission.unpaid)
         if config is None:
             return False
         self._current, self._asked_at = config, self._clock()
         return True
-
-    def _too_long(self, config: PipelineConfig) -> bool:  # for an epoch (None: unknown)
-        timeable = self.budget.timeable_batches
-        return timeable is not None and self._fewest_batches(config) > timeable
-
-    def _refused(self, config: PipelineConfig) -> Failure | None:
-        """Why ``config`` cannot run here, where it cannot (it is failed, costing nothing):
-        no epoch can time it, or its workers persist where the loop changes its Dataset."""
-        if self._persist_refused and config.workers_persist:
-            return record.RENEWED
-        if not self._too_long(config):
-            return None
-        return record.untimeable(self.budget.batches_per_epoch or 0, self.budget.passes.left_after)

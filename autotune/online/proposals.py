@@ -11,7 +11,10 @@ nothing new. A point queued outside the run's space (by an earlier build's run),
 epoch can time, is failed with why before it runs; for the sampler's, the point with the
 most workers below it that an epoch can time, and not measured yet, is measured in its
 place (the sampler, told nothing of a failed point, asks for its like again: the one most
-workers below, once measured, would end the asking as repeats). A setting asked or
+workers below, once measured, would end the asking as repeats). A point whose workers' start
+the budget left cannot pay (``admission``) waits in the queue, measured first once it is
+paid for; the sampler's has its trial failed with why, and fewer workers whose start is paid
+for measured in its place meanwhile. A setting asked or
 being measured when the run stops is recorded as interrupted. What to measure when, and
 what to keep, is the explorer's (``explorer``).
 """
@@ -32,6 +35,8 @@ from autotune.session.space import SearchSpace
 from autotune.tuner import storage as study_storage
 
 REPEATS_TO_STOP = 3  # proposals in a row already measured: the sampler has nothing new
+# a sampler's point failed for one of these has fewer workers measured in its place that fit
+FEWER_MAY_FIT = (FailureKind.UNTIMEABLE, FailureKind.OVER_BUDGET)
 
 
 class _Told(NamedTuple):
@@ -81,19 +86,28 @@ class Proposals:
             self._told.pop(anew, None)
         self._queued.append(params)
 
-    def ask(self, untimeable: Callable[[PipelineConfig], Failure | None]) -> PipelineConfig | None:
+    def ask(
+        self,
+        refused: Callable[[PipelineConfig], Failure | None],
+        unpaid: Callable[[PipelineConfig], Failure | None] = lambda config: None,
+    ) -> PipelineConfig | None:
         """The next setting not measured yet: a queued one, else the sampler's, its trial
-        asked; None where none is left. One an epoch cannot time (``untimeable`` says why)
-        is failed, costing nothing."""
-        while self._queued:
-            params = self._queued.pop(0)
+        asked; None where none is left. One ``refused`` says can never run here is failed,
+        costing nothing; one ``unpaid`` says cannot run yet stays queued (the sampler's: its
+        trial failed with why, and its point queued), measured first once paid for."""
+        queued, self._queued = self._queued, []
+        for at, params in enumerate(queued):
             config = self.space.config_at(params)
             if config in self._told:  # measured already: nothing to do
                 continue
-            self._point = params
-            if (why := untimeable(config)) is None:
+            if (why := refused(config)) is not None:
+                self._point = params
+                self.tell(config, None, why)
+            elif unpaid(config) is not None:  # asked again, first, once it is paid for
+                self._queued.append(params)
+            else:
+                self._point, self._queued = params, self._queued + queued[at + 1 :]
                 return config
-            self.tell(config, None, why)
         repeats = 0
         while repeats < REPEATS_TO_STOP and len(self._told) < self._points:
             trial = self._trial = self.study.ask()  # from here, a stop records it (``close``)
@@ -102,7 +116,7 @@ class Proposals:
             with warnings.catch_warnings():  # a point queued by an earlier build: failed below
                 warnings.filterwarnings("ignore", message="Fixed parameter")
                 config = self.space.suggest(trial)
-            if self.space.params_of(config) is None:  # queued by a run of another space
+            if (point := self.space.params_of(config)) is None:  # queued by another space's run
                 self._fail(trial, config, record.OUTSIDE)
                 continue
             if (told := self._told.get(config)) is not None:  # told its rate, costing nothing
@@ -112,13 +126,18 @@ class Proposals:
                     self.study.tell(trial, told.samples_per_s)
                 self._trial, repeats = None, repeats + 1
                 continue
-            if (why := untimeable(config)) is not None:
+            if (why := refused(config) or unpaid(config)) is not None:
                 self._fail(trial, config, why)
-                if why.kind is not FailureKind.UNTIMEABLE:
+                if why.kind is FailureKind.OVER_BUDGET and point not in self._queued:
+                    self._queued.append(point)  # measured first, once paid for
+                if why.kind not in FEWER_MAY_FIT:
                     continue
-                below = self._timeable_below(config, untimeable)
-                if not below:
+                below = self._fitting_below(config, lambda c: refused(c) or unpaid(c))
+                if not below and why.kind is FailureKind.UNTIMEABLE:
                     return None  # no fewer workers fit: nothing here can be timed
+                if not below:
+                    repeats += 1  # none fewer paid for yet
+                    continue
                 if (nearest := next((c for c in below if c not in self._told), None)) is None:
                     repeats += 1  # each that fits measured already
                     continue
@@ -126,15 +145,16 @@ class Proposals:
             return config
         return None
 
-    def _timeable_below(
-        self, config: PipelineConfig, untimeable: Callable[[PipelineConfig], Failure | None]
+    def _fitting_below(
+        self, config: PipelineConfig, unfit: Callable[[PipelineConfig], Failure | None]
     ) -> list[PipelineConfig]:
-        """``config`` with each count of workers below its own that an epoch can time (it
-        times whole rounds of them: fewer fit sooner), the most first."""
+        """``config`` with each count of workers below its own that fits (``unfit`` says
+        none: an epoch can time it, whole rounds of workers; the budget pays its start), the
+        most first."""
         params = self.space.params_of(config) or {}
         below = [w for w in self.space.choices("num_workers") if w < config.num_workers]
         fewer = [self.space.config_at(params | {"num_workers": w}) for w in sorted(below)[::-1]]
-        fitting = [c for c in fewer if self.space.params_of(c) is not None and not untimeable(c)]
+        fitting = [c for c in fewer if self.space.params_of(c) is not None and not unfit(c)]
         return list(dict.fromkeys(fitting))  # no workers: one setting, whatever else is asked
 
     def tell(
@@ -214,4 +234,6 @@ class Proposals:
             record.record_failed(trial, failure)
         with record.quiet():
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        self._trial, self._told[config] = None, _Told(0.0, trial.number)
+        self._trial = None
+        if failure.kind is not FailureKind.OVER_BUDGET:  # that one is asked again, paid for
+            self._told[config] = _Told(0.0, trial.number)

@@ -62,6 +62,16 @@ def untimeable(batches_per_epoch: int, left_after: int = 0, between_pauses: int 
     return Failure(FailureKind.UNTIMEABLE, f"could not be timed on this run: {why}")
 
 
+def over_budget(start_s: float, left_s: float) -> Failure:
+    """A setting whose workers' start, predicted from those seen, exploring could not pay
+    when the sampler asked for it: asked again once the budget has grown."""
+    return Failure(
+        FailureKind.OVER_BUDGET,
+        f"its workers' start (about {start_s:.1f} s, from the starts seen on this run) and "
+        f"its shortest timing are more than exploring had left ({max(left_s, 0.0):.1f} s)",
+    )
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Optuna's lines per trial ("Trial 3 finished...") kept out of the user's training

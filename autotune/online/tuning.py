@@ -23,6 +23,7 @@ import torch
 import torch.utils.data
 
 from autotune.online import best_yaml, made_anew, record
+from autotune.online.admission import starts_slowly
 from autotune.online.budget import shares
 from autotune.online.dataset_state import renewed_note
 from autotune.online.explorer import Explorer
@@ -39,7 +40,11 @@ from autotune.schema import WindowConfig
 log = logging.getLogger("autotune.online.loader")
 # a setting's workers failed: no longer a start (not one no epoch here can time, say)
 UNTIMEABLE = FailureKind.UNTIMEABLE  # no epoch (or pass the loop leaves) can time it
-WORKERS_FAILED = set(FailureKind) - {UNTIMEABLE, FailureKind.INVALID_CONFIG}
+WORKERS_FAILED = set(FailureKind) - {
+    UNTIMEABLE,
+    FailureKind.INVALID_CONFIG,
+    FailureKind.OVER_BUDGET,
+}
 Loader = torch.utils.data.DataLoader
 
 
@@ -171,6 +176,7 @@ class Tuning:
                 self.start.facts, first,
                 batch_size=loader.batch_size or 1, ranks=self.ranks.local if self.ranks else 1,
                 window=self._window, workers=workers, share=self.share,
+                slow_starts=starts_slowly(loader),
                 persist_refused=self._dataset_renewed,  # the loop changes its Dataset
                 run_share=self._run_share, batches_per_epoch=loader.epoch_length,
                 whole_epochs=not loader.switches_mid_epoch,

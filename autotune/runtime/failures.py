@@ -29,6 +29,7 @@ class FailureKind(str, enum.Enum):
     CORRUPT_DATA = "corrupt_data"
     INVALID_CONFIG = "invalid_config"
     UNTIMEABLE = "untimeable"
+    OVER_BUDGET = "over_budget"
     HOST_LOST = "host_lost"
     INTERRUPTED = "interrupted"
     ABANDONED = "abandoned"
@@ -62,6 +63,8 @@ _HINTS = {
     FailureKind.INVALID_CONFIG: "fix the search space so that it only yields valid settings",
     FailureKind.UNTIMEABLE: "the run's epochs are shorter than the setting's warm-up and one "
     "timing: longer epochs (more data, smaller batches) let it be measured",
+    FailureKind.OVER_BUDGET: "its workers start slowly (spawn, forkserver): it is measured once "
+    "exploring's budget has grown to pay for their start; a larger tune= pays sooner",
     FailureKind.HOST_LOST: "the host measuring it stopped sending heartbeats (it died): the "
     "study went on",
     FailureKind.INTERRUPTED: "stopped (Ctrl-C, SIGTERM): run the same command again to resume",

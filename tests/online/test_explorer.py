@@ -21,6 +21,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 import autotune
 from autotune.machine import detect
 from autotune.online import explorer as explorer_module
+from autotune.online.admission import WorkerStarts
 from autotune.online.drift import SUSTAINED
 from autotune.online.explorer import Explorer
 from autotune.online.passes import Passes
@@ -912,3 +913,27 @@ def test_a_peek_or_passes_nested_in_one_fail_no_setting_and_leave_the_budget_an_
     failed = [t for t in loader.explorer.study.trials if t.state.name == "FAIL"]
     assert not failed, [store.trial_attr(t, TrialKey.FAILURE) for t in failed]
     loader.release()
+
+
+def test_a_setting_whose_workers_start_slowly_waits_until_the_budget_pays_their_start() -> None:
+    """Under spawn or forkserver, each worker's start is seconds of CPU: 16 workers on 2 CPUs
+    take 8 rounds of the one round of 2 seen (3 s). Exploring pauses at the best so far until
+    a tenth of the run pays 24 s of starts and a timing, then measures them, and keeps them."""
+    space = online_space(FACTS, batch_size=4, cuda=False, workers=(0, 2, 16))
+    clock = Clock()
+    explorer = Explorer(
+        space, START, share=1.0, run_share=0.1, batches_per_epoch=10, min_setting_s=0.5,
+        starts=WorkerStarts(2, slow=True), clock=clock,
+    )  # fmt: skip
+    first_many, paused_waiting = None, False
+    while not explorer.done and clock.now < 2000:
+        settings = explorer.current
+        clock.now += 1.0
+        if settings.num_workers == 16 and first_many is None:
+            first_many = clock.now
+        paused_waiting |= explorer.paused and explorer.admission.waiting_s is not None
+        first_batch_s = 3.1 if settings.num_workers else 0.0  # a start of 3 s a round of 2
+        explorer.measured(Reading(settings, rate_of(settings), 0.02, 0.5, first_batch_s, 10, 1.0))
+    assert paused_waiting
+    assert first_many is not None and first_many > 245  # a tenth of the run: 24.5 s
+    assert explorer.current.num_workers == 16

@@ -18,6 +18,7 @@ from autotune.tuner.store import TrialKey
 SPACE = online_space(detect(want_cuda=False), batch_size=4, cuda=False)
 OWN = PipelineConfig(decoder=AS_IS, batch_size=4, main_threads=1)  # a point of the space
 NEVER = Failure(FailureKind.UNTIMEABLE, "no epoch can time it")
+UNPAID = Failure(FailureKind.OVER_BUDGET, "its workers' start is more than the budget left")
 
 
 def always(config: PipelineConfig) -> None:
@@ -93,6 +94,56 @@ def test_a_sampler_point_no_epoch_can_time_is_measured_with_the_most_workers_tha
     proposals.study.enqueue_trial({**many, "prefetch_factor": 3})
     assert proposals.ask(lambda config: NEVER) is None
     assert [t.state.name for t in proposals.study.trials[trials:]] == ["FAIL", "WAITING"]
+
+
+def test_a_queued_point_whose_start_is_not_paid_for_waits_and_comes_first_once_it_is(
+    proposals,
+) -> None:
+    own = SPACE.params_of(OWN)
+    many = {**own, "num_workers": 2, "prefetch_factor": 2, "persistent_workers": True}  # type: ignore[dict-item]
+    proposals.queue(many)
+    proposals.queue(own)  # type: ignore[arg-type]
+
+    def unpaid(config: PipelineConfig) -> Failure | None:
+        return UNPAID if config.num_workers else None
+
+    assert proposals.ask(always, unpaid) == OWN  # the first queued waits
+    proposals.tell(OWN, reading(OWN, 100.0))
+    assert proposals.ask(always, always) == SPACE.config_at(many)  # paid for now
+    assert [t.state.name for t in proposals.study.trials] == ["COMPLETE"]  # no trial failed
+    proposals.tell(SPACE.config_at(many), reading(SPACE.config_at(many), 150.0))
+    # one that could never run does not wait to be paid for: it fails
+    proposals.queue({**many, "prefetch_factor": 4})
+    proposals.ask(lambda config: NEVER if config.num_workers else None, unpaid)
+    assert proposals.study.trials[2].state == optuna.trial.TrialState.FAIL
+
+
+def test_a_sampler_point_whose_start_is_not_paid_for_is_failed_untold_and_asked_again() -> None:
+    """The sampler's trial is failed with why, fewer workers whose start is paid for are
+    measured in its place, and the point is not told a rate: asked again once the budget
+    has grown, it is measured."""
+    space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 2, 4, 8))
+    proposals = Proposals(space, optuna.create_study(direction="maximize"))
+    many = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "main_threads": 1}
+    proposals.study.enqueue_trial(many)  # the sampler proposes it (forced)
+
+    def unpaid(config: PipelineConfig) -> Failure | None:
+        return UNPAID if config.num_workers > 2 else None
+
+    asked = proposals.ask(always, unpaid)
+    assert asked == space.config_at({**many, "num_workers": 2})
+    (failed,) = proposals.study.trials
+    assert failed.state == optuna.trial.TrialState.FAIL
+    assert failed.user_attrs[TrialKey.FAILURE]["kind"] == "over_budget"
+    proposals.tell(asked, reading(asked, 100.0))
+    for _ in range(1 + REPEATS_TO_STOP):  # asked again: the next fewer, then none is left
+        proposals.study.enqueue_trial(many)
+    fewer = proposals.ask(always, unpaid)
+    assert fewer == space.config_at({**many, "num_workers": 0})
+    proposals.tell(fewer, reading(fewer, 50.0))
+    assert proposals.ask(always, unpaid) is None  # it waits: repeats end the asking
+    proposals.study.enqueue_trial(many)
+    assert proposals.ask(always, always) == space.config_at(many)  # paid for: measured
 
 
 def test_a_setting_whose_workers_failed_is_told_so_and_never_measured_again(proposals) -> None:
