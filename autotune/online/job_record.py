@@ -30,6 +30,8 @@ from autotune.pipeline.loader_job import LoaderJob
 from autotune.tuner import online_start
 
 YOURS = "your DataLoader arguments"  # where a run starts with no earlier setting to start at
+KEPT_HERE = "kept earlier in this process"  # by a loader before it (one made anew each epoch)
+_kept_here: set[Job] = set()  # the jobs a loader of this process kept a setting for
 
 
 def job_fingerprint(
@@ -84,7 +86,10 @@ class JobRecord:
         """The setting kept by an earlier run, where this one starts; None: explore."""
         self._noted = note.read(*self.job)
         self.deferred = self._noted is not None
-        return self._noted if self.deferred else self._open()
+        earlier = self._noted if self.deferred else self._open()
+        if earlier is not None and self.job in _kept_here:  # a loader before this one's
+            self.origin = KEPT_HERE
+        return earlier
 
     def check_deferred(self) -> None:
         """Opens the study a note put off and has the note follow it: the setting it kept
@@ -98,6 +103,7 @@ class JobRecord:
         were kept at (``best``'s, the fastest measured, where it is theirs); whether that
         was news (a setting or rate not noted yet)."""
         rate = best.samples_per_s if best is not None and best.settings == settings else None
+        _kept_here.add(self.job)
         return self._note(Kept(settings, rate and as_stored(rate)))
 
     def forget_kept(self) -> None:

@@ -187,3 +187,19 @@ def test_no_note_is_written_or_read_for_a_storage_in_memory(
         json.dumps({"fingerprint": job.fingerprint, "kept": PipelineConfig().to_dict()})
     )
     assert note.read(*job) is None
+
+
+def test_a_setting_a_loader_of_this_process_kept_is_said_to_be_this_process_s_own(
+    tmp_path,
+) -> None:
+    """A loop that makes its loader anew: once one loader keeps a setting, the next starts
+    from it, and says it was kept earlier in this process, not by an earlier run."""
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+    earlier = job_record.JobRecord(job, sampler())
+    _kept_in_storage(job, kept := PipelineConfig(main_threads=1), rate=100.0)
+    assert earlier.start() == (kept, 100.0) and earlier.origin == "kept by an earlier run"
+    earlier.note_kept(kept, None)  # kept again by this process's loader
+    later = job_record.JobRecord(job, sampler())
+    start = later.start()
+    assert start is not None and start.settings == kept and later.origin == job_record.KEPT_HERE
