@@ -105,11 +105,12 @@ class Admission:
 
     def unpaid(self, config: PipelineConfig) -> Failure | None:
         """Why ``config`` cannot run yet, where the budget left cannot pay its workers'
-        start and its shortest timing (``waiting_s`` keeps the least such need)."""
+        start and the least its timing costs (``Budget.setting_s``); ``waiting_s`` keeps
+        the least such need."""
         start_s = self.starts.predicted_s(config)
         if not start_s:
             return None
-        need_s, left_s = start_s + self._budget.min_setting_s, self._budget.left_s()
+        need_s, left_s = start_s + self._budget.setting_s, self._budget.left_s()
         if need_s <= left_s:
             return None
         self.waiting_s = min(self.waiting_s or need_s, need_s)

@@ -166,10 +166,15 @@ class Budget:
         return max(self.share * self._epoch_s, self.run_share * run_s) - self.spent_s
 
     @property
+    def setting_s(self) -> float:
+        """The least a proposal costs: its shortest timing, or an epoch where it runs one."""
+        return max(self.min_setting_s, self._epoch_s * self.whole_epochs)
+
+    @property
     def short(self) -> bool:
         """Whether what is left cannot pay for one more proposal."""
         left = self.left_s()
-        return left <= 0 or left < max(self.min_setting_s, self._epoch_s * self.whole_epochs)
+        return left <= 0 or left < self.setting_s
 
     @property
     def grows(self) -> bool:
