@@ -23,6 +23,7 @@ from typing import Any
 
 from autotune.online import record
 from autotune.online.budget import Budget
+from autotune.online.proposals import Proposals
 from autotune.online.reading import Reading
 from autotune.pipeline.config import PipelineConfig
 from autotune.runtime.failures import Failure
@@ -116,13 +117,18 @@ class Admission:
         self.waiting_s = min(self.waiting_s or need_s, need_s)
         return record.over_budget(start_s, left_s)
 
-    def asking(self) -> None:
-        """A setting is asked for: which wait is found again."""
+    def ask(self, proposals: Proposals) -> PipelineConfig | None:
+        """``proposals``' next setting that may be measured now; where none may, what waits
+        for the budget is kept (``waiting_s``: the least it needs), till the next ask."""
         self.waiting_s = None
+        config = proposals.ask(self.refused, self.unpaid)
+        if config is not None:  # paid for: what waits is found again at the next ask
+            self.waiting_s = None
+        return config
 
     @property
     def short(self) -> bool:
         """Whether the budget left pays for nothing new: not one more setting's timing, or
-        not the least of those found waiting at the last ask."""
+        not the least of those found waiting at the last ask (one that found nothing)."""
         waiting = self.waiting_s is not None and self._budget.left_s() < self.waiting_s
         return self._budget.short or waiting

@@ -8,7 +8,8 @@ the run will spend: an epoch at a slow first rate (reads that wait, no workers) 
 exploring spend several epochs of the setting it keeps. Each proposal is charged from its
 ask to its reading, less the loop's own time between epochs (its validation); where a switch
 waits for the next epoch (a stream, ``in_order=False``) it runs a whole epoch, and is charged
-one. A stream's epoch is known once its first has ended. Settings are compared over whole
+one, and its workers' start where that is slow (``admission``). A stream's epoch is known once
+its first has ended. Settings are compared over whole
 epochs: one with workers pays each epoch's start (``charged``).
 """
 
@@ -147,11 +148,13 @@ class Budget:
         batches = self.epoch_batches
         return batches / self._batch_rate if batches and self._batch_rate else 0.0
 
-    def charge(self, asked_at: float, between_epochs_s: float = 0.0) -> None:
+    def charge(self, asked_at: float, between_epochs_s: float = 0.0, start_s: float = 0.0) -> None:
         """A proposal asked at ``asked_at`` was read (``between_epochs_s`` of the time since,
-        the loop's own between two epochs, not charged)."""
+        the loop's own between two epochs, not charged); one that ran a whole epoch is
+        charged that epoch and its workers' start (``start_s``: where it is slow)."""
         whole = self.whole_epochs and self._epoch_s
-        self.spent_s += self._epoch_s if whole else self.clock() - asked_at - between_epochs_s
+        spent = self._epoch_s + start_s if whole else self.clock() - asked_at - between_epochs_s
+        self.spent_s += spent
 
     def afresh(self, reading: Reading) -> None:
         """After a drift, read in ``reading``: a fresh start's budget (``share`` of an epoch

@@ -219,7 +219,8 @@ class Explorer:
     def _charge(self, between_epochs_s: float = 0.0) -> None:
         """The setting just told, its time to the budget (the run's own costs nothing)."""
         if self._current != self._start:
-            self.budget.charge(self._asked_at, between_epochs_s)
+            start_s = self.admission.starts.predicted_s(self._current) or 0.0
+            self.budget.charge(self._asked_at, between_epochs_s, start_s)
 
     @property
     def settled(self) -> bool:
@@ -291,8 +292,7 @@ class Explorer:
             self._priors_due = False
             for prior in priors(self.space, self._start, fits=self.admission.timeable):
                 self.proposals.queue(prior)
-        self.admission.asking()
-        config = self.proposals.ask(self.admission.refused, self.admission.unpaid)
+        config = self.admission.ask(self.proposals)
         if config is None:
             return False
         self._current, self._asked_at = config, self._clock()

@@ -10,9 +10,12 @@ import multiprocessing
 import pytest
 import torch
 
+from autotune.machine import detect
 from autotune.online.admission import Admission, WorkerStarts, starts_slowly
 from autotune.online.budget import Budget
+from autotune.online.proposals import Proposals
 from autotune.online.reading import Reading
+from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.failures import FailureKind
 
@@ -70,8 +73,28 @@ def test_a_setting_whose_start_the_budget_cannot_pay_waits_until_the_run_has_gro
     assert "about 24.0 s" in why.message and admission.short  # nothing else waits less
     clock.now = 244.0  # a tenth of the run: 24.5 s
     assert not admission.short and admission.unpaid(MANY) is None
-    admission.asking()
-    assert admission.waiting_s is None
+
+
+def test_what_waits_is_kept_from_an_ask_that_found_nothing_the_budget_pays_for() -> None:
+    clock = Clock()
+    budget = Budget(1.0, run_share=0.1, min_setting_s=0.5, batches_per_epoch=10, clock=clock)
+    budget.first_reading(started(OWN, 3.1))
+    starts = WorkerStarts(2, slow=True)
+    starts.seen(started(OWN, 3.1))  # 3 s a round of 2 workers
+    admission = Admission(budget, lambda settings: 0, starts)
+    space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 16))
+    proposals = Proposals(space, None)
+    many = {"num_workers": 16, "prefetch_factor": 2, "persistent_workers": True, "main_threads": 1}
+    proposals.queue(many)  # waits: 24 s of starts
+    measured = []
+    while (config := admission.ask(proposals)) is not None:  # those without workers
+        assert admission.waiting_s is None  # one was paid for: nothing said to wait
+        measured.append(config)
+        proposals.tell(config, started(config, 0.0))
+    assert measured and all(not config.num_workers for config in measured)
+    assert admission.waiting_s == pytest.approx(24.5) and admission.short
+    clock.now = 245.0
+    assert admission.ask(proposals) == space.config_at(many)  # paid for, first
 
 
 def test_refused_for_good_where_no_epoch_can_time_it_or_persisting_workers_go_stale() -> None:

@@ -47,6 +47,15 @@ def test_a_stream_s_budget_has_its_unit_once_its_first_epoch_ends_and_charges_ep
     assert budget.short
 
 
+def test_a_proposal_that_runs_a_whole_epoch_is_charged_its_workers_slow_start_too() -> None:
+    """Under spawn or forkserver the start comes before the epoch's batches (``admission``)."""
+    budget = Budget(share=4.0, whole_epochs=True, batches_per_epoch=50, clock=lambda: 1.0)
+    budget.first_reading(Reading(PipelineConfig(), 100.0, 0.0, 0.0, 0.0, batches=10, seconds=1.0))
+    assert budget.left_s() == pytest.approx(20.0)  # epochs of 5 s
+    budget.charge(asked_at=0.5, start_s=6.0)
+    assert budget.left_s() == pytest.approx(20.0 - 5.0 - 6.0)
+
+
 def test_after_a_drift_a_long_run_gets_a_fresh_start_s_budget_not_its_tenth_again() -> None:
     now = [0.0]
     budget = Budget(share=1.0, run_share=0.1, batches_per_epoch=50, clock=lambda: now[0])

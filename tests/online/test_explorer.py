@@ -937,3 +937,19 @@ def test_a_setting_whose_workers_start_slowly_waits_until_the_budget_pays_their_
     assert paused_waiting
     assert first_many is not None and first_many > 245  # a tenth of the run: 24.5 s
     assert explorer.current.num_workers == 16
+
+
+def test_a_proposal_that_runs_a_whole_epoch_is_charged_its_workers_slow_start() -> None:
+    """A stream's proposal runs an epoch, charged as one: its workers' start (3 s, under
+    spawn or forkserver) comes before that epoch's batches, and is charged too."""
+    space = online_space(FACTS, batch_size=4, cuda=False, workers=(0, 2))
+    clock = Clock()
+    explorer = Explorer(
+        space, START, share=20.0, batches_per_epoch=10, whole_epochs=True,
+        starts=WorkerStarts(2, slow=True), clock=clock,
+    )  # fmt: skip
+    explorer.measured(Reading(START, 100.0, 0.02, 0.5, 0.0, 10, 1.0))  # epochs of 1 s
+    proposal = explorer.current
+    assert proposal.num_workers == 2
+    explorer.measured(Reading(proposal, 100.0, 0.02, 0.5, 3.1, 10, 1.0))
+    assert explorer.budget.spent_s == pytest.approx(1.0 + 3.0)
