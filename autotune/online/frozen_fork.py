@@ -9,8 +9,8 @@ faults each than their later ones, and about 0.2 s more CPU each, half of it thi
 So a worker this package starts calls ``gc.freeze()`` first thing after the fork (an
 ``os.register_at_fork`` hook): what it inherited moves where no collection looks, and the
 pages stay shared. The freeze is O(1), a list splice. The training process's own collector is
-never touched. A worker started by ``spawn`` or ``forkserver`` inherits no heap and is not
-forked from this process: nothing is done there.
+never touched, nor is what another thread forks meanwhile. A worker started by ``spawn`` or
+``forkserver`` inherits no heap and is not forked from this process: nothing is done there.
 
 Example:
     >>> with frozen_in_forked_workers():
@@ -22,16 +22,17 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import threading
 from collections.abc import Iterator
 
-_starting_workers = False  # set while this process forks workers; each child sees its value
+# the threads forking workers now; a child's only thread is the one that forked it
+_starting: set[int] = set()
 
 
 def _freeze_if_a_worker() -> None:
-    global _starting_workers
-    if _starting_workers:
+    if threading.get_ident() in _starting:
         gc.freeze()
-        _starting_workers = False  # what the worker itself forks is its own business
+    _starting.clear()  # what the worker itself forks is its own business
 
 
 os.register_at_fork(after_in_child=_freeze_if_a_worker)
@@ -39,10 +40,10 @@ os.register_at_fork(after_in_child=_freeze_if_a_worker)
 
 @contextlib.contextmanager
 def frozen_in_forked_workers() -> Iterator[None]:
-    """Each process forked within the block freezes its heap as it starts."""
-    global _starting_workers
-    _starting_workers = True
+    """Each process this thread forks within the block freezes its heap as it starts."""
+    thread = threading.get_ident()
+    _starting.add(thread)
     try:
         yield
     finally:
-        _starting_workers = False
+        _starting.discard(thread)

@@ -5,12 +5,17 @@ fork of it inherits."""
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
+import threading
 
 import pytest
 from torch.utils.data import Dataset
 
 import autotune
+from autotune.online.frozen_fork import frozen_in_forked_workers
+
+FORK = multiprocessing.get_context("fork")  # whatever the platform's default start method
 
 
 class FreezeCounts(Dataset):
@@ -39,8 +44,9 @@ def test_forked_workers_inherit_a_frozen_heap_and_the_training_process_keeps_its
     unfrozen, persistent
 ):
     loader = autotune.DataLoader(
-        FreezeCounts(), batch_size=2, num_workers=2, persistent_workers=persistent, tune=False
-    )
+        FreezeCounts(), batch_size=2, num_workers=2, persistent_workers=persistent, tune=False,
+        multiprocessing_context=FORK,
+    )  # fmt: skip
     for _ in range(2):  # a persistent loader's second epoch forks nothing
         assert min(_read(loader)) > 0
         assert gc.get_freeze_count() == 0
@@ -48,7 +54,9 @@ def test_forked_workers_inherit_a_frozen_heap_and_the_training_process_keeps_its
 
 def test_a_heap_the_user_froze_is_left_frozen(unfrozen):
     gc.freeze()
-    loader = autotune.DataLoader(FreezeCounts(), batch_size=2, num_workers=1, tune=False)
+    loader = autotune.DataLoader(
+        FreezeCounts(), batch_size=2, num_workers=1, tune=False, multiprocessing_context=FORK
+    )
     assert min(_read(loader)) > 0
     assert gc.get_freeze_count() > 0  # not handed back to the collector: the user froze it
 
@@ -73,6 +81,18 @@ def _forked_freeze_count() -> int:
 
 
 def test_a_process_forked_by_anything_else_keeps_its_collector(unfrozen):
-    loader = autotune.DataLoader(FreezeCounts(), batch_size=2, num_workers=1, tune=False)
+    loader = autotune.DataLoader(
+        FreezeCounts(), batch_size=2, num_workers=1, tune=False, multiprocessing_context=FORK
+    )
     assert min(_read(loader)) > 0
     assert _forked_freeze_count() == 0
+
+
+def test_a_process_another_thread_forks_while_workers_start_keeps_its_collector(unfrozen):
+    with frozen_in_forked_workers():
+        others: list[int] = []
+        thread = threading.Thread(target=lambda: others.append(_forked_freeze_count()))
+        thread.start()
+        thread.join()
+        assert others == [0]
+        assert _forked_freeze_count() > 0  # this thread's, as a worker's
