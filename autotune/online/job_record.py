@@ -110,6 +110,7 @@ class JobRecord:
         """The setting an earlier run kept failed here: no longer kept, in the study (opened
         now where a note put it off) nor in the note, so that the next run explores."""
         self.deferred, self._noted = False, None
+        _kept_here.discard(self.job)
         note.forget(self.job.storage, self.job.name)
         self.study = self.study or open_record(*self.job, self._sampler)
         if self.study is None:  # the storage failed: one warning said so
