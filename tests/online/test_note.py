@@ -203,3 +203,16 @@ def test_a_setting_a_loader_of_this_process_kept_is_said_to_be_this_process_s_ow
     later = job_record.JobRecord(job, sampler())
     start = later.start()
     assert start is not None and start.settings == kept and later.origin == job_record.KEPT_HERE
+
+
+def test_a_setting_this_process_kept_and_forgot_marks_no_later_start(tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path}/autotune.db"
+    job = _job(storage)
+    earlier = job_record.JobRecord(job, sampler())
+    _kept_in_storage(job, kept := PipelineConfig(main_threads=1), rate=100.0)
+    earlier.start()
+    earlier.note_kept(kept, None)
+    earlier.forget_kept()  # its workers failed here: kept no more
+    _kept_in_storage(job, kept, rate=100.0)  # kept again, by a run elsewhere
+    later = job_record.JobRecord(job, sampler())
+    assert later.start() is not None and later.origin == "kept by an earlier run"
