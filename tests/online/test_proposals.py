@@ -13,6 +13,7 @@ from autotune.online.reading import Reading
 from autotune.online.space import online_space
 from autotune.pipeline.config import AS_IS, PipelineConfig
 from autotune.runtime.failures import Failure, FailureKind
+from autotune.session.space import SearchSpace
 from autotune.tuner.store import TrialKey
 
 SPACE = online_space(detect(want_cuda=False), batch_size=4, cuda=False)
@@ -27,6 +28,18 @@ def always(config: PipelineConfig) -> None:
 
 def reading(settings: PipelineConfig, rate: float) -> Reading:
     return Reading(settings, rate, 0.02, 0.5, 0.01, batches=10, seconds=1.0)
+
+
+MANY = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "main_threads": 1}
+
+
+def _proposing(point: dict) -> tuple[SearchSpace, Proposals]:
+    """A space of 0, 2, 4 or 8 workers, and proposals whose sampler proposes ``point`` first
+    (forced)."""
+    space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 2, 4, 8))
+    proposals = Proposals(space, optuna.create_study(direction="maximize"))
+    proposals.study.enqueue_trial(point)
+    return space, proposals
 
 
 @pytest.fixture
@@ -67,31 +80,28 @@ def test_a_sampler_point_no_epoch_can_time_is_measured_with_the_most_workers_tha
     (a trial each, in the training loop's time): the same point with fewer workers, as many
     as an epoch can time, is measured in its place; once measured, the next fewer that fit;
     once each is measured, a repeat."""
-    space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 2, 4, 8))
-    proposals = Proposals(space, optuna.create_study(direction="maximize"))
-    many = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "main_threads": 1}
-    proposals.study.enqueue_trial(many)  # the sampler proposes it (forced)
+    space, proposals = _proposing(MANY)
 
     def fits(config: PipelineConfig) -> Failure | None:
         return NEVER if config.num_workers > 2 else None
 
     asked = proposals.ask(fits)
-    assert asked == space.config_at({**many, "num_workers": 2}) and proposals.asked
+    assert asked == space.config_at({**MANY, "num_workers": 2}) and proposals.asked
     (failed,) = proposals.study.trials
-    assert failed.state == optuna.trial.TrialState.FAIL and failed.params == many
+    assert failed.state == optuna.trial.TrialState.FAIL and failed.params == MANY
     proposals.tell(asked, reading(asked, 100.0))
     measured = proposals.study.trials[1]
     assert measured.params == space.params_of(asked) and measured.value == 100.0
     for _ in range(1 + REPEATS_TO_STOP):  # its like, beyond reach, the nearest measured
-        proposals.study.enqueue_trial({**many, "num_workers": 4})
+        proposals.study.enqueue_trial({**MANY, "num_workers": 4})
     fewer = proposals.ask(fits)  # the next fewer workers that fit, not measured yet
-    assert fewer == space.config_at({**many, "num_workers": 0})
+    assert fewer == space.config_at({**MANY, "num_workers": 0})
     proposals.tell(fewer, reading(fewer, 50.0))
     assert proposals.ask(fits) is None and not proposals.asked  # each measured: nothing new
     # where no fewer workers fit either, nothing here can be timed: one trial, no more asked
     trials = len(proposals.study.trials)
-    proposals.study.enqueue_trial({**many, "prefetch_factor": 2})
-    proposals.study.enqueue_trial({**many, "prefetch_factor": 3})
+    proposals.study.enqueue_trial({**MANY, "prefetch_factor": 2})
+    proposals.study.enqueue_trial({**MANY, "prefetch_factor": 3})
     assert proposals.ask(lambda config: NEVER) is None
     assert [t.state.name for t in proposals.study.trials[trials:]] == ["FAIL", "WAITING"]
 
@@ -122,28 +132,25 @@ def test_a_sampler_point_whose_start_is_not_paid_for_is_failed_untold_and_asked_
     """The sampler's trial is failed with why, fewer workers whose start is paid for are
     measured in its place, and the point is not told a rate: asked again once the budget
     has grown, it is measured."""
-    space = online_space(detect(want_cuda=False), batch_size=4, cuda=False, workers=(0, 2, 4, 8))
-    proposals = Proposals(space, optuna.create_study(direction="maximize"))
-    many = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "main_threads": 1}
-    proposals.study.enqueue_trial(many)  # the sampler proposes it (forced)
+    space, proposals = _proposing(MANY)
 
     def unpaid(config: PipelineConfig) -> Failure | None:
         return UNPAID if config.num_workers > 2 else None
 
     asked = proposals.ask(always, unpaid)
-    assert asked == space.config_at({**many, "num_workers": 2})
+    assert asked == space.config_at({**MANY, "num_workers": 2})
     (failed,) = proposals.study.trials
     assert failed.state == optuna.trial.TrialState.FAIL
     assert failed.user_attrs[TrialKey.FAILURE]["kind"] == "over_budget"
     proposals.tell(asked, reading(asked, 100.0))
     for _ in range(1 + REPEATS_TO_STOP):  # asked again: the next fewer, then none is left
-        proposals.study.enqueue_trial(many)
+        proposals.study.enqueue_trial(MANY)
     fewer = proposals.ask(always, unpaid)
-    assert fewer == space.config_at({**many, "num_workers": 0})
+    assert fewer == space.config_at({**MANY, "num_workers": 0})
     proposals.tell(fewer, reading(fewer, 50.0))
     assert proposals.ask(always, unpaid) is None  # it waits: repeats end the asking
-    proposals.study.enqueue_trial(many)
-    assert proposals.ask(always, always) == space.config_at(many)  # paid for: measured
+    proposals.study.enqueue_trial(MANY)
+    assert proposals.ask(always, always) == space.config_at(MANY)  # paid for: measured
 
 
 def test_a_setting_whose_workers_failed_is_told_so_and_never_measured_again(proposals) -> None:
