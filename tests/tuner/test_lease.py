@@ -47,7 +47,9 @@ def test_a_lease_its_holder_stopped_renewing_is_taken_over(storage):
     with a.renewed("x"):  # renewed every second: never stale while a works
         time.sleep(5)
         assert not b.take("x")
-    time.sleep(4.1)  # a "died": no renewal for longer than expire_s
+    # a "died": no renewal for longer than expire_s, and a second more, as SQLite's clock
+    # (CURRENT_TIMESTAMP) gives whole seconds: 4.1 s can read as 4 and leave it fresh
+    time.sleep(5.1)
     assert b.take("x")
     assert a.holder_of("x") == ("b", False)
     a.renew("x")  # a's late renewal does not take it back
